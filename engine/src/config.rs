@@ -1,0 +1,57 @@
+//! How an engine instance behaves: its name, its capacity, its leases.
+
+use std::time::Duration;
+
+/// Settings of one engine instance.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The name this instance holds leases under. Give a process a stable name (the API's id)
+    /// so that after a crash its restart takes its runs back at once instead of waiting for
+    /// their leases to lapse. Two live processes must never share a name.
+    pub owner: String,
+    /// Runs driven at the same time.
+    pub max_concurrency: usize,
+    /// How long a claim lasts without a heartbeat. Heartbeats renew it every third of this.
+    pub lease_ttl: Duration,
+    /// How often the store is asked for due runs when nothing wakes the engine sooner.
+    pub poll_interval: Duration,
+    /// Most runs taken in one claim.
+    pub claim_batch: u32,
+    /// Renew leases (turn off only to test fencing).
+    pub heartbeats: bool,
+    /// Faults to inject, for tests of workflows.
+    pub faults: Faults,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            owner: format!("engine-{}", uuid::Uuid::new_v4().simple()),
+            max_concurrency: 64,
+            lease_ttl: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(250),
+            claim_batch: 64,
+            heartbeats: true,
+            faults: Faults::default(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// The defaults, under a stable owner name.
+    pub fn named(owner: impl Into<String>) -> Self {
+        Self { owner: owner.into(), ..Self::default() }
+    }
+}
+
+/// Faults the engine injects on purpose, so that tests can prove a workflow's steps are
+/// idempotent and its undos leave a clean slate. All off by default.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Fail this step (by name) with a terminal error instead of running it.
+    pub fail_step: Option<String>,
+    /// Run every action twice, keeping the second output, as a crash before the checkpoint would.
+    pub run_steps_twice: bool,
+    /// Run every undo twice.
+    pub run_undos_twice: bool,
+}

@@ -1,0 +1,108 @@
+//! What a step sees: the run's input, earlier steps' outputs, its idempotency key.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::definition::Workflow;
+use crate::error::StepError;
+use crate::store::Store;
+
+/// The context a step (or its undo) runs in. Cheap to clone.
+pub struct StepCtx<W: Workflow> {
+    pub(crate) workflow: Arc<W>,
+    pub(crate) input: Arc<W::Input>,
+    pub(crate) run: Arc<RunInfo>,
+    pub(crate) outputs: Arc<BTreeMap<&'static str, Value>>,
+    pub(crate) step: &'static str,
+    pub(crate) attempt: u32,
+    pub(crate) undoing: bool,
+    pub(crate) store: Store,
+}
+
+/// Facts about the run a step belongs to.
+#[derive(Debug)]
+pub(crate) struct RunInfo {
+    pub(crate) id: Uuid,
+    pub(crate) resource_key: Option<String>,
+}
+
+impl<W: Workflow> Clone for StepCtx<W> {
+    fn clone(&self) -> Self {
+        Self {
+            workflow: self.workflow.clone(),
+            input: self.input.clone(),
+            run: self.run.clone(),
+            outputs: self.outputs.clone(),
+            step: self.step,
+            attempt: self.attempt,
+            undoing: self.undoing,
+            store: self.store.clone(),
+        }
+    }
+}
+
+impl<W: Workflow> StepCtx<W> {
+    /// The registered workflow value, with its dependencies.
+    pub fn workflow(&self) -> &W {
+        &self.workflow
+    }
+
+    /// The run's input.
+    pub fn input(&self) -> &W::Input {
+        &self.input
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> Uuid {
+        self.run.id
+    }
+
+    /// The run's resource key, if it has one.
+    pub fn resource_key(&self) -> Option<&str> {
+        self.run.resource_key.as_deref()
+    }
+
+    /// The name of the step running now.
+    pub fn step_name(&self) -> &'static str {
+        self.step
+    }
+
+    /// How many attempts of this step ended before this one (failed, or cut short by a crash).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// A key derived from the run id and the step name (and whether this is the undo): the same
+    /// on every attempt and after any restart. Pass it to the outside world so that a repeated
+    /// call is recognised (EC2 `ClientToken`, GCE `requestId`, a unique column).
+    pub fn idempotency_key(&self) -> Uuid {
+        let name = if self.undoing { format!("undo:{}", self.step) } else { self.step.to_owned() };
+        Uuid::new_v5(&self.run.id, name.as_bytes())
+    }
+
+    /// The output of an earlier, completed step.
+    pub fn output<T: DeserializeOwned>(&self, step: &str) -> Result<T, StepError> {
+        let value = self.outputs.get(step).ok_or_else(|| {
+            StepError::terminal_msg(format!(
+                "step `{}` of {} asked for the output of `{step}`, which has not completed",
+                self.step,
+                W::KIND
+            ))
+        })?;
+        serde_json::from_value(value.clone())
+            .map_err(|err| StepError::terminal(err).context(format!("decoding the output of step `{step}`")))
+    }
+
+    /// The payload of the latest signal named `name` sent to this run, if any. Sending a signal
+    /// wakes a waiting run, so a poll step can wait for a callback with this.
+    pub async fn signal(&self, name: &str) -> Result<Option<Value>, StepError> {
+        self.store
+            .latest_signal(self.run.id, name)
+            .await
+            .map_err(|err| StepError::retryable(err).context(format!("reading signal `{name}`")))
+    }
+}

@@ -1,0 +1,222 @@
+//! Typed workflow definitions: a kind, a version, an input, an output, and named steps.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::context::StepCtx;
+use crate::error::StepError;
+use crate::retry::{OnExhausted, RetryPolicy};
+
+/// A durable workflow: a stable kind, a definition version, typed input and output, and an
+/// ordered list of named steps.
+///
+/// The value registered with the engine carries the workflow's dependencies (clients, pools);
+/// steps reach it through [`StepCtx::workflow`].
+pub trait Workflow: Send + Sync + Sized + 'static {
+    /// Stable name of the workflow, e.g. `cluster.create`. Never reuse it for another shape.
+    const KIND: &'static str;
+    /// Definition version. Bump it when steps change; a run keeps the version it started with.
+    const VERSION: u32;
+    /// What a run is started with.
+    type Input: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// What a run that succeeded returns.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+
+    /// The steps, in execution order. Step names are stable identifiers stored in each run.
+    fn steps() -> Steps<Self>;
+
+    /// Builds the output from the completed steps once the last one has succeeded.
+    fn output(ctx: &StepCtx<Self>) -> Result<Self::Output, StepError>;
+}
+
+/// What a poll step found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check<T> {
+    /// The condition holds; the step succeeds with this output.
+    Ready(T),
+    /// Not yet; the reason is shown in `inspect` while the run waits for its next check.
+    NotYet(String),
+}
+
+pub(crate) type ActionFn<W> =
+    Arc<dyn Fn(StepCtx<W>) -> BoxFuture<'static, Result<Check<Value>, StepError>> + Send + Sync>;
+pub(crate) type UndoFn<W> =
+    Arc<dyn Fn(StepCtx<W>, Value) -> BoxFuture<'static, Result<(), StepError>> + Send + Sync>;
+
+/// How a step's body behaves.
+pub(crate) enum Body<W: Workflow> {
+    /// Runs once (retried on error) and checkpoints its output.
+    Action(ActionFn<W>),
+    /// Checks a condition every `interval` until it holds or `timeout` passes since the first check.
+    Poll { check: ActionFn<W>, interval: Duration, timeout: Duration },
+    /// Waits until `duration` after the step first started.
+    Sleep(Arc<dyn Fn(&StepCtx<W>) -> Duration + Send + Sync>),
+}
+
+/// One step of a definition, with its types erased; built by [`Step`].
+pub(crate) struct StepDef<W: Workflow> {
+    pub(crate) name: &'static str,
+    pub(crate) body: Body<W>,
+    pub(crate) undo: Option<UndoFn<W>>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) undo_retry: RetryPolicy,
+}
+
+/// A step under construction, typed by its output `T`, so that its undo takes that same `T`.
+pub struct Step<W: Workflow, T> {
+    def: StepDef<W>,
+    output: PhantomData<fn() -> T>,
+}
+
+impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
+    /// A step that runs `action` and checkpoints its output.
+    pub fn action<F, Fut>(name: &'static str, action: F) -> Self
+    where
+        F: Fn(StepCtx<W>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+    {
+        let action: ActionFn<W> = Arc::new(move |ctx| {
+            let fut = action(ctx);
+            Box::pin(async move { Ok(Check::Ready(to_value(fut.await?)?)) })
+        });
+        Self::new(name, Body::Action(action))
+    }
+
+    /// A durable poll: `check` runs every 5 s (see [`Step::every`]) until it reports
+    /// [`Check::Ready`], for at most 15 min (see [`Step::timeout`]). Between checks the run
+    /// is a row with a wake-up time, not a task.
+    pub fn poll<F, Fut>(name: &'static str, check: F) -> Self
+    where
+        F: Fn(StepCtx<W>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Check<T>, StepError>> + Send + 'static,
+    {
+        let check: ActionFn<W> = Arc::new(move |ctx| {
+            let fut = check(ctx);
+            Box::pin(async move {
+                Ok(match fut.await? {
+                    Check::Ready(output) => Check::Ready(to_value(output)?),
+                    Check::NotYet(reason) => Check::NotYet(reason),
+                })
+            })
+        });
+        Self::new(
+            name,
+            Body::Poll { check, interval: Duration::from_secs(5), timeout: Duration::from_secs(15 * 60) },
+        )
+    }
+
+    /// Sets the undo: it receives the step's own output and must tolerate running twice and
+    /// finding its work already undone.
+    #[must_use]
+    pub fn undo<F, Fut>(mut self, undo: F) -> Self
+    where
+        F: Fn(StepCtx<W>, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), StepError>> + Send + 'static,
+    {
+        self.def.undo = Some(Arc::new(move |ctx, output| match serde_json::from_value::<T>(output) {
+            Ok(output) => Box::pin(undo(ctx, output)),
+            Err(err) => Box::pin(async move {
+                Err(StepError::terminal(err).context("the stored output does not fit the undo's type"))
+            }),
+        }));
+        self
+    }
+
+    /// Sets the retry policy of the action.
+    #[must_use]
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.def.retry = policy;
+        self
+    }
+
+    /// Sets the retry policy of the undo. When it runs out, the run always parks.
+    #[must_use]
+    pub fn undo_retry(mut self, policy: RetryPolicy) -> Self {
+        self.def.undo_retry = policy.on_exhausted(OnExhausted::Park);
+        self
+    }
+
+    /// For a poll step: the time between checks.
+    #[must_use]
+    pub fn every(mut self, every: Duration) -> Self {
+        if let Body::Poll { interval, .. } = &mut self.def.body {
+            *interval = every;
+        }
+        self
+    }
+
+    /// For a poll step: how long after the first check it gives up (a terminal error).
+    #[must_use]
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        if let Body::Poll { timeout, .. } = &mut self.def.body {
+            *timeout = limit;
+        }
+        self
+    }
+
+    fn new(name: &'static str, body: Body<W>) -> Self {
+        Self {
+            def: StepDef {
+                name,
+                body,
+                undo: None,
+                retry: RetryPolicy::default(),
+                undo_retry: RetryPolicy::default().on_exhausted(OnExhausted::Park),
+            },
+            output: PhantomData,
+        }
+    }
+}
+
+impl<W: Workflow> Step<W, ()> {
+    /// A durable sleep: the step ends `duration` after it first started, however many times
+    /// the engine restarts in between.
+    pub fn sleep<F>(name: &'static str, duration: F) -> Self
+    where
+        F: Fn(&StepCtx<W>) -> Duration + Send + Sync + 'static,
+    {
+        Self::new(name, Body::Sleep(Arc::new(duration)))
+    }
+}
+
+/// The ordered steps of a definition.
+pub struct Steps<W: Workflow> {
+    pub(crate) list: Vec<StepDef<W>>,
+}
+
+impl<W: Workflow> Default for Steps<W> {
+    fn default() -> Self {
+        Self { list: Vec::new() }
+    }
+}
+
+impl<W: Workflow> Steps<W> {
+    /// No steps yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a step. Names must be unique within the definition.
+    #[must_use]
+    pub fn then<T>(mut self, step: Step<W, T>) -> Self {
+        assert!(
+            self.list.iter().all(|existing| existing.name != step.def.name),
+            "workflow {} has two steps named `{}`",
+            W::KIND,
+            step.def.name
+        );
+        self.list.push(step.def);
+        self
+    }
+}
+
+fn to_value<T: Serialize>(value: T) -> Result<Value, StepError> {
+    serde_json::to_value(value).map_err(|err| StepError::terminal(err).context("encoding the step's output"))
+}

@@ -1,0 +1,357 @@
+//! The engine: a claim loop and a heartbeat per instance, one task per run it drives, and the
+//! calls that submit, wait for, inspect and steer runs.
+//!
+//! ```text
+//!   submit ──insert (+ eager lease)──> store <──claim due runs── claim loop ──spawn──> driver
+//!                                       ^  ^                        ^                   │
+//!                                       │  └──renew leases── heartbeat                  │
+//!                                       └────────── one commit per step ────────────────┘
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, watch};
+use tokio::task::AbortHandle;
+use tracing::{Instrument, info, warn};
+use uuid::Uuid;
+
+use crate::config::EngineConfig;
+use crate::definition::Workflow;
+use crate::error::EngineError;
+use crate::registry::Registry;
+use crate::status::RunStatus;
+use crate::store::{
+    ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, RunFilter, RunRecord, StepRecord, Store, Wake,
+};
+use crate::worker;
+
+/// A running engine instance. Dropping it without [`Engine::shutdown`] leaves its leases to
+/// lapse, as a crash would.
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Store,
+    pub(crate) registry: Registry,
+    pub(crate) config: EngineConfig,
+    slots: Arc<Semaphore>,
+    wake: Notify,
+    stop: watch::Sender<bool>,
+    finished: broadcast::Sender<(Uuid, RunStatus)>,
+    drivers: Mutex<HashMap<Uuid, AbortHandle>>,
+}
+
+/// A run with everything `inspect` shows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunDetail {
+    /// The run.
+    pub run: RunRecord,
+    /// Its finished steps and undos.
+    pub steps: Vec<StepRecord>,
+    /// The definition's step names, if this binary knows the run's version.
+    pub plan: Option<Vec<&'static str>>,
+}
+
+pub(crate) fn now_ms() -> Millis {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as Millis)
+}
+
+pub(crate) fn after(now: Millis, delay: Duration) -> Millis {
+    now.saturating_add(delay.as_millis() as Millis)
+}
+
+impl Engine {
+    /// Starts an engine on `store`: takes back the runs a previous incarnation of the same
+    /// owner left, then claims and drives due runs until [`Engine::shutdown`].
+    pub async fn start(store: Store, registry: Registry, config: EngineConfig) -> Result<Self, EngineError> {
+        let recovered = store.expire_leases_of(&config.owner).await?;
+        if recovered > 0 {
+            info!(owner = %config.owner, runs = recovered, "taking back runs held by a previous incarnation");
+        }
+        let (stop, _) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            slots: Arc::new(Semaphore::new(config.max_concurrency)),
+            store,
+            registry,
+            config,
+            wake: Notify::new(),
+            stop,
+            finished: broadcast::channel(1024).0,
+            drivers: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(claim_loop(inner.clone()));
+        if inner.config.heartbeats {
+            tokio::spawn(heartbeat_loop(inner.clone()));
+        }
+        Ok(Self { inner })
+    }
+
+    /// The store this engine runs on.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The name this engine holds leases under.
+    pub fn owner(&self) -> &str {
+        &self.inner.config.owner
+    }
+
+    /// Submits a run of `W`. With a resource key, it runs after every earlier unfinished run
+    /// with that key. The run is durable when this returns; with a free slot, this engine
+    /// starts it at once.
+    pub async fn submit<W: Workflow>(&self, input: &W::Input, resource_key: Option<&str>) -> Result<Uuid, EngineError> {
+        let input = serde_json::to_value(input).map_err(EngineError::Json)?;
+        self.submit_value(W::KIND, W::VERSION, input, resource_key).await
+    }
+
+    /// Submits a run of a registered kind and version, with a JSON input.
+    pub async fn submit_value(
+        &self,
+        kind: &str,
+        version: u32,
+        input: Value,
+        resource_key: Option<&str>,
+    ) -> Result<Uuid, EngineError> {
+        let inner = &self.inner;
+        if *inner.stop.borrow() {
+            return Err(EngineError::ShuttingDown);
+        }
+        let names = inner.registry.step_names(kind, version).ok_or_else(|| EngineError::UnknownKind(kind.into()))?;
+        let now = now_ms();
+        let id = Uuid::new_v4();
+        let run = NewRun {
+            id,
+            kind,
+            version,
+            resource_key,
+            input: &input,
+            first_step: names.first().copied(),
+            now,
+        };
+        let permit = inner.slots.clone().try_acquire_owned().ok();
+        let lease = permit.as_ref().map(|_| Lease {
+            owner: inner.config.owner.clone(),
+            expires_at: after(now, inner.config.lease_ttl),
+        });
+        let run = inner.store.insert_run(&run, lease.as_ref()).await?;
+        match (permit, run.lease.is_some()) {
+            (Some(permit), true) => {
+                inner.spawn_driver(Claimed { run, outputs: Vec::new(), recovered: false }, permit);
+            }
+            _ => inner.wake.notify_one(),
+        }
+        Ok(id)
+    }
+
+    /// Waits until the run has ended and returns it.
+    pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<RunRecord, EngineError> {
+        let mut finished = self.inner.finished.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let run = self.run(id).await?;
+            if run.status.is_final() {
+                return Ok(run);
+            }
+            // Runs driven here announce their end; runs driven elsewhere are seen by polling.
+            let poll = tokio::time::sleep(Duration::from_millis(500));
+            tokio::select! {
+                _ = poll => {}
+                _ = tokio::time::sleep_until(deadline) => return Err(EngineError::Timeout(id)),
+                message = finished.recv() => {
+                    if let Ok((done, _)) = message && done != id {
+                        continue;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for a run of `W` to end and decodes its output; a run that ended another way
+    /// returns its record as the error.
+    pub async fn wait_output<W: Workflow>(
+        &self,
+        id: Uuid,
+        timeout: Duration,
+    ) -> Result<Result<W::Output, Box<RunRecord>>, EngineError> {
+        let run = self.wait(id, timeout).await?;
+        match (&run.status, &run.output) {
+            (RunStatus::Succeeded, Some(output)) => {
+                Ok(Ok(serde_json::from_value(output.clone()).map_err(EngineError::Json)?))
+            }
+            _ => Ok(Err(Box::new(run))),
+        }
+    }
+
+    /// One run.
+    pub async fn run(&self, id: Uuid) -> Result<RunRecord, EngineError> {
+        self.inner.store.run(id).await?.ok_or(EngineError::UnknownRun(id))
+    }
+
+    /// Runs matching `filter`, newest first.
+    pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, EngineError> {
+        Ok(self.inner.store.list_runs(filter).await?)
+    }
+
+    /// A run with its steps and its definition's plan.
+    pub async fn inspect(&self, id: Uuid) -> Result<RunDetail, EngineError> {
+        let run = self.run(id).await?;
+        let steps = self.inner.store.steps(id).await?;
+        let plan = self.inner.registry.step_names(&run.kind, run.version);
+        Ok(RunDetail { run, steps, plan })
+    }
+
+    /// The run's timeline after event `after_seq` (0 for all).
+    pub async fn events(&self, id: Uuid, after_seq: i64) -> Result<Vec<EventRecord>, EngineError> {
+        self.run(id).await?;
+        Ok(self.inner.store.events(id, after_seq).await?)
+    }
+
+    /// Runs the current step of a waiting, backing-off or parked run now. A parked step gets
+    /// one more attempt; if it fails again it parks again.
+    pub async fn retry(&self, id: Uuid) -> Result<RunStatus, EngineError> {
+        let outcome = self.inner.store.wake(id, Wake::Retry, now_ms()).await?;
+        self.after_action(id, outcome, "only a waiting, retrying or parked run can be retried")
+    }
+
+    /// Continues a parked run, giving its current step a fresh retry budget.
+    pub async fn resume(&self, id: Uuid) -> Result<RunStatus, EngineError> {
+        let outcome = self.inner.store.wake(id, Wake::Resume, now_ms()).await?;
+        self.after_action(id, outcome, "only a run in needs-attention can be resumed")
+    }
+
+    /// Cancels a run: completed steps are undone in reverse order and it ends `cancelled`.
+    /// The step running now, if any, finishes first.
+    pub async fn cancel(&self, id: Uuid) -> Result<RunStatus, EngineError> {
+        let outcome = self.inner.store.signal(id, "cancel", &Value::Null, true, now_ms()).await?;
+        self.after_action(id, outcome, "the run has already ended")
+    }
+
+    /// Sends a durable signal to a run; a waiting run is woken to see it.
+    pub async fn signal(&self, id: Uuid, name: &str, payload: &Value) -> Result<RunStatus, EngineError> {
+        let outcome = self.inner.store.signal(id, name, payload, false, now_ms()).await?;
+        self.after_action(id, outcome, "the run has already ended")
+    }
+
+    fn after_action(&self, id: Uuid, outcome: ActionOutcome, hint: &'static str) -> Result<RunStatus, EngineError> {
+        match outcome {
+            ActionOutcome::Done(status) => {
+                self.inner.wake.notify_one();
+                if status == RunStatus::Cancelled {
+                    let _ = self.inner.finished.send((id, status));
+                }
+                Ok(status)
+            }
+            ActionOutcome::NotApplicable(status) => Err(EngineError::InvalidState { run: id, status, hint }),
+            ActionOutcome::NotFound => Err(EngineError::UnknownRun(id)),
+        }
+    }
+
+    /// Stops claiming, lets each step in flight finish and checkpoint (for at most `grace`),
+    /// then gives up every lease this engine holds, so another engine can continue at once.
+    pub async fn shutdown(self, grace: Duration) {
+        let inner = self.inner;
+        inner.stop.send_replace(true);
+        inner.wake.notify_waiters();
+        let all = inner.config.max_concurrency as u32;
+        if tokio::time::timeout(grace, inner.slots.acquire_many(all)).await.is_err() {
+            let drivers: Vec<AbortHandle> = inner.drivers.lock().map(|d| d.values().cloned().collect()).unwrap_or_default();
+            warn!(owner = %inner.config.owner, runs = drivers.len(), "steps still running after the grace period; stopping them");
+            for driver in drivers {
+                driver.abort();
+            }
+            // The aborted steps were cut short: the next claim counts them as interrupted.
+            if let Err(err) = inner.store.expire_leases_of(&inner.config.owner).await {
+                warn!(error = %crate::error::error_chain(&err), "could not give up leases on shutdown");
+            }
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    pub(crate) fn announce(&self, id: Uuid, status: RunStatus) {
+        let _ = self.finished.send((id, status));
+    }
+
+    fn spawn_driver(self: &Arc<Self>, claimed: Claimed, permit: OwnedSemaphorePermit) {
+        let inner = self.clone();
+        let id = claimed.run.id;
+        let span = tracing::info_span!("run", run_id = %id, kind = %claimed.run.kind);
+        let handle = tokio::spawn(
+            async move {
+                worker::drive(&inner, claimed).await;
+                if let Ok(mut drivers) = inner.drivers.lock() {
+                    drivers.remove(&id);
+                }
+                drop(permit);
+                inner.wake.notify_one();
+            }
+            .instrument(span),
+        );
+        if let Ok(mut drivers) = self.drivers.lock() {
+            if !handle.is_finished() {
+                drivers.insert(id, handle.abort_handle());
+            }
+        }
+    }
+}
+
+async fn claim_loop(inner: Arc<Inner>) {
+    let mut stop = inner.stop.subscribe();
+    while !inner.stopping() {
+        let free = inner.slots.available_permits().min(inner.config.claim_batch as usize) as u32;
+        let mut full_batch = false;
+        if free > 0 {
+            let now = now_ms();
+            match inner.store.claim(&inner.config.owner, now, after(now, inner.config.lease_ttl), free).await {
+                Ok(claimed) => {
+                    full_batch = claimed.len() as u32 == free;
+                    for run in claimed {
+                        match inner.slots.clone().try_acquire_owned() {
+                            Ok(permit) => inner.spawn_driver(run, permit),
+                            Err(_) => {
+                                // A submit took the slot meanwhile: hand the run back.
+                                let _ = inner.store.release(&run.run, &inner.config.owner).await;
+                            }
+                        }
+                    }
+                }
+                Err(err) => warn!(error = %crate::error::error_chain(&err), "claiming runs failed; trying again"),
+            }
+        }
+        if full_batch {
+            continue;
+        }
+        tokio::select! {
+            _ = inner.wake.notified() => {}
+            _ = tokio::time::sleep(inner.config.poll_interval) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+async fn heartbeat_loop(inner: Arc<Inner>) {
+    let every = inner.config.lease_ttl / 3;
+    let mut stop = inner.stop.subscribe();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => {}
+        }
+        let drained = inner.stopping() && inner.slots.available_permits() == inner.config.max_concurrency;
+        if drained {
+            return;
+        }
+        let until = after(now_ms(), inner.config.lease_ttl);
+        if let Err(err) = inner.store.heartbeat(&inner.config.owner, until).await {
+            warn!(error = %crate::error::error_chain(&err), "renewing leases failed");
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The definitions an engine can run, keyed by kind and version, with their types erased so
+//! that one worker loop drives them all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::context::{RunInfo, StepCtx};
+use crate::definition::{Body, Check, Steps, Workflow};
+use crate::error::StepError;
+use crate::retry::RetryPolicy;
+use crate::store::{RunRecord, Store};
+
+/// The workflow definitions an engine runs. Register every version a binary still supports.
+#[derive(Default, Clone)]
+pub struct Registry {
+    definitions: HashMap<(&'static str, u32), Arc<dyn Definition>>,
+}
+
+impl Registry {
+    /// No definitions yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `workflow` (its value carries its dependencies) under its kind and version.
+    #[must_use]
+    pub fn with<W: Workflow>(mut self, workflow: Arc<W>) -> Self {
+        self.register(workflow);
+        self
+    }
+
+    /// Registers `workflow` under its kind and version, replacing an earlier registration.
+    pub fn register<W: Workflow>(&mut self, workflow: Arc<W>) {
+        let steps = Arc::new(W::steps());
+        self.definitions.insert((W::KIND, W::VERSION), Arc::new(Registered { workflow, steps }));
+    }
+
+    pub(crate) fn get(&self, kind: &str, version: u32) -> Option<&Arc<dyn Definition>> {
+        self.definitions.iter().find(|((k, v), _)| *k == kind && *v == version).map(|(_, definition)| definition)
+    }
+
+    /// The versions registered for `kind`, ascending.
+    pub(crate) fn versions(&self, kind: &str) -> Vec<u32> {
+        let mut versions: Vec<u32> = self.definitions.keys().filter(|(k, _)| *k == kind).map(|(_, v)| *v).collect();
+        versions.sort_unstable();
+        versions
+    }
+
+    /// The step names of a definition, in order.
+    pub fn step_names(&self, kind: &str, version: u32) -> Option<Vec<&'static str>> {
+        self.get(kind, version).map(|definition| definition.step_names())
+    }
+}
+
+/// How a step waits, if it does.
+pub(crate) enum Shape {
+    Action,
+    Poll { interval: Duration, timeout: Duration },
+    Sleep(Duration),
+}
+
+/// A definition with its types erased.
+pub(crate) trait Definition: Send + Sync {
+    fn step_names(&self) -> Vec<&'static str>;
+    /// Decodes the run's input and prepares its steps' context.
+    fn instantiate(
+        &self,
+        run: &RunRecord,
+        outputs: &[(u32, String, Value)],
+        store: Store,
+    ) -> Result<Box<dyn Instance>, StepError>;
+}
+
+/// One run of a definition, ready to execute steps.
+pub(crate) trait Instance: Send + Sync {
+    fn step_count(&self) -> usize;
+    fn step_name(&self, index: usize) -> &'static str;
+    fn shape(&self, index: usize) -> Shape;
+    fn retry(&self, index: usize) -> &RetryPolicy;
+    fn undo_retry(&self, index: usize) -> &RetryPolicy;
+    fn has_undo(&self, index: usize) -> bool;
+    fn run_step(&self, index: usize, attempt: u32) -> BoxFuture<'static, Result<Check<Value>, StepError>>;
+    fn run_undo(&self, index: usize, attempt: u32) -> BoxFuture<'static, Result<(), StepError>>;
+    fn completed(&mut self, index: usize, output: Value);
+    fn output(&self) -> Result<Value, StepError>;
+}
+
+struct Registered<W: Workflow> {
+    workflow: Arc<W>,
+    steps: Arc<Steps<W>>,
+}
+
+impl<W: Workflow> Definition for Registered<W> {
+    fn step_names(&self) -> Vec<&'static str> {
+        self.steps.list.iter().map(|step| step.name).collect()
+    }
+
+    fn instantiate(
+        &self,
+        run: &RunRecord,
+        outputs: &[(u32, String, Value)],
+        store: Store,
+    ) -> Result<Box<dyn Instance>, StepError> {
+        let input: W::Input = serde_json::from_value(run.input.clone()).map_err(|err| {
+            StepError::terminal(err).context(format!("the stored input does not fit {} v{}", W::KIND, W::VERSION))
+        })?;
+        let mut by_name = BTreeMap::new();
+        for (index, name, output) in outputs {
+            match self.steps.list.get(*index as usize) {
+                Some(step) if step.name == name => {
+                    by_name.insert(step.name, output.clone());
+                }
+                found => {
+                    let now = found.map_or("no step".to_owned(), |step| format!("`{}`", step.name));
+                    return Err(StepError::terminal_msg(format!(
+                        "the run diverged from its definition: step {index} was `{name}` when it ran, \
+                         but {} v{} now has {now} there; keep step names stable within a version, \
+                         or register the old version beside the new one",
+                        W::KIND,
+                        W::VERSION
+                    )));
+                }
+            }
+        }
+        Ok(Box::new(Running {
+            steps: self.steps.clone(),
+            ctx: StepCtx {
+                workflow: self.workflow.clone(),
+                input: Arc::new(input),
+                run: Arc::new(RunInfo { id: run.id, resource_key: run.resource_key.clone() }),
+                outputs: Arc::new(by_name),
+                step: "",
+                attempt: 0,
+                undoing: false,
+                store,
+            },
+        }))
+    }
+}
+
+struct Running<W: Workflow> {
+    steps: Arc<Steps<W>>,
+    ctx: StepCtx<W>,
+}
+
+impl<W: Workflow> Running<W> {
+    fn ctx_for(&self, index: usize, attempt: u32, undoing: bool) -> StepCtx<W> {
+        let mut ctx = self.ctx.clone();
+        ctx.step = self.steps.list[index].name;
+        ctx.attempt = attempt;
+        ctx.undoing = undoing;
+        ctx
+    }
+}
+
+impl<W: Workflow> Instance for Running<W> {
+    fn step_count(&self) -> usize {
+        self.steps.list.len()
+    }
+
+    fn step_name(&self, index: usize) -> &'static str {
+        self.steps.list[index].name
+    }
+
+    fn shape(&self, index: usize) -> Shape {
+        match &self.steps.list[index].body {
+            Body::Action(_) => Shape::Action,
+            Body::Poll { interval, timeout, .. } => Shape::Poll { interval: *interval, timeout: *timeout },
+            Body::Sleep(duration) => Shape::Sleep(duration(&self.ctx_for(index, 0, false))),
+        }
+    }
+
+    fn retry(&self, index: usize) -> &RetryPolicy {
+        &self.steps.list[index].retry
+    }
+
+    fn undo_retry(&self, index: usize) -> &RetryPolicy {
+        &self.steps.list[index].undo_retry
+    }
+
+    fn has_undo(&self, index: usize) -> bool {
+        self.steps.list[index].undo.is_some()
+    }
+
+    fn run_step(&self, index: usize, attempt: u32) -> BoxFuture<'static, Result<Check<Value>, StepError>> {
+        let ctx = self.ctx_for(index, attempt, false);
+        match &self.steps.list[index].body {
+            Body::Action(action) | Body::Poll { check: action, .. } => action(ctx),
+            Body::Sleep(_) => Box::pin(async { Ok(Check::Ready(Value::Null)) }),
+        }
+    }
+
+    fn run_undo(&self, index: usize, attempt: u32) -> BoxFuture<'static, Result<(), StepError>> {
+        let step = &self.steps.list[index];
+        let output = self.ctx.outputs.get(step.name).cloned().unwrap_or(Value::Null);
+        match &step.undo {
+            Some(undo) => undo(self.ctx_for(index, attempt, true), output),
+            None => Box::pin(async { Ok(()) }),
+        }
+    }
+
+    fn completed(&mut self, index: usize, output: Value) {
+        let mut outputs = (*self.ctx.outputs).clone();
+        outputs.insert(self.steps.list[index].name, output);
+        self.ctx.outputs = Arc::new(outputs);
+    }
+
+    fn output(&self) -> Result<Value, StepError> {
+        let output = W::output(&self.ctx)?;
+        serde_json::to_value(output).map_err(|err| StepError::terminal(err).context("encoding the workflow's output"))
+    }
+}

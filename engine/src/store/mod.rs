@@ -1,0 +1,683 @@
+//! The durable store: SQLite (WAL, the embedded default) or PostgreSQL, through sqlx.
+//!
+//! Both databases run the same SQL text (sqlx binds `$1` on both); where they differ (row
+//! locks, advisory locks, how a write transaction begins) the difference is named at the
+//! point of use. Every state change of a run is one transaction that names the lease
+//! generation it was claimed under, so a worker that lost its lease writes nothing.
+
+mod records;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{AssertSqlSafe, Postgres, Sqlite, Transaction};
+use uuid::Uuid;
+
+pub(crate) use records::{Claimed, Commit, CommitOutcome, NEVER, NewEvent};
+pub use records::{EventRecord, Lease, Millis, RunFilter, RunRecord, StepRecord};
+use records::{EventRow, RUN_COLUMNS, RunRow, StepRow, parse_json, to_json};
+
+use crate::error::EngineError;
+use crate::status::{Phase, RunStatus};
+
+/// The workflow store. Cheap to clone: it is a connection pool.
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: Db,
+}
+
+#[derive(Clone, Debug)]
+enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to whichever pool the store has: the SQL is the same.
+macro_rules! with_pool {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match &$store.db {
+            Db::Sqlite($pool) => $body,
+            Db::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Starts a transaction that will write. SQLite takes its write lock at once (`BEGIN
+/// IMMEDIATE`), so that a transaction that reads first never deadlocks on upgrading its lock.
+trait BeginWrite {
+    type Db: sqlx::Database;
+    async fn begin_write(&self) -> Result<Transaction<'static, Self::Db>, sqlx::Error>;
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = Sqlite;
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        self.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+impl BeginWrite for PgPool {
+    type Db = Postgres;
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        self.begin().await
+    }
+}
+
+/// A run to insert.
+pub(crate) struct NewRun<'a> {
+    pub(crate) id: Uuid,
+    pub(crate) kind: &'a str,
+    pub(crate) version: u32,
+    pub(crate) resource_key: Option<&'a str>,
+    pub(crate) input: &'a Value,
+    pub(crate) first_step: Option<&'a str>,
+    pub(crate) now: Millis,
+}
+
+/// An operator's request to run a run's current step now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Run the waiting, backing-off or parked step now, keeping its attempt count.
+    Retry,
+    /// Continue a parked run with a fresh retry budget for its current step.
+    Resume,
+}
+
+/// What an operator action found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ActionOutcome {
+    /// Done; the run's status is now this.
+    Done(RunStatus),
+    /// The run is in this status, where the action does not apply.
+    NotApplicable(RunStatus),
+    /// No such run.
+    NotFound,
+}
+
+const CLAIM_CANDIDATES: &str = "SELECT seq, lease_owner FROM engine_runs r \
+     WHERE r.finished_at IS NULL AND r.status <> 'needs-attention' AND r.next_at <= $1 \
+       AND (r.lease_owner IS NULL OR r.lease_expires_at < $1) \
+       AND (r.resource_key IS NULL OR NOT EXISTS ( \
+            SELECT 1 FROM engine_runs p \
+            WHERE p.resource_key = r.resource_key AND p.finished_at IS NULL AND p.seq < r.seq)) \
+     ORDER BY r.next_at, r.seq LIMIT $2";
+
+impl Store {
+    /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`) and brings its
+    /// schema up to date.
+    pub async fn connect(url: &str) -> Result<Self, EngineError> {
+        if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?;
+            Self::open_sqlite(options).await
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Self::open_postgres(PgConnectOptions::from_str(url)?, 16).await
+        } else {
+            Err(EngineError::UnsupportedUrl(url.to_owned()))
+        }
+    }
+
+    /// Opens (creating if needed) the SQLite database at `path`.
+    pub async fn sqlite(path: &Path) -> Result<Self, EngineError> {
+        Self::open_sqlite(SqliteConnectOptions::new().filename(path)).await
+    }
+
+    /// Opens SQLite with these options, adding the engine's: WAL, a full sync on every
+    /// commit (an acknowledged checkpoint survives power loss too), and a busy timeout.
+    pub async fn open_sqlite(options: SqliteConnectOptions) -> Result<Self, EngineError> {
+        let options = options
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+        let mut migrator = sqlx::migrate!("./migrations/sqlite");
+        migrator.set_ignore_missing(true);
+        migrator.run(&pool).await.map_err(EngineError::Migrate)?;
+        Ok(Self { db: Db::Sqlite(pool) })
+    }
+
+    /// Opens PostgreSQL with these options and a pool of `max_connections`.
+    pub async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> Result<Self, EngineError> {
+        let pool = PgPoolOptions::new().max_connections(max_connections).connect_with(options).await?;
+        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        migrator.set_ignore_missing(true);
+        migrator.run(&pool).await.map_err(EngineError::Migrate)?;
+        Ok(Self { db: Db::Postgres(pool) })
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self.db {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The SQLite pool, for the domain's own tables.
+    pub fn sqlite_pool(&self) -> Option<&SqlitePool> {
+        match &self.db {
+            Db::Sqlite(pool) => Some(pool),
+            Db::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL pool, for the domain's own tables.
+    pub fn postgres_pool(&self) -> Option<&PgPool> {
+        match &self.db {
+            Db::Postgres(pool) => Some(pool),
+            Db::Sqlite(_) => None,
+        }
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        with_pool!(self, |pool| pool.close().await)
+    }
+
+    fn is_postgres(&self) -> bool {
+        matches!(self.db, Db::Postgres(_))
+    }
+
+    /// Inserts a run. With `lease`, the run is claimed by that owner at once (an eager start)
+    /// unless an earlier unfinished run holds its resource key. Returns the stored run.
+    pub(crate) async fn insert_run(&self, run: &NewRun<'_>, lease: Option<&Lease>) -> Result<RunRecord, sqlx::Error> {
+        let postgres = self.is_postgres();
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin_write().await?;
+            let mut lease = lease;
+            if let Some(key) = run.resource_key {
+                if postgres {
+                    // Submissions under one key commit in the order of their sequence numbers,
+                    // so a claimer that sees a run also sees every earlier run of its key.
+                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))::text")
+                        .bind(key)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let busy: Option<i64> = sqlx::query_scalar(
+                    "SELECT seq FROM engine_runs WHERE resource_key = $1 AND finished_at IS NULL LIMIT 1",
+                )
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if busy.is_some() {
+                    lease = None;
+                }
+            }
+            let sql = format!(
+                "INSERT INTO engine_runs (id, kind, version, resource_key, input, status, phase, step_index, \
+                   current_step, attempt, next_at, lease_owner, lease_expires_at, lease_generation, \
+                   created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 'forward', 0, $7, 0, $8, $9, $10, $11, $8, $8) \
+                 RETURNING {RUN_COLUMNS}"
+            );
+            let row: RunRow = sqlx::query_as(AssertSqlSafe(sql))
+                .bind(run.id.to_string())
+                .bind(run.kind)
+                .bind(i64::from(run.version))
+                .bind(run.resource_key)
+                .bind(to_json(run.input))
+                .bind(if lease.is_some() { RunStatus::Running } else { RunStatus::Pending }.as_str())
+                .bind(run.first_step)
+                .bind(run.now)
+                .bind(lease.map(|lease| lease.owner.as_str()))
+                .bind(lease.map(|lease| lease.expires_at))
+                .bind(i64::from(lease.is_some()))
+                .fetch_one(&mut *tx)
+                .await?;
+            insert_event(&mut tx, run.id, run.now, &NewEvent::new("submitted", None, submitted_message(run, lease)))
+                .await?;
+            tx.commit().await?;
+            row.try_into()
+        })
+    }
+
+    /// Claims up to `limit` runnable runs for `owner` until `lease_until`. A run whose previous
+    /// holder's lease lapsed counts its interrupted attempt and gets a `recovered` event.
+    pub(crate) async fn claim(
+        &self,
+        owner: &str,
+        now: Millis,
+        lease_until: Millis,
+        limit: u32,
+    ) -> Result<Vec<Claimed>, sqlx::Error> {
+        let candidates_sql = if self.is_postgres() {
+            AssertSqlSafe(format!("{CLAIM_CANDIDATES} FOR UPDATE SKIP LOCKED"))
+        } else {
+            AssertSqlSafe(CLAIM_CANDIDATES.to_owned())
+        };
+        let update_sql = format!(
+            "UPDATE engine_runs SET lease_owner = $1, lease_expires_at = $2, \
+               lease_generation = lease_generation + 1, \
+               status = CASE WHEN status IN ('pending', 'waiting', 'retrying') THEN 'running' ELSE status END, \
+               attempt = CASE WHEN lease_owner IS NOT NULL THEN attempt + 1 ELSE attempt END, \
+               updated_at = $3 \
+             WHERE seq = $4 RETURNING {RUN_COLUMNS}"
+        );
+        let runs = with_pool!(self, |pool| {
+            let mut tx = pool.begin_write().await?;
+            let candidates: Vec<(i64, Option<String>)> = sqlx::query_as(candidates_sql)
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut runs = Vec::with_capacity(candidates.len());
+            for (seq, previous_owner) in candidates {
+                let row: RunRow = sqlx::query_as(AssertSqlSafe(update_sql.as_str()))
+                    .bind(owner)
+                    .bind(lease_until)
+                    .bind(now)
+                    .bind(seq)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let run = RunRecord::try_from(row)?;
+                let recovered = previous_owner.is_some();
+                if let Some(previous) = previous_owner {
+                    let step = run.current_step.as_deref();
+                    let message = format!(
+                        "claimed by {owner} after the lease of {previous} lapsed; {} runs again (attempt {})",
+                        step.map_or("the run".to_owned(), |step| format!("step `{step}`")),
+                        run.attempt + 1
+                    );
+                    insert_event(&mut tx, run.id, now, &NewEvent::new("recovered", step, message)).await?;
+                }
+                runs.push((run, recovered));
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(runs)
+        })?;
+        let mut claimed = Vec::with_capacity(runs.len());
+        for (run, recovered) in runs {
+            let outputs = self.completed_outputs(run.id).await?;
+            claimed.push(Claimed { run, outputs, recovered });
+        }
+        Ok(claimed)
+    }
+
+    /// Outputs of the run's completed forward steps, by position.
+    pub(crate) async fn completed_outputs(&self, run_id: Uuid) -> Result<Vec<(u32, String, Value)>, sqlx::Error> {
+        let rows: Vec<(i64, String, Option<String>)> = with_pool!(self, |pool| {
+            sqlx::query_as(
+                "SELECT idx, name, output FROM engine_steps \
+                 WHERE run_id = $1 AND phase = 'forward' AND status = 'succeeded' ORDER BY idx",
+            )
+            .bind(run_id.to_string())
+            .fetch_all(pool)
+            .await
+        })?;
+        rows.into_iter()
+            .map(|(idx, name, output)| {
+                let output = output.as_deref().map(parse_json).transpose()?.unwrap_or(Value::Null);
+                Ok((idx as u32, name, output))
+            })
+            .collect()
+    }
+
+    /// Writes the run's new state, its finished step and its events in one transaction, if
+    /// the caller still holds the lease generation it claimed.
+    pub(crate) async fn commit(&self, commit: &Commit<'_>) -> Result<CommitOutcome, sqlx::Error> {
+        let run = commit.run;
+        let id = run.id.to_string();
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin_write().await?;
+            let cancel_requested: Option<bool> = sqlx::query_scalar(
+                "UPDATE engine_runs SET status = $1, phase = $2, step_index = $3, current_step = $4, \
+                   attempt = $5, step_started_at = $6, next_at = $7, status_reason = $8, error = $9, \
+                   output = $10, finished_at = $11, updated_at = $12, \
+                   lease_owner = CASE WHEN $13 THEN NULL ELSE lease_owner END, \
+                   lease_expires_at = CASE WHEN $13 THEN NULL ELSE lease_expires_at END \
+                 WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16 \
+                 RETURNING cancel_requested",
+            )
+            .bind(run.status.as_str())
+            .bind(run.phase.as_str())
+            .bind(i64::from(run.step_index))
+            .bind(run.current_step.as_deref())
+            .bind(i64::from(run.attempt))
+            .bind(run.step_started_at)
+            .bind(run.next_at.unwrap_or(NEVER))
+            .bind(run.status_reason.as_deref())
+            .bind(run.error.as_ref().map(to_json))
+            .bind(run.output.as_ref().map(to_json))
+            .bind(run.finished_at)
+            .bind(commit.now)
+            .bind(commit.release)
+            .bind(&id)
+            .bind(run.lease_generation)
+            .bind(commit.owner)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(cancel_requested) = cancel_requested else {
+                tx.rollback().await?;
+                return Ok(CommitOutcome::Fenced);
+            };
+            if let Some(step) = commit.step {
+                sqlx::query(
+                    "INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, \
+                       started_at, finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                     ON CONFLICT (run_id, phase, idx) DO UPDATE SET name = excluded.name, \
+                       status = excluded.status, attempts = excluded.attempts, output = excluded.output, \
+                       error = excluded.error, started_at = excluded.started_at, \
+                       finished_at = excluded.finished_at",
+                )
+                .bind(&id)
+                .bind(step.phase.as_str())
+                .bind(i64::from(step.index))
+                .bind(&step.name)
+                .bind(&step.status)
+                .bind(i64::from(step.attempts))
+                .bind(step.output.as_ref().map(to_json))
+                .bind(step.error.as_ref().map(to_json))
+                .bind(step.started_at)
+                .bind(step.finished_at)
+                .execute(&mut *tx)
+                .await?;
+            }
+            for event in commit.events {
+                insert_event(&mut tx, run.id, commit.now, event).await?;
+            }
+            tx.commit().await?;
+            Ok(CommitOutcome::Committed { cancel_requested })
+        })
+    }
+
+    /// Extends every lease `owner` holds to `until`. Returns how many it holds.
+    pub(crate) async fn heartbeat(&self, owner: &str, until: Millis) -> Result<u64, sqlx::Error> {
+        with_pool!(self, |pool| {
+            let done = sqlx::query("UPDATE engine_runs SET lease_expires_at = $2 WHERE lease_owner = $1")
+                .bind(owner)
+                .bind(until)
+                .execute(pool)
+                .await?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    /// Lets the leases of a previous incarnation of `owner` lapse at once: it is dead, since
+    /// only one live engine may use an owner name. The next claim records the recovery.
+    pub(crate) async fn expire_leases_of(&self, owner: &str) -> Result<u64, sqlx::Error> {
+        with_pool!(self, |pool| {
+            let done = sqlx::query("UPDATE engine_runs SET lease_expires_at = 0 WHERE lease_owner = $1")
+                .bind(owner)
+                .execute(pool)
+                .await?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    /// Gives up the lease on one run without changing it (a clean stop between steps).
+    pub(crate) async fn release(&self, run: &RunRecord, owner: &str) -> Result<(), sqlx::Error> {
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "UPDATE engine_runs SET lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE id = $1 AND lease_generation = $2 AND lease_owner = $3",
+            )
+            .bind(run.id.to_string())
+            .bind(run.lease_generation)
+            .bind(owner)
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    /// One run.
+    pub async fn run(&self, id: Uuid) -> Result<Option<RunRecord>, sqlx::Error> {
+        let sql = AssertSqlSafe(format!("SELECT {RUN_COLUMNS} FROM engine_runs WHERE id = $1"));
+        let row: Option<RunRow> =
+            with_pool!(self, |pool| sqlx::query_as(sql).bind(id.to_string()).fetch_optional(pool).await)?;
+        row.map(RunRecord::try_from).transpose()
+    }
+
+    /// Runs matching `filter`, newest first.
+    pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, sqlx::Error> {
+        let mut conditions = Vec::new();
+        let mut binds: Vec<String> = Vec::new();
+        let mut text_condition = |column: &str, value: &str| {
+            binds.push(value.to_owned());
+            conditions.push(format!("{column} = ${}", binds.len()));
+        };
+        if let Some(kind) = &filter.kind {
+            text_condition("kind", kind);
+        }
+        if let Some(status) = filter.status {
+            text_condition("status", status.as_str());
+        }
+        if let Some(key) = &filter.resource_key {
+            text_condition("resource_key", key);
+        }
+        let before = binds.len() + 1;
+        let limit = before + 1;
+        conditions.push(format!("seq < ${before}"));
+        let sql = AssertSqlSafe(format!(
+            "SELECT {RUN_COLUMNS} FROM engine_runs WHERE {} ORDER BY seq DESC LIMIT ${limit}",
+            conditions.join(" AND ")
+        ));
+        let rows: Vec<RunRow> = with_pool!(self, |pool| {
+            let mut query = sqlx::query_as(sql);
+            for value in &binds {
+                query = query.bind(value.as_str());
+            }
+            query
+                .bind(filter.before_seq.unwrap_or(i64::MAX))
+                .bind(i64::from(filter.limit.unwrap_or(100)))
+                .fetch_all(pool)
+                .await
+        })?;
+        rows.into_iter().map(RunRecord::try_from).collect()
+    }
+
+    /// The run's finished steps and undos, in the order they finished.
+    pub async fn steps(&self, id: Uuid) -> Result<Vec<StepRecord>, sqlx::Error> {
+        let rows: Vec<StepRow> = with_pool!(self, |pool| {
+            sqlx::query_as(
+                "SELECT phase, idx, name, status, attempts, output, error, started_at, finished_at \
+                 FROM engine_steps WHERE run_id = $1 ORDER BY finished_at, phase, idx",
+            )
+            .bind(id.to_string())
+            .fetch_all(pool)
+            .await
+        })?;
+        rows.into_iter().map(StepRecord::try_from).collect()
+    }
+
+    /// The run's timeline after event `after_seq`, oldest first.
+    pub async fn events(&self, id: Uuid, after_seq: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
+        let rows: Vec<EventRow> = with_pool!(self, |pool| {
+            sqlx::query_as(
+                "SELECT seq, run_id, at, kind, step, message FROM engine_events \
+                 WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+            )
+            .bind(id.to_string())
+            .bind(after_seq)
+            .fetch_all(pool)
+            .await
+        })?;
+        rows.into_iter().map(EventRecord::try_from).collect()
+    }
+
+    /// The latest payload of signal `name` sent to the run.
+    pub(crate) async fn latest_signal(&self, run: Uuid, name: &str) -> Result<Option<Value>, sqlx::Error> {
+        let payload: Option<String> = with_pool!(self, |pool| {
+            sqlx::query_scalar(
+                "SELECT payload FROM engine_signals WHERE run_id = $1 AND name = $2 ORDER BY seq DESC LIMIT 1",
+            )
+            .bind(run.to_string())
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+        })?;
+        payload.as_deref().map(parse_json).transpose()
+    }
+
+    /// Stores a signal for the run and wakes it if it waits. With `cancel`, also asks the run
+    /// to unwind: a run that never started ends `cancelled` at once; a parked forward run is
+    /// made runnable so that it unwinds.
+    pub(crate) async fn signal(
+        &self,
+        run: Uuid,
+        name: &str,
+        payload: &Value,
+        cancel: bool,
+        now: Millis,
+    ) -> Result<ActionOutcome, sqlx::Error> {
+        let id = run.to_string();
+        let lock = if self.is_postgres() { " FOR UPDATE" } else { "" };
+        let select = AssertSqlSafe(format!(
+            "SELECT status, phase, step_index, lease_owner FROM engine_runs WHERE id = $1{lock}"
+        ));
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin_write().await?;
+            let row: Option<(String, String, i64, Option<String>)> =
+                sqlx::query_as(select).bind(&id).fetch_optional(&mut *tx).await?;
+            let Some((status, phase, step_index, owner)) = row else {
+                return Ok(ActionOutcome::NotFound);
+            };
+            let status: RunStatus = status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?;
+            if status.is_final() {
+                return Ok(ActionOutcome::NotApplicable(status));
+            }
+            sqlx::query("INSERT INTO engine_signals (run_id, name, payload, created_at) VALUES ($1, $2, $3, $4)")
+                .bind(&id)
+                .bind(name)
+                .bind(to_json(payload))
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            let new_status = if !cancel {
+                sqlx::query(
+                    "UPDATE engine_runs SET next_at = $2, updated_at = $2 \
+                     WHERE id = $1 AND status IN ('waiting', 'retrying') AND next_at > $2",
+                )
+                .bind(&id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                insert_event(&mut tx, run, now, &NewEvent::new("signal", None, format!("signal `{name}` received")))
+                    .await?;
+                status
+            } else if status == RunStatus::Pending && step_index == 0 && owner.is_none() {
+                sqlx::query(
+                    "UPDATE engine_runs SET status = 'cancelled', cancel_requested = TRUE, current_step = NULL, \
+                       next_at = $2, finished_at = $2, updated_at = $2 WHERE id = $1",
+                )
+                .bind(&id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                insert_event(&mut tx, run, now, &NewEvent::new("cancelled", None, "cancelled before any step ran"))
+                    .await?;
+                RunStatus::Cancelled
+            } else {
+                let parked_forward = status == RunStatus::NeedsAttention && Phase::parse(&phase) == Phase::Forward;
+                sqlx::query(
+                    "UPDATE engine_runs SET cancel_requested = TRUE, \
+                       status = CASE WHEN $3 THEN 'running' ELSE status END, \
+                       next_at = CASE WHEN $3 OR (status IN ('waiting', 'retrying') AND next_at > $2) \
+                                 THEN $2 ELSE next_at END, \
+                       updated_at = $2 WHERE id = $1",
+                )
+                .bind(&id)
+                .bind(now)
+                .bind(parked_forward)
+                .execute(&mut *tx)
+                .await?;
+                let message = if status == RunStatus::NeedsAttention && !parked_forward {
+                    "cancel requested; the run is parked while unwinding: `retry` or `resume` it to finish the undo"
+                } else {
+                    "cancel requested; completed steps will be undone in reverse order"
+                };
+                insert_event(&mut tx, run, now, &NewEvent::new("cancel-requested", None, message)).await?;
+                if parked_forward { RunStatus::Running } else { status }
+            };
+            tx.commit().await?;
+            Ok(ActionOutcome::Done(new_status))
+        })
+    }
+
+    /// An operator's `retry` or `resume`: make the current step run now.
+    pub(crate) async fn wake(&self, run: Uuid, wake: Wake, now: Millis) -> Result<ActionOutcome, sqlx::Error> {
+        let id = run.to_string();
+        let (sql, kind, message) = match wake {
+            Wake::Retry => (
+                "UPDATE engine_runs SET next_at = $2, updated_at = $2, status_reason = NULL, \
+                   status = CASE WHEN status <> 'needs-attention' THEN status \
+                                 WHEN phase = 'undo' THEN 'unwinding' ELSE 'running' END \
+                 WHERE id = $1 AND status IN ('waiting', 'retrying', 'needs-attention') RETURNING status",
+                "retry-requested",
+                "an operator asked to run the current step now",
+            ),
+            Wake::Resume => (
+                "UPDATE engine_runs SET next_at = $2, updated_at = $2, status_reason = NULL, attempt = 0, \
+                   step_started_at = NULL, \
+                   status = CASE WHEN phase = 'undo' THEN 'unwinding' ELSE 'running' END \
+                 WHERE id = $1 AND status = 'needs-attention' RETURNING status",
+                "resumed",
+                "an operator resumed the run with a fresh retry budget for its current step",
+            ),
+        };
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin_write().await?;
+            let status: Option<String> =
+                sqlx::query_scalar(sql).bind(&id).bind(now).fetch_optional(&mut *tx).await?;
+            let outcome = match status {
+                Some(status) => {
+                    insert_event(&mut tx, run, now, &NewEvent::new(kind, None, message)).await?;
+                    ActionOutcome::Done(status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?)
+                }
+                None => {
+                    let status: Option<String> = sqlx::query_scalar("SELECT status FROM engine_runs WHERE id = $1")
+                        .bind(&id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    match status {
+                        Some(status) => ActionOutcome::NotApplicable(
+                            status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?,
+                        ),
+                        None => ActionOutcome::NotFound,
+                    }
+                }
+            };
+            tx.commit().await?;
+            Ok(outcome)
+        })
+    }
+}
+
+async fn insert_event<DB: sqlx::Database>(
+    tx: &mut Transaction<'static, DB>,
+    run: Uuid,
+    now: Millis,
+    event: &NewEvent,
+) -> Result<(), sqlx::Error>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
+{
+    sqlx::query("INSERT INTO engine_events (run_id, at, kind, step, message) VALUES ($1, $2, $3, $4, $5)")
+        .bind(run.to_string())
+        .bind(now)
+        .bind(event.kind)
+        .bind(event.step.as_deref())
+        .bind(event.message.as_str())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+fn submitted_message(run: &NewRun<'_>, lease: Option<&Lease>) -> String {
+    let key = run.resource_key.map(|key| format!(" under resource key `{key}`")).unwrap_or_default();
+    match lease {
+        Some(lease) => format!("{} v{} submitted{key}; started at once by {}", run.kind, run.version, lease.owner),
+        None => format!("{} v{} submitted{key}", run.kind, run.version),
+    }
+}
