@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     stop: watch::Sender<bool>,
     finished: broadcast::Sender<(Uuid, RunStatus)>,
     drivers: Mutex<HashMap<Uuid, AbortHandle>>,
+    /// The claim loop and the heartbeat.
+    loops: Mutex<Vec<AbortHandle>>,
 }
 
 /// A run with everything `inspect` shows.
@@ -82,10 +84,14 @@ impl Engine {
             stop,
             finished: broadcast::channel(1024).0,
             drivers: Mutex::new(HashMap::new()),
+            loops: Mutex::new(Vec::new()),
         });
-        tokio::spawn(claim_loop(inner.clone()));
+        let mut loops = vec![tokio::spawn(claim_loop(inner.clone())).abort_handle()];
         if inner.config.heartbeats {
-            tokio::spawn(heartbeat_loop(inner.clone()));
+            loops.push(tokio::spawn(heartbeat_loop(inner.clone())).abort_handle());
+        }
+        if let Ok(mut handles) = inner.loops.lock() {
+            *handles = loops;
         }
         Ok(Self { inner })
     }
@@ -253,7 +259,7 @@ impl Engine {
     /// Stops claiming, lets each step in flight finish and checkpoint (for at most `grace`),
     /// then gives up every lease this engine holds, so another engine can continue at once.
     pub async fn shutdown(self, grace: Duration) {
-        let inner = self.inner;
+        let inner = self.inner.clone();
         inner.stop.send_replace(true);
         inner.wake.notify_waiters();
         let all = inner.config.max_concurrency as u32;
@@ -267,6 +273,19 @@ impl Engine {
             if let Err(err) = inner.store.expire_leases_of(&inner.config.owner).await {
                 warn!(error = %crate::error::error_chain(&err), "could not give up leases on shutdown");
             }
+        }
+    }
+}
+
+impl Drop for Engine {
+    /// Stops every task of this engine where it stands, as a crash would: leases are left to
+    /// lapse (or to be taken back by the next engine with the same owner name).
+    fn drop(&mut self) {
+        self.inner.stop.send_replace(true);
+        let loops = self.inner.loops.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
+        let drivers = self.inner.drivers.lock().map(|mut d| std::mem::take(&mut *d)).unwrap_or_default();
+        for task in loops.into_iter().chain(drivers.into_values()) {
+            task.abort();
         }
     }
 }
