@@ -8,6 +8,7 @@ mod error;
 mod registry;
 mod retry;
 mod status;
+pub mod testing;
 pub mod store;
 mod worker;
 

@@ -1,0 +1,91 @@
+//! Helpers that prove a workflow is safe to run on the engine, for its author's tests:
+//!
+//! - [`actions_succeed_idempotently`] runs every step twice (as a crash between a step's side
+//!   effect and its checkpoint would) and requires the run to still succeed;
+//! - [`action_failure_can_unwind`] fails each step in turn and requires the undos (each run
+//!   twice) to leave the world as it was, as the author's `check_clean` sees it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::config::{EngineConfig, Faults};
+use crate::definition::Workflow;
+use crate::engine::Engine;
+use crate::error::error_chain;
+use crate::registry::Registry;
+use crate::status::RunStatus;
+use crate::store::Store;
+
+/// How long a helper waits for one run.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs `input` through `workflow` with every action executed twice in a row, the first
+/// output thrown away. Returns the output, or why the run did not succeed.
+pub async fn actions_succeed_idempotently<W: Workflow>(
+    store: &Store,
+    workflow: Arc<W>,
+    input: &W::Input,
+) -> Result<W::Output, String> {
+    let faults = Faults { run_steps_twice: true, ..Faults::default() };
+    let engine = engine_with(store, workflow, faults).await?;
+    let id = engine.submit::<W>(input, None).await.map_err(|err| error_chain(&err))?;
+    let result = engine.wait_output::<W>(id, RUN_TIMEOUT).await.map_err(|err| error_chain(&err));
+    engine.shutdown(Duration::from_secs(5)).await;
+    match result? {
+        Ok(output) => Ok(output),
+        Err(run) => Err(format!(
+            "{} with every step run twice ended {}: {}",
+            W::KIND,
+            run.status,
+            run.status_reason.unwrap_or_default()
+        )),
+    }
+}
+
+/// For each step of `W` in turn: fails that step, lets the run unwind (every undo runs twice),
+/// requires it to end `failed`, then asks `check_clean(step)` whether the world is as before.
+pub async fn action_failure_can_unwind<W, F, Fut>(
+    store: &Store,
+    workflow: Arc<W>,
+    input: &W::Input,
+    check_clean: F,
+) -> Result<(), String>
+where
+    W: Workflow,
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let steps: Vec<&'static str> = W::steps().list.iter().map(|step| step.name).collect();
+    for step in steps {
+        let faults = Faults { fail_step: Some(step.to_owned()), run_undos_twice: true, ..Faults::default() };
+        let engine = engine_with(store, workflow.clone(), faults).await?;
+        let id = engine.submit::<W>(input, None).await.map_err(|err| error_chain(&err))?;
+        let run = engine.wait(id, RUN_TIMEOUT).await.map_err(|err| format!("failing at `{step}`: {}", error_chain(&err)));
+        engine.shutdown(Duration::from_secs(5)).await;
+        let run = run?;
+        if run.status != RunStatus::Failed {
+            return Err(format!(
+                "{} failing at step `{step}` ended {} instead of failed: {}",
+                W::KIND,
+                run.status,
+                run.status_reason.unwrap_or_default()
+            ));
+        }
+        check_clean(step)
+            .await
+            .map_err(|dirt| format!("{} failing at step `{step}` left the world unclean: {dirt}", W::KIND))?;
+    }
+    Ok(())
+}
+
+async fn engine_with<W: Workflow>(store: &Store, workflow: Arc<W>, faults: Faults) -> Result<Engine, String> {
+    let config = EngineConfig {
+        poll_interval: Duration::from_millis(20),
+        faults,
+        ..EngineConfig::named(format!("test-harness-{}", Uuid::new_v4().simple()))
+    };
+    Engine::start(store.clone(), Registry::new().with(workflow), config).await.map_err(|err| error_chain(&err))
+}
