@@ -47,8 +47,8 @@ pub enum Check<T> {
 
 pub(crate) type ActionFn<W> =
     Arc<dyn Fn(StepCtx<W>) -> BoxFuture<'static, Result<Check<Value>, StepError>> + Send + Sync>;
-pub(crate) type UndoFn<W> =
-    Arc<dyn Fn(StepCtx<W>, Value) -> BoxFuture<'static, Result<(), StepError>> + Send + Sync>;
+pub(crate) type SleepFn<W> = Arc<dyn Fn(&StepCtx<W>) -> Duration + Send + Sync>;
+pub(crate) type UndoFn<W> = Arc<dyn Fn(StepCtx<W>, Value) -> BoxFuture<'static, Result<(), StepError>> + Send + Sync>;
 
 /// How a step's body behaves.
 pub(crate) enum Body<W: Workflow> {
@@ -57,7 +57,7 @@ pub(crate) enum Body<W: Workflow> {
     /// Checks a condition every `interval` until it holds or `timeout` passes since the first check.
     Poll { check: ActionFn<W>, interval: Duration, timeout: Duration },
     /// Waits until `duration` after the step first started.
-    Sleep(Arc<dyn Fn(&StepCtx<W>) -> Duration + Send + Sync>),
+    Sleep(SleepFn<W>),
 }
 
 /// One step of a definition, with its types erased; built by [`Step`].
@@ -106,10 +106,7 @@ impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
                 })
             })
         });
-        Self::new(
-            name,
-            Body::Poll { check, interval: Duration::from_secs(5), timeout: Duration::from_secs(15 * 60) },
-        )
+        Self::new(name, Body::Poll { check, interval: Duration::from_secs(5), timeout: Duration::from_secs(15 * 60) })
     }
 
     /// Sets the undo: it receives the step's own output and must tolerate running twice and

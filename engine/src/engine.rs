@@ -129,20 +129,11 @@ impl Engine {
         let names = inner.registry.step_names(kind, version).ok_or_else(|| EngineError::UnknownKind(kind.into()))?;
         let now = now_ms();
         let id = Uuid::new_v4();
-        let run = NewRun {
-            id,
-            kind,
-            version,
-            resource_key,
-            input: &input,
-            first_step: names.first().copied(),
-            now,
-        };
+        let run = NewRun { id, kind, version, resource_key, input: &input, first_step: names.first().copied(), now };
         let permit = inner.slots.clone().try_acquire_owned().ok();
-        let lease = permit.as_ref().map(|_| Lease {
-            owner: inner.config.owner.clone(),
-            expires_at: after(now, inner.config.lease_ttl),
-        });
+        let lease = permit
+            .as_ref()
+            .map(|_| Lease { owner: inner.config.owner.clone(), expires_at: after(now, inner.config.lease_ttl) });
         let run = inner.store.insert_run(&run, lease.as_ref()).await?;
         match (permit, run.lease.is_some()) {
             (Some(permit), true) => {
@@ -264,7 +255,8 @@ impl Engine {
         inner.wake.notify_waiters();
         let all = inner.config.max_concurrency as u32;
         if tokio::time::timeout(grace, inner.slots.acquire_many(all)).await.is_err() {
-            let drivers: Vec<AbortHandle> = inner.drivers.lock().map(|d| d.values().cloned().collect()).unwrap_or_default();
+            let drivers: Vec<AbortHandle> =
+                inner.drivers.lock().map(|d| d.values().cloned().collect()).unwrap_or_default();
             warn!(owner = %inner.config.owner, runs = drivers.len(), "steps still running after the grace period; stopping them");
             for driver in drivers {
                 driver.abort();
@@ -303,6 +295,8 @@ impl Inner {
         let inner = self.clone();
         let id = claimed.run.id;
         let span = tracing::info_span!("run", run_id = %id, kind = %claimed.run.kind);
+        // Hold the map while spawning, so the task's own removal comes after this insert.
+        let Ok(mut drivers) = self.drivers.lock() else { return };
         let handle = tokio::spawn(
             async move {
                 worker::drive(&inner, claimed).await;
@@ -314,11 +308,7 @@ impl Inner {
             }
             .instrument(span),
         );
-        if let Ok(mut drivers) = self.drivers.lock() {
-            if !handle.is_finished() {
-                drivers.insert(id, handle.abort_handle());
-            }
-        }
+        drivers.insert(id, handle.abort_handle());
     }
 }
 

@@ -76,8 +76,7 @@ impl RetryPolicy {
 
     /// Whether no attempt may follow `attempts` failed ones, `elapsed` after the first began.
     pub fn is_exhausted(&self, attempts: u32, elapsed: Duration) -> bool {
-        self.max_attempts.is_some_and(|max| attempts >= max)
-            || self.max_elapsed.is_some_and(|max| elapsed >= max)
+        self.max_attempts.is_some_and(|max| attempts >= max) || self.max_elapsed.is_some_and(|max| elapsed >= max)
     }
 
     /// The delay after the `failures`-th failed attempt (1 for the first failure).
@@ -115,7 +114,8 @@ mod tests {
 
     #[test]
     fn exhaustion_by_count_or_time() {
-        let policy = RetryPolicy { max_elapsed: Some(Duration::from_secs(10)), ..RetryPolicy::fixed(Duration::ZERO, 3) };
+        let policy =
+            RetryPolicy { max_elapsed: Some(Duration::from_secs(10)), ..RetryPolicy::fixed(Duration::ZERO, 3) };
         assert!(!policy.is_exhausted(2, Duration::from_secs(1)));
         assert!(policy.is_exhausted(3, Duration::from_secs(1)));
         assert!(policy.is_exhausted(1, Duration::from_secs(10)));

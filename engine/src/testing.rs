@@ -63,7 +63,8 @@ where
         let faults = Faults { fail_step: Some(step.to_owned()), run_undos_twice: true, ..Faults::default() };
         let engine = engine_with(store, workflow.clone(), faults).await?;
         let id = engine.submit::<W>(input, None).await.map_err(|err| error_chain(&err))?;
-        let run = engine.wait(id, RUN_TIMEOUT).await.map_err(|err| format!("failing at `{step}`: {}", error_chain(&err)));
+        let run =
+            engine.wait(id, RUN_TIMEOUT).await.map_err(|err| format!("failing at `{step}`: {}", error_chain(&err)));
         engine.shutdown(Duration::from_secs(5)).await;
         let run = run?;
         if run.status != RunStatus::Failed {

@@ -12,7 +12,7 @@ use crate::error::{StepError, error_chain};
 use crate::registry::{Instance, Shape};
 use crate::retry::{OnExhausted, RetryPolicy};
 use crate::status::{Phase, RunStatus};
-use crate::store::{Claimed, Commit, CommitOutcome, NEVER, NewEvent, RunRecord, StepRecord};
+use crate::store::{Claimed, Commit, CommitOutcome, NewEvent, RunRecord, StepRecord};
 
 /// What to do after a commit.
 enum Next {
@@ -117,7 +117,11 @@ impl Driver<'_> {
         let result = match shape {
             Shape::Sleep(duration) => {
                 let wake = after(started, duration);
-                if now >= wake { Ok(Check::Ready(Value::Null)) } else { Ok(Check::NotYet(format!("sleeping until {}", wake))) }
+                if now >= wake {
+                    Ok(Check::Ready(Value::Null))
+                } else {
+                    Ok(Check::NotYet(format!("sleeping until {}", wake)))
+                }
             }
             Shape::Action | Shape::Poll { .. } => self.execute(index, run.attempt).await,
         };
@@ -431,9 +435,6 @@ impl Driver<'_> {
         step: Option<&StepRecord>,
         events: &[NewEvent],
     ) -> Result<bool, sqlx::Error> {
-        if run.next_at.is_none() && !run.status.is_final() && run.status != RunStatus::NeedsAttention {
-            run.next_at = Some(NEVER);
-        }
         let commit = Commit { run, owner: &self.inner.config.owner, now: now_ms(), release, step, events };
         match self.inner.store.commit(&commit).await? {
             CommitOutcome::Committed { cancel_requested } => {

@@ -1,5 +1,7 @@
 //! The engine's behaviour, one suite run on SQLite and on PostgreSQL.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::sync::atomic::Ordering;
@@ -173,13 +175,16 @@ async fn signal_wakes_a_waiting_run(db: TestDb) {
 async fn timers_survive_a_restart(db: TestDb) {
     let store = db.store().await;
     let journal = Journal::default();
-    let engine = start(&store, Registry::new().with(std::sync::Arc::new(Nap::<1> { journal: journal.clone() })), "timer").await;
+    let engine =
+        start(&store, Registry::new().with(std::sync::Arc::new(Nap::<1> { journal: journal.clone() })), "timer").await;
     let id = engine.submit::<Nap<1>>(&1_500, None).await.unwrap();
     until_status(&engine, id, RunStatus::Waiting).await;
     // A crash: the engine goes away without a word.
     drop(engine);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let engine = start(&store, Registry::new().with(std::sync::Arc::new(Nap::<1> { journal: journal.clone() })), "timer-2").await;
+    let engine =
+        start(&store, Registry::new().with(std::sync::Arc::new(Nap::<1> { journal: journal.clone() })), "timer-2")
+            .await;
     let slept = engine.wait_output::<Nap<1>>(id, WAIT).await.unwrap().unwrap();
     assert!(slept >= 1_500, "woke after {slept} ms");
     assert!(slept < 10_000, "woke after {slept} ms");
@@ -201,7 +206,8 @@ async fn resource_key_runs_one_at_a_time_in_order(db: TestDb) {
     }
     let entries = journal.entries();
     assert_eq!(entries, ["start a", "end a", "start b", "end b", "start c", "end c", "start d", "end d"]);
-    let listed = engine.list(&RunFilter { resource_key: Some("cluster/one".into()), ..Default::default() }).await.unwrap();
+    let listed =
+        engine.list(&RunFilter { resource_key: Some("cluster/one".into()), ..Default::default() }).await.unwrap();
     assert_eq!(listed.len(), 4);
     assert_eq!(listed[0].id, ids[3], "newest first");
     engine.shutdown(WAIT).await;
@@ -210,11 +216,13 @@ async fn resource_key_runs_one_at_a_time_in_order(db: TestDb) {
 async fn unknown_version_is_parked(db: TestDb) {
     let store = db.store().await;
     let journal = Journal::default();
-    let old = start(&store, Registry::new().with(std::sync::Arc::new(Nap::<1> { journal: journal.clone() })), "v1").await;
+    let old =
+        start(&store, Registry::new().with(std::sync::Arc::new(Nap::<1> { journal: journal.clone() })), "v1").await;
     let id = old.submit::<Nap<1>>(&300, None).await.unwrap();
     until_status(&old, id, RunStatus::Waiting).await;
     old.shutdown(WAIT).await;
-    let new = start(&store, Registry::new().with(std::sync::Arc::new(Nap::<2> { journal: journal.clone() })), "v2").await;
+    let new =
+        start(&store, Registry::new().with(std::sync::Arc::new(Nap::<2> { journal: journal.clone() })), "v2").await;
     until_status(&new, id, RunStatus::NeedsAttention).await;
     let reason = new.run(id).await.unwrap().status_reason.unwrap();
     assert!(reason.contains("cannot run nap v1: it has only v2"), "{reason}");
@@ -247,27 +255,49 @@ macro_rules! suite {
             }
 
             #[tokio::test]
-            async fn happy_path() { super::happy_path(db().await).await }
+            async fn happy_path() {
+                super::happy_path(db().await).await
+            }
             #[tokio::test]
-            async fn retry_then_success() { super::retry_then_success(db().await).await }
+            async fn retry_then_success() {
+                super::retry_then_success(db().await).await
+            }
             #[tokio::test]
-            async fn exhausted_retries_unwind_or_park() { super::exhausted_retries_unwind_or_park(db().await).await }
+            async fn exhausted_retries_unwind_or_park() {
+                super::exhausted_retries_unwind_or_park(db().await).await
+            }
             #[tokio::test]
-            async fn terminal_failure_unwinds_in_reverse() { super::terminal_failure_unwinds_in_reverse(db().await).await }
+            async fn terminal_failure_unwinds_in_reverse() {
+                super::terminal_failure_unwinds_in_reverse(db().await).await
+            }
             #[tokio::test]
-            async fn undo_failure_parks_the_run() { super::undo_failure_parks_the_run(db().await).await }
+            async fn undo_failure_parks_the_run() {
+                super::undo_failure_parks_the_run(db().await).await
+            }
             #[tokio::test]
-            async fn cancel_during_a_wait() { super::cancel_during_a_wait(db().await).await }
+            async fn cancel_during_a_wait() {
+                super::cancel_during_a_wait(db().await).await
+            }
             #[tokio::test]
-            async fn signal_wakes_a_waiting_run() { super::signal_wakes_a_waiting_run(db().await).await }
+            async fn signal_wakes_a_waiting_run() {
+                super::signal_wakes_a_waiting_run(db().await).await
+            }
             #[tokio::test]
-            async fn timers_survive_a_restart() { super::timers_survive_a_restart(db().await).await }
+            async fn timers_survive_a_restart() {
+                super::timers_survive_a_restart(db().await).await
+            }
             #[tokio::test]
-            async fn resource_key_runs_one_at_a_time_in_order() { super::resource_key_runs_one_at_a_time_in_order(db().await).await }
+            async fn resource_key_runs_one_at_a_time_in_order() {
+                super::resource_key_runs_one_at_a_time_in_order(db().await).await
+            }
             #[tokio::test]
-            async fn unknown_version_is_parked() { super::unknown_version_is_parked(db().await).await }
+            async fn unknown_version_is_parked() {
+                super::unknown_version_is_parked(db().await).await
+            }
             #[tokio::test]
-            async fn operator_actions_on_wrong_states_change_nothing() { super::operator_actions_on_wrong_states_change_nothing(db().await).await }
+            async fn operator_actions_on_wrong_states_change_nothing() {
+                super::operator_actions_on_wrong_states_change_nothing(db().await).await
+            }
         }
     };
 }

@@ -1,6 +1,8 @@
 //! Leases: a worker that lost its lease cannot commit, and engines sharing one PostgreSQL
 //! database never run the same step at the same time.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::sync::Arc;
@@ -40,11 +42,8 @@ async fn a_worker_whose_lease_was_taken_over_cannot_commit(db: TestDb) {
     let store = db.store().await;
     let gate = Arc::new(Notify::new());
     // A holds the run with a short lease and no heartbeat, and is stuck inside the step.
-    let a_config = EngineConfig {
-        lease_ttl: Duration::from_millis(300),
-        heartbeats: false,
-        ..support::config("engine-a")
-    };
+    let a_config =
+        EngineConfig { lease_ttl: Duration::from_millis(300), heartbeats: false, ..support::config("engine-a") };
     let a_workflow = Arc::new(Slow { engine: "A", gate: Some(gate.clone()) });
     let a = Engine::start(store.clone(), Registry::new().with(a_workflow), a_config).await.unwrap();
     let id = a.submit::<Slow>(&(), None).await.unwrap();
@@ -97,7 +96,10 @@ impl Workflow for Tally {
     type Output = ();
 
     fn steps() -> Steps<Self> {
-        Steps::new().then(Step::action("one", execute)).then(Step::action("two", execute)).then(Step::action("three", execute))
+        Steps::new()
+            .then(Step::action("one", execute))
+            .then(Step::action("two", execute))
+            .then(Step::action("three", execute))
     }
 
     fn output(_: &StepCtx<Self>) -> Result<(), StepError> {
@@ -156,7 +158,10 @@ async fn two_engines_on_one_postgres_run_1000_workflows_once_each() {
         assert_eq!(a.wait(*id, Duration::from_secs(120)).await.unwrap().status, RunStatus::Succeeded);
     }
     let (executions, distinct): (i64, i64) =
-        sqlx::query_as("SELECT count(*), count(DISTINCT (run_id, step)) FROM executions").fetch_one(&pool).await.unwrap();
+        sqlx::query_as("SELECT count(*), count(DISTINCT (run_id, step)) FROM executions")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!((executions, distinct), (3000, 3000), "every step ran exactly once");
     let overlapping: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM executions x JOIN executions y ON x.run_id = y.run_id AND x.step = y.step \
@@ -167,9 +172,15 @@ async fn two_engines_on_one_postgres_run_1000_workflows_once_each() {
     .unwrap();
     assert_eq!(overlapping, 0);
     let by_engine: Vec<(String, i64)> =
-        sqlx::query_as("SELECT engine, count(*) FROM executions GROUP BY engine ORDER BY engine").fetch_all(&pool).await.unwrap();
+        sqlx::query_as("SELECT engine, count(*) FROM executions GROUP BY engine ORDER BY engine")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     assert_eq!(by_engine.len(), 2, "both engines did work: {by_engine:?}");
-    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM engine_runs WHERE status = 'succeeded'").fetch_one(&pool).await.unwrap();
+    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM engine_runs WHERE status = 'succeeded'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!(runs, 1000, "no run lost");
     for engine in [a, b] {
         if let Ok(engine) = Arc::try_unwrap(engine) {

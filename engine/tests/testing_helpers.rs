@@ -1,5 +1,7 @@
 //! The helpers for workflow authors catch what they promise to catch.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::collections::BTreeMap;

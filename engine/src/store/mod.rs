@@ -194,10 +194,7 @@ impl Store {
                 if postgres {
                     // Submissions under one key commit in the order of their sequence numbers,
                     // so a claimer that sees a run also sees every earlier run of its key.
-                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))::text")
-                        .bind(key)
-                        .execute(&mut *tx)
-                        .await?;
+                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))::text").bind(key).execute(&mut *tx).await?;
                 }
                 let busy: Option<i64> = sqlx::query_scalar(
                     "SELECT seq FROM engine_runs WHERE resource_key = $1 AND finished_at IS NULL LIMIT 1",
@@ -261,11 +258,8 @@ impl Store {
         );
         let runs = with_pool!(self, |pool| {
             let mut tx = pool.begin_write().await?;
-            let candidates: Vec<(i64, Option<String>)> = sqlx::query_as(candidates_sql)
-                .bind(now)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
-                .await?;
+            let candidates: Vec<(i64, Option<String>)> =
+                sqlx::query_as(candidates_sql).bind(now).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
             let mut runs = Vec::with_capacity(candidates.len());
             for (seq, previous_owner) in candidates {
                 let row: RunRow = sqlx::query_as(AssertSqlSafe(update_sql.as_str()))
@@ -608,7 +602,8 @@ impl Store {
                 "UPDATE engine_runs SET next_at = $2, updated_at = $2, status_reason = NULL, \
                    status = CASE WHEN status <> 'needs-attention' THEN status \
                                  WHEN phase = 'undo' THEN 'unwinding' ELSE 'running' END \
-                 WHERE id = $1 AND status IN ('waiting', 'retrying', 'needs-attention') RETURNING status",
+                 WHERE id = $1 AND status IN ('waiting', 'retrying', 'unwinding', 'needs-attention') \
+                   AND lease_owner IS NULL RETURNING status",
                 "retry-requested",
                 "an operator asked to run the current step now",
             ),
@@ -623,8 +618,7 @@ impl Store {
         };
         with_pool!(self, |pool| {
             let mut tx = pool.begin_write().await?;
-            let status: Option<String> =
-                sqlx::query_scalar(sql).bind(&id).bind(now).fetch_optional(&mut *tx).await?;
+            let status: Option<String> = sqlx::query_scalar(sql).bind(&id).bind(now).fetch_optional(&mut *tx).await?;
             let outcome = match status {
                 Some(status) => {
                     insert_event(&mut tx, run, now, &NewEvent::new(kind, None, message)).await?;

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anycloud_engine::{Check, Engine, EngineConfig, Registry, RetryPolicy, Step, StepCtx, StepError, Steps, Store, Workflow, OnExhausted};
+use anycloud_engine::{
+    Check, Engine, EngineConfig, OnExhausted, Registry, RetryPolicy, Step, StepCtx, StepError, Steps, Store, Workflow,
+};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgConnectOptions;
 use uuid::Uuid;
@@ -33,10 +35,13 @@ impl TestDb {
     pub async fn postgres() -> Self {
         let base = postgres_url();
         let schema = format!("t_{}", Uuid::new_v4().simple());
-        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&base)
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&base).await.unwrap_or_else(|err| {
+            panic!("PostgreSQL at {base} is required by the tests (scripts/test starts it): {err}")
+        });
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .execute(&mut conn)
             .await
-            .unwrap_or_else(|err| panic!("PostgreSQL at {base} is required by the tests (scripts/test starts it): {err}"));
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await.expect("create schema");
+            .expect("create schema");
         Self { url: base, kind: "postgres", _dir: None, schema: Some(schema) }
     }
 
@@ -125,20 +130,29 @@ impl<const PARK: bool> Workflow for Probe<PARK> {
     type Output = ProbeOutput;
 
     fn steps() -> Steps<Self> {
-        let policy = RetryPolicy::fixed(Duration::from_millis(10), 3)
-            .on_exhausted(if PARK { OnExhausted::Park } else { OnExhausted::Unwind });
+        let policy = RetryPolicy::fixed(Duration::from_millis(10), 3).on_exhausted(if PARK {
+            OnExhausted::Park
+        } else {
+            OnExhausted::Unwind
+        });
         Steps::new()
-            .then(Step::action("reserve", reserve::<PARK>).undo(|ctx: StepCtx<Self>, reserved: String| async move {
-                if ctx.workflow().break_reserve_undo.load(Ordering::SeqCst) {
-                    return Err(StepError::retryable(std::io::Error::other("the reservation service is down")));
-                }
-                ctx.workflow().journal.push(format!("undo reserve {reserved}"));
-                Ok(())
-            }).undo_retry(RetryPolicy::fixed(Duration::from_millis(10), 2)))
-            .then(Step::action("flaky", flaky::<PARK>).retry(policy).undo(|ctx: StepCtx<Self>, _: (u32, Uuid)| async move {
-                ctx.workflow().journal.push("undo flaky");
-                Ok(())
-            }))
+            .then(
+                Step::action("reserve", reserve::<PARK>)
+                    .undo(|ctx: StepCtx<Self>, reserved: String| async move {
+                        if ctx.workflow().break_reserve_undo.load(Ordering::SeqCst) {
+                            return Err(StepError::retryable(std::io::Error::other("the reservation service is down")));
+                        }
+                        ctx.workflow().journal.push(format!("undo reserve {reserved}"));
+                        Ok(())
+                    })
+                    .undo_retry(RetryPolicy::fixed(Duration::from_millis(10), 2)),
+            )
+            .then(Step::action("flaky", flaky::<PARK>).retry(policy).undo(
+                |ctx: StepCtx<Self>, _: (u32, Uuid)| async move {
+                    ctx.workflow().journal.push("undo flaky");
+                    Ok(())
+                },
+            ))
             .then(Step::poll("gate", gate::<PARK>).every(Duration::from_millis(20)).timeout(Duration::from_secs(60)))
             .then(Step::action("finish", |ctx: StepCtx<Self>| async move {
                 ctx.workflow().journal.push("finish");
@@ -148,7 +162,11 @@ impl<const PARK: bool> Workflow for Probe<PARK> {
 
     fn output(ctx: &StepCtx<Self>) -> Result<ProbeOutput, StepError> {
         let (flaky_attempts, flaky_key): (u32, Uuid) = ctx.output("flaky")?;
-        Ok(ProbeOutput { reserved: ctx.output("reserve")?, flaky_attempts, keys: vec![flaky_key, ctx.output("finish")?] })
+        Ok(ProbeOutput {
+            reserved: ctx.output("reserve")?,
+            flaky_attempts,
+            keys: vec![flaky_key, ctx.output("finish")?],
+        })
     }
 }
 
