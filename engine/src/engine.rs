@@ -300,7 +300,9 @@ impl Inner {
         let handle = tokio::spawn(
             async move {
                 worker::drive(&inner, claimed).await;
-                if let Ok(mut drivers) = inner.drivers.lock() {
+                if let Ok(mut drivers) = inner.drivers.lock()
+                    && drivers.get(&id).is_some_and(|driver| driver.id() == tokio::task::id())
+                {
                     drivers.remove(&id);
                 }
                 drop(permit);
@@ -308,7 +310,10 @@ impl Inner {
             }
             .instrument(span),
         );
-        drivers.insert(id, handle.abort_handle());
+        // A driver already here lost its lease (its heartbeat failed) and is fenced: stop it.
+        if let Some(stale) = drivers.insert(id, handle.abort_handle()) {
+            stale.abort();
+        }
     }
 }
 

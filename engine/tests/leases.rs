@@ -41,9 +41,14 @@ impl Workflow for Slow {
 async fn a_worker_whose_lease_was_taken_over_cannot_commit(db: TestDb) {
     let store = db.store().await;
     let gate = Arc::new(Notify::new());
-    // A holds the run with a short lease and no heartbeat, and is stuck inside the step.
-    let a_config =
-        EngineConfig { lease_ttl: Duration::from_millis(300), heartbeats: false, ..support::config("engine-a") };
+    // A holds the run with a short lease and no heartbeat, and is stuck inside the step (its
+    // one slot busy, so it cannot claim the run back itself).
+    let a_config = EngineConfig {
+        lease_ttl: Duration::from_millis(300),
+        heartbeats: false,
+        max_concurrency: 1,
+        ..support::config("engine-a")
+    };
     let a_workflow = Arc::new(Slow { engine: "A", gate: Some(gate.clone()) });
     let a = Engine::start(store.clone(), Registry::new().with(a_workflow), a_config).await.unwrap();
     let id = a.submit::<Slow>(&(), None).await.unwrap();
