@@ -24,7 +24,7 @@ use crate::error::EngineError;
 use crate::registry::Registry;
 use crate::status::RunStatus;
 use crate::store::{
-    ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, RunFilter, RunRecord, StepRecord, Store, Wake,
+    ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, RunFilter, RunRecord, StepRecord, Store, Wake, WriteTx,
 };
 use crate::worker;
 
@@ -123,25 +123,59 @@ impl Engine {
         resource_key: Option<&str>,
     ) -> Result<Uuid, EngineError> {
         let inner = &self.inner;
-        if *inner.stop.borrow() {
-            return Err(EngineError::ShuttingDown);
-        }
-        let names = inner.registry.step_names(kind, version).ok_or_else(|| EngineError::UnknownKind(kind.into()))?;
-        let now = now_ms();
-        let id = Uuid::new_v4();
-        let run = NewRun { id, kind, version, resource_key, input: &input, first_step: names.first().copied(), now };
         let permit = inner.slots.clone().try_acquire_owned().ok();
+        let now = now_ms();
         let lease = permit
             .as_ref()
             .map(|_| Lease { owner: inner.config.owner.clone(), expires_at: after(now, inner.config.lease_ttl) });
-        let run = inner.store.insert_run(&run, lease.as_ref()).await?;
+        let mut tx = inner.store.begin_write().await?;
+        let run = self.insert(&mut tx, kind, version, &input, resource_key, lease.as_ref(), now).await?;
+        tx.commit().await?;
+        let id = run.id;
         match (permit, run.lease.is_some()) {
-            (Some(permit), true) => {
-                inner.spawn_driver(Claimed { run, outputs: Vec::new(), recovered: false }, permit);
-            }
+            (Some(permit), true) => inner.spawn_driver(Claimed { run, outputs: Vec::new(), recovered: false }, permit),
             _ => inner.wake.notify_one(),
         }
         Ok(id)
+    }
+
+    /// Submits a run of `W` inside the caller's transaction, so that the domain's records and
+    /// the run commit together. Call [`Engine::wake_up`] after the commit to start it at once.
+    pub async fn submit_in<W: Workflow>(
+        &self,
+        tx: &mut WriteTx,
+        input: &W::Input,
+        resource_key: Option<&str>,
+    ) -> Result<Uuid, EngineError> {
+        let input = serde_json::to_value(input).map_err(EngineError::Json)?;
+        let run = self.insert(tx, W::KIND, W::VERSION, &input, resource_key, None, now_ms()).await?;
+        Ok(run.id)
+    }
+
+    /// Tells the claim loop that runs may be due (after a [`Engine::submit_in`] commits).
+    pub fn wake_up(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn insert(
+        &self,
+        tx: &mut WriteTx,
+        kind: &str,
+        version: u32,
+        input: &Value,
+        resource_key: Option<&str>,
+        lease: Option<&Lease>,
+        now: Millis,
+    ) -> Result<RunRecord, EngineError> {
+        if self.inner.stopping() {
+            return Err(EngineError::ShuttingDown);
+        }
+        let names =
+            self.inner.registry.step_names(kind, version).ok_or_else(|| EngineError::UnknownKind(kind.into()))?;
+        let run =
+            NewRun { id: Uuid::new_v4(), kind, version, resource_key, input, first_step: names.first().copied(), now };
+        Ok(Store::insert_run(tx, &run, lease).await?)
     }
 
     /// Waits until the run has ended and returns it.

@@ -95,4 +95,4 @@ pub use error::{EngineError, ErrorKind, StepError, error_chain};
 pub use registry::Registry;
 pub use retry::{OnExhausted, RetryPolicy};
 pub use status::{Phase, RunStatus};
-pub use store::{EventRecord, Lease, Millis, RunFilter, RunRecord, StepRecord, Store};
+pub use store::{EventRecord, Lease, Millis, Pool, RunFilter, RunRecord, StepRecord, Store, WriteTx};

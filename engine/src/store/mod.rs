@@ -27,21 +27,62 @@ use crate::status::{Phase, RunStatus};
 /// The workflow store. Cheap to clone: it is a connection pool.
 #[derive(Clone, Debug)]
 pub struct Store {
-    db: Db,
+    pool: Pool,
 }
 
+/// The store's connection pool. The domain keeps its own tables in the same database and
+/// reaches them through [`with_pool!`](crate::with_pool).
 #[derive(Clone, Debug)]
-enum Db {
+pub enum Pool {
+    /// An embedded SQLite database.
     Sqlite(SqlitePool),
+    /// A PostgreSQL server.
     Postgres(PgPool),
 }
 
-/// Runs `$body` with `$pool` bound to whichever pool the store has: the SQL is the same.
+/// A write transaction on either database; see [`with_tx!`](crate::with_tx).
+pub enum WriteTx {
+    /// On SQLite (begun `IMMEDIATE`).
+    Sqlite(Transaction<'static, Sqlite>),
+    /// On PostgreSQL.
+    Postgres(Transaction<'static, Postgres>),
+}
+
+impl WriteTx {
+    /// Commits the transaction.
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Sqlite(tx) => tx.commit().await,
+            Self::Postgres(tx) => tx.commit().await,
+        }
+    }
+
+    /// Whether this is a PostgreSQL transaction.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Self::Postgres(_))
+    }
+}
+
+/// Runs `$body` with `$pool` bound to whichever pool a [`Pool`] holds. Both databases take the
+/// same SQL text (sqlx binds `$1` on both), so the body is written once.
+#[macro_export]
 macro_rules! with_pool {
-    ($store:expr, |$pool:ident| $body:expr) => {
-        match &$store.db {
-            Db::Sqlite($pool) => $body,
-            Db::Postgres($pool) => $body,
+    ($pool_ref:expr, |$pool:ident| $body:expr) => {
+        match $pool_ref {
+            $crate::store::Pool::Sqlite($pool) => $body,
+            $crate::store::Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Runs `$body` with `$tx` bound to the `&mut Transaction` a [`WriteTx`] holds; execute on
+/// `&mut **$tx`.
+#[macro_export]
+macro_rules! with_tx {
+    ($write_tx:expr, |$tx:ident| $body:expr) => {
+        match $write_tx {
+            $crate::store::WriteTx::Sqlite($tx) => $body,
+            $crate::store::WriteTx::Postgres($tx) => $body,
         }
     };
 }
@@ -138,7 +179,7 @@ impl Store {
         let mut migrator = sqlx::migrate!("./migrations/sqlite");
         migrator.set_ignore_missing(true);
         migrator.run(&pool).await.map_err(EngineError::Migrate)?;
-        Ok(Self { db: Db::Sqlite(pool) })
+        Ok(Self { pool: Pool::Sqlite(pool) })
     }
 
     /// Opens PostgreSQL with these options and a pool of `max_connections`.
@@ -147,60 +188,80 @@ impl Store {
         let mut migrator = sqlx::migrate!("./migrations/postgres");
         migrator.set_ignore_missing(true);
         migrator.run(&pool).await.map_err(EngineError::Migrate)?;
-        Ok(Self { db: Db::Postgres(pool) })
+        Ok(Self { pool: Pool::Postgres(pool) })
     }
 
     /// `sqlite` or `postgres`.
     pub fn backend(&self) -> &'static str {
-        match self.db {
-            Db::Sqlite(_) => "sqlite",
-            Db::Postgres(_) => "postgres",
+        match self.pool {
+            Pool::Sqlite(_) => "sqlite",
+            Pool::Postgres(_) => "postgres",
         }
     }
 
-    /// The SQLite pool, for the domain's own tables.
+    /// The connection pool, for the domain's own tables.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The SQLite pool, if the store is on SQLite.
     pub fn sqlite_pool(&self) -> Option<&SqlitePool> {
-        match &self.db {
-            Db::Sqlite(pool) => Some(pool),
-            Db::Postgres(_) => None,
+        match &self.pool {
+            Pool::Sqlite(pool) => Some(pool),
+            Pool::Postgres(_) => None,
         }
     }
 
-    /// The PostgreSQL pool, for the domain's own tables.
+    /// The PostgreSQL pool, if the store is on PostgreSQL.
     pub fn postgres_pool(&self) -> Option<&PgPool> {
-        match &self.db {
-            Db::Postgres(pool) => Some(pool),
-            Db::Sqlite(_) => None,
+        match &self.pool {
+            Pool::Postgres(pool) => Some(pool),
+            Pool::Sqlite(_) => None,
         }
+    }
+
+    /// Begins a write transaction, in which the domain can write its records and submit runs
+    /// (with `Engine::submit_in`) atomically.
+    pub async fn begin_write(&self) -> Result<WriteTx, sqlx::Error> {
+        Ok(match &self.pool {
+            Pool::Sqlite(pool) => WriteTx::Sqlite(pool.begin_write().await?),
+            Pool::Postgres(pool) => WriteTx::Postgres(pool.begin_write().await?),
+        })
     }
 
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
-        with_pool!(self, |pool| pool.close().await)
+        with_pool!(&self.pool, |pool| pool.close().await)
     }
 
     fn is_postgres(&self) -> bool {
-        matches!(self.db, Db::Postgres(_))
+        matches!(self.pool, Pool::Postgres(_))
     }
 
-    /// Inserts a run. With `lease`, the run is claimed by that owner at once (an eager start)
-    /// unless an earlier unfinished run holds its resource key. Returns the stored run.
-    pub(crate) async fn insert_run(&self, run: &NewRun<'_>, lease: Option<&Lease>) -> Result<RunRecord, sqlx::Error> {
-        let postgres = self.is_postgres();
-        with_pool!(self, |pool| {
-            let mut tx = pool.begin_write().await?;
+    /// Inserts a run in `tx`. With `lease`, the run is claimed by that owner at once (an eager
+    /// start) unless an earlier unfinished run holds its resource key. Returns the stored run.
+    pub(crate) async fn insert_run(
+        tx: &mut WriteTx,
+        run: &NewRun<'_>,
+        lease: Option<&Lease>,
+    ) -> Result<RunRecord, sqlx::Error> {
+        let postgres = tx.is_postgres();
+        with_tx!(tx, |tx| {
             let mut lease = lease;
             if let Some(key) = run.resource_key {
                 if postgres {
                     // Submissions under one key commit in the order of their sequence numbers,
                     // so a claimer that sees a run also sees every earlier run of its key.
-                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))::text").bind(key).execute(&mut *tx).await?;
+                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))::text")
+                        .bind(key)
+                        .execute(&mut **tx)
+                        .await?;
                 }
                 let busy: Option<i64> = sqlx::query_scalar(
                     "SELECT seq FROM engine_runs WHERE resource_key = $1 AND finished_at IS NULL LIMIT 1",
                 )
                 .bind(key)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await?;
                 if busy.is_some() {
                     lease = None;
@@ -225,11 +286,9 @@ impl Store {
                 .bind(lease.map(|lease| lease.owner.as_str()))
                 .bind(lease.map(|lease| lease.expires_at))
                 .bind(i64::from(lease.is_some()))
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut **tx)
                 .await?;
-            insert_event(&mut tx, run.id, run.now, &NewEvent::new("submitted", None, submitted_message(run, lease)))
-                .await?;
-            tx.commit().await?;
+            insert_event(tx, run.id, run.now, &NewEvent::new("submitted", None, submitted_message(run, lease))).await?;
             row.try_into()
         })
     }
@@ -256,7 +315,7 @@ impl Store {
                updated_at = $3 \
              WHERE seq = $4 RETURNING {RUN_COLUMNS}"
         );
-        let runs = with_pool!(self, |pool| {
+        let runs = with_pool!(&self.pool, |pool| {
             let mut tx = pool.begin_write().await?;
             let candidates: Vec<(i64, Option<String>)> =
                 sqlx::query_as(candidates_sql).bind(now).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
@@ -295,7 +354,7 @@ impl Store {
 
     /// Outputs of the run's completed forward steps, by position.
     pub(crate) async fn completed_outputs(&self, run_id: Uuid) -> Result<Vec<(u32, String, Value)>, sqlx::Error> {
-        let rows: Vec<(i64, String, Option<String>)> = with_pool!(self, |pool| {
+        let rows: Vec<(i64, String, Option<String>)> = with_pool!(&self.pool, |pool| {
             sqlx::query_as(
                 "SELECT idx, name, output FROM engine_steps \
                  WHERE run_id = $1 AND phase = 'forward' AND status = 'succeeded' ORDER BY idx",
@@ -317,7 +376,7 @@ impl Store {
     pub(crate) async fn commit(&self, commit: &Commit<'_>) -> Result<CommitOutcome, sqlx::Error> {
         let run = commit.run;
         let id = run.id.to_string();
-        with_pool!(self, |pool| {
+        with_pool!(&self.pool, |pool| {
             let mut tx = pool.begin_write().await?;
             let cancel_requested: Option<bool> = sqlx::query_scalar(
                 "UPDATE engine_runs SET status = $1, phase = $2, step_index = $3, current_step = $4, \
@@ -382,7 +441,7 @@ impl Store {
 
     /// Extends every lease `owner` holds to `until`. Returns how many it holds.
     pub(crate) async fn heartbeat(&self, owner: &str, until: Millis) -> Result<u64, sqlx::Error> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.pool, |pool| {
             let done = sqlx::query("UPDATE engine_runs SET lease_expires_at = $2 WHERE lease_owner = $1")
                 .bind(owner)
                 .bind(until)
@@ -395,7 +454,7 @@ impl Store {
     /// Lets the leases of a previous incarnation of `owner` lapse at once: it is dead, since
     /// only one live engine may use an owner name. The next claim records the recovery.
     pub(crate) async fn expire_leases_of(&self, owner: &str) -> Result<u64, sqlx::Error> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.pool, |pool| {
             let done = sqlx::query("UPDATE engine_runs SET lease_expires_at = 0 WHERE lease_owner = $1")
                 .bind(owner)
                 .execute(pool)
@@ -406,7 +465,7 @@ impl Store {
 
     /// Gives up the lease on one run without changing it (a clean stop between steps).
     pub(crate) async fn release(&self, run: &RunRecord, owner: &str) -> Result<(), sqlx::Error> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.pool, |pool| {
             sqlx::query(
                 "UPDATE engine_runs SET lease_owner = NULL, lease_expires_at = NULL \
                  WHERE id = $1 AND lease_generation = $2 AND lease_owner = $3",
@@ -424,7 +483,7 @@ impl Store {
     pub async fn run(&self, id: Uuid) -> Result<Option<RunRecord>, sqlx::Error> {
         let sql = AssertSqlSafe(format!("SELECT {RUN_COLUMNS} FROM engine_runs WHERE id = $1"));
         let row: Option<RunRow> =
-            with_pool!(self, |pool| sqlx::query_as(sql).bind(id.to_string()).fetch_optional(pool).await)?;
+            with_pool!(&self.pool, |pool| sqlx::query_as(sql).bind(id.to_string()).fetch_optional(pool).await)?;
         row.map(RunRecord::try_from).transpose()
     }
 
@@ -452,7 +511,7 @@ impl Store {
             "SELECT {RUN_COLUMNS} FROM engine_runs WHERE {} ORDER BY seq DESC LIMIT ${limit}",
             conditions.join(" AND ")
         ));
-        let rows: Vec<RunRow> = with_pool!(self, |pool| {
+        let rows: Vec<RunRow> = with_pool!(&self.pool, |pool| {
             let mut query = sqlx::query_as(sql);
             for value in &binds {
                 query = query.bind(value.as_str());
@@ -468,7 +527,7 @@ impl Store {
 
     /// The run's finished steps and undos, in the order they finished.
     pub async fn steps(&self, id: Uuid) -> Result<Vec<StepRecord>, sqlx::Error> {
-        let rows: Vec<StepRow> = with_pool!(self, |pool| {
+        let rows: Vec<StepRow> = with_pool!(&self.pool, |pool| {
             sqlx::query_as(
                 "SELECT phase, idx, name, status, attempts, output, error, started_at, finished_at \
                  FROM engine_steps WHERE run_id = $1 ORDER BY finished_at, phase, idx",
@@ -482,7 +541,7 @@ impl Store {
 
     /// The run's timeline after event `after_seq`, oldest first.
     pub async fn events(&self, id: Uuid, after_seq: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
-        let rows: Vec<EventRow> = with_pool!(self, |pool| {
+        let rows: Vec<EventRow> = with_pool!(&self.pool, |pool| {
             sqlx::query_as(
                 "SELECT seq, run_id, at, kind, step, message FROM engine_events \
                  WHERE run_id = $1 AND seq > $2 ORDER BY seq",
@@ -497,7 +556,7 @@ impl Store {
 
     /// The latest payload of signal `name` sent to the run.
     pub(crate) async fn latest_signal(&self, run: Uuid, name: &str) -> Result<Option<Value>, sqlx::Error> {
-        let payload: Option<String> = with_pool!(self, |pool| {
+        let payload: Option<String> = with_pool!(&self.pool, |pool| {
             sqlx::query_scalar(
                 "SELECT payload FROM engine_signals WHERE run_id = $1 AND name = $2 ORDER BY seq DESC LIMIT 1",
             )
@@ -525,7 +584,7 @@ impl Store {
         let select = AssertSqlSafe(format!(
             "SELECT status, phase, step_index, lease_owner FROM engine_runs WHERE id = $1{lock}"
         ));
-        with_pool!(self, |pool| {
+        with_pool!(&self.pool, |pool| {
             let mut tx = pool.begin_write().await?;
             let row: Option<(String, String, i64, Option<String>)> =
                 sqlx::query_as(select).bind(&id).fetch_optional(&mut *tx).await?;
@@ -616,7 +675,7 @@ impl Store {
                 "an operator resumed the run with a fresh retry budget for its current step",
             ),
         };
-        with_pool!(self, |pool| {
+        with_pool!(&self.pool, |pool| {
             let mut tx = pool.begin_write().await?;
             let status: Option<String> = sqlx::query_scalar(sql).bind(&id).bind(now).fetch_optional(&mut *tx).await?;
             let outcome = match status {
