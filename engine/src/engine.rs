@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     pub(crate) store: Store,
     pub(crate) registry: Registry,
     pub(crate) config: EngineConfig,
+    /// The owner and this process, as the timeline names it.
+    label: String,
     slots: Arc<Semaphore>,
     wake: Notify,
     stop: watch::Sender<bool>,
@@ -76,6 +78,7 @@ impl Engine {
         }
         let (stop, _) = watch::channel(false);
         let inner = Arc::new(Inner {
+            label: format!("{} (pid {})", config.owner, std::process::id()),
             slots: Arc::new(Semaphore::new(config.max_concurrency)),
             store,
             registry,
@@ -358,7 +361,8 @@ async fn claim_loop(inner: Arc<Inner>) {
         let mut full_batch = false;
         if free > 0 {
             let now = now_ms();
-            match inner.store.claim(&inner.config.owner, now, after(now, inner.config.lease_ttl), free).await {
+            let lease_until = after(now, inner.config.lease_ttl);
+            match inner.store.claim(&inner.config.owner, &inner.label, now, lease_until, free).await {
                 Ok(claimed) => {
                     full_batch = claimed.len() as u32 == free;
                     for run in claimed {

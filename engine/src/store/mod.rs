@@ -293,11 +293,13 @@ impl Store {
         })
     }
 
-    /// Claims up to `limit` runnable runs for `owner` until `lease_until`. A run whose previous
-    /// holder's lease lapsed counts its interrupted attempt and gets a `recovered` event.
+    /// Claims up to `limit` runnable runs for `owner` until `lease_until`, writing a `claimed`
+    /// event naming `label` (the owner and its process). A run whose previous holder's lease
+    /// lapsed counts its interrupted attempt and gets a `recovered` event instead.
     pub(crate) async fn claim(
         &self,
         owner: &str,
+        label: &str,
         now: Millis,
         lease_until: Millis,
         limit: u32,
@@ -330,15 +332,20 @@ impl Store {
                     .await?;
                 let run = RunRecord::try_from(row)?;
                 let recovered = previous_owner.is_some();
-                if let Some(previous) = previous_owner {
-                    let step = run.current_step.as_deref();
-                    let message = format!(
-                        "claimed by {owner} after the lease of {previous} lapsed; {} runs again (attempt {})",
-                        step.map_or("the run".to_owned(), |step| format!("step `{step}`")),
-                        run.attempt + 1
-                    );
-                    insert_event(&mut tx, run.id, now, &NewEvent::new("recovered", step, message)).await?;
-                }
+                let step = run.current_step.as_deref();
+                let event = match previous_owner {
+                    Some(previous) => NewEvent::new(
+                        "recovered",
+                        step,
+                        format!(
+                            "claimed by {label} after the lease of {previous} lapsed; {} runs again (attempt {})",
+                            step.map_or("the run".to_owned(), |step| format!("step `{step}`")),
+                            run.attempt + 1
+                        ),
+                    ),
+                    None => NewEvent::new("claimed", step, format!("claimed by {label}")),
+                };
+                insert_event(&mut tx, run.id, now, &event).await?;
                 runs.push((run, recovered));
             }
             tx.commit().await?;

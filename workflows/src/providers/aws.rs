@@ -1,0 +1,63 @@
+//! AWS, through aws-sdk-ec2 with static keys. The endpoint can be overridden (a private
+//! endpoint, or moto on loopback in tests); requests are otherwise exactly what EC2 receives.
+
+use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+
+use super::Verdict;
+use crate::credentials::PublicPart;
+
+/// EC2 error codes that mean the keys themselves are refused: retrying cannot help.
+const REJECTING_CODES: &[&str] = &[
+    "AuthFailure",
+    "UnauthorizedOperation",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "OptInRequired",
+    "Blocked",
+    "InvalidParameterValue",
+    "UnrecognizedClientException",
+    "AccessDenied",
+];
+
+/// An EC2 client for these keys.
+pub fn ec2_client(public: &PublicPart, secret_access_key: &str) -> aws_sdk_ec2::Client {
+    let credentials = Credentials::new(public.identity.clone(), secret_access_key.to_owned(), None, None, "anycloud");
+    let mut config = aws_sdk_ec2::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(public.region.clone().unwrap_or_else(|| "us-east-1".to_owned())))
+        .credentials_provider(credentials);
+    if let Some(endpoint) = &public.endpoint {
+        config = config.endpoint_url(endpoint);
+    }
+    aws_sdk_ec2::Client::from_conf(config.build())
+}
+
+/// The cheapest read call: DescribeRegions. A refusal of the keys is a verdict; anything else
+/// (network, throttling, 5xx) is an error to retry.
+pub async fn verify(
+    public: &PublicPart,
+    secret_access_key: &str,
+) -> Result<Verdict, SdkError<aws_sdk_ec2::operation::describe_regions::DescribeRegionsError>> {
+    let client = ec2_client(public, secret_access_key);
+    match client.describe_regions().send().await {
+        Ok(output) => {
+            let regions = output.regions().len();
+            Ok(Verdict::Accepted { detail: format!("EC2 DescribeRegions: {regions} regions enabled for these keys") })
+        }
+        Err(SdkError::ServiceError(failure)) if rejects(failure.err().code()) => {
+            let err = failure.err();
+            let message = format!(
+                "EC2 refused the keys: {}: {}",
+                err.code().unwrap_or("error"),
+                err.message().unwrap_or("no message")
+            );
+            Ok(Verdict::Rejected { message })
+        }
+        Err(err) => Err(err),
+    }
+}
+
+fn rejects(code: Option<&str>) -> bool {
+    code.is_some_and(|code| REJECTING_CODES.contains(&code))
+}
