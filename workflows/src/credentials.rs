@@ -206,6 +206,13 @@ impl TryFrom<CredentialRow> for Credential {
     }
 }
 
+#[derive(sqlx::FromRow)]
+struct SealedRow {
+    #[sqlx(flatten)]
+    row: CredentialRow,
+    secret: String,
+}
+
 const COLUMNS: &str = "name, provider, public, status, status_message, verify_run, created_at, updated_at";
 
 /// Whether a credential of this name exists (read inside the caller's transaction).
@@ -262,21 +269,11 @@ pub async fn list(pool: &Pool) -> Result<Vec<Credential>, sqlx::Error> {
 /// The credential with its secret opened, for a provider call.
 pub async fn open(pool: &Pool, sealer: &SecretBox, name: &str) -> Result<Option<(Credential, String)>, OpenError> {
     let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS}, secret FROM credentials WHERE name = $1"));
-    let row: Option<(String, String, String, String, Option<String>, Option<String>, i64, i64, String)> =
-        with_pool!(pool, |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
-    let Some((name, provider, public, status, status_message, verify_run, created_at, updated_at, sealed)) = row else {
+    let row: Option<SealedRow> = with_pool!(pool, |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
+    let Some(SealedRow { row, secret: sealed }) = row else {
         return Ok(None);
     };
-    let credential = Credential::try_from(CredentialRow {
-        name,
-        provider,
-        public,
-        status,
-        status_message,
-        verify_run,
-        created_at,
-        updated_at,
-    })?;
+    let credential = Credential::try_from(row)?;
     let secret = String::from_utf8(sealer.open(&sealed)?).map_err(|_| crate::secrets::SecretError::Open)?;
     Ok(Some((credential, secret)))
 }

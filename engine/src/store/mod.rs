@@ -293,6 +293,26 @@ impl Store {
         })
     }
 
+    /// Unfinished runs under `resource_key`, oldest first, read inside the caller's transaction
+    /// (so that a check "nothing is running on this resource" and the change it guards commit
+    /// together).
+    pub async fn unfinished_runs_in(tx: &mut WriteTx, resource_key: &str) -> Result<Vec<(Uuid, RunStatus)>, sqlx::Error> {
+        let rows: Vec<(String, String)> = with_tx!(tx, |tx| {
+            sqlx::query_as(
+                "SELECT id, status FROM engine_runs WHERE resource_key = $1 AND finished_at IS NULL ORDER BY seq",
+            )
+            .bind(resource_key)
+            .fetch_all(&mut **tx)
+            .await
+        })?;
+        rows.into_iter()
+            .map(|(id, status)| {
+                let status = status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?;
+                Ok((records::parse_uuid(&id)?, status))
+            })
+            .collect()
+    }
+
     /// Claims up to `limit` runnable runs for `owner` until `lease_until`, writing a `claimed`
     /// event naming `label` (the owner and its process). A run whose previous holder's lease
     /// lapsed counts its interrupted attempt and gets a `recovered` event instead.

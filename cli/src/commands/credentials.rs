@@ -1,0 +1,141 @@
+//! `anycloud credentials new | list | delete`.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::print_json;
+use crate::client::Client;
+use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, OK};
+use crate::render;
+
+/// What `credentials new` was given.
+pub struct NewArgs {
+    /// Name.
+    pub name: String,
+    /// Provider.
+    pub provider: String,
+    /// AWS access key id (or `AWS_ACCESS_KEY_ID`).
+    pub access_key_id: Option<String>,
+    /// AWS secret key (or `AWS_SECRET_ACCESS_KEY`).
+    pub secret_access_key: Option<String>,
+    /// GCP key file.
+    pub service_account_file: Option<std::path::PathBuf>,
+    /// Region for the check.
+    pub region: Option<String>,
+    /// Endpoint override.
+    pub endpoint: Option<String>,
+    /// sim faults.
+    pub sim_fail_first: Option<u32>,
+    /// sim rejection.
+    pub sim_reject: Option<String>,
+    /// sim latency.
+    pub sim_latency_ms: Option<u64>,
+    /// Follow the verification.
+    pub wait: bool,
+}
+
+/// Saves a credential; the API verifies it with the provider.
+pub async fn new(args: NewArgs, json: bool) -> CliResult {
+    let client = Client::active()?;
+    let from_env = |value: Option<String>, var: &str| value.or_else(|| std::env::var(var).ok());
+    let mut body = json!({ "name": args.name, "provider": args.provider });
+    match args.provider.as_str() {
+        "aws" => {
+            body["access_key_id"] = json!(from_env(args.access_key_id, "AWS_ACCESS_KEY_ID"));
+            body["secret_access_key"] = json!(from_env(args.secret_access_key, "AWS_SECRET_ACCESS_KEY"));
+            body["region"] = json!(args.region);
+        }
+        "gcp" => {
+            let path = args
+                .service_account_file
+                .or_else(|| std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").map(Into::into));
+            if let Some(path) = path {
+                let text = std::fs::read_to_string(&path).map_err(|err| {
+                    CliError::bad_input(format!("reading the service-account key file {}: {err}", path.display()))
+                })?;
+                body["service_account_json"] = json!(text);
+            }
+        }
+        "sim" => {
+            body["sim"] = json!({
+                "fail_first": args.sim_fail_first.unwrap_or(0),
+                "reject": args.sim_reject,
+                "latency_ms": args.sim_latency_ms.unwrap_or(0),
+            });
+        }
+        _ => {}
+    }
+    if args.endpoint.is_some() {
+        body["endpoint"] = json!(args.endpoint);
+    }
+    let saved: Value = client.post("/v1/credentials", &body).await?;
+    let run = saved["workflow_id"].as_str().unwrap_or_default().to_owned();
+    if json && !args.wait {
+        print_json(&saved);
+        return Ok(OK);
+    }
+    if !json {
+        println!("credential {} ({}) saved; verifying it with workflow {run}", args.name, args.provider);
+    }
+    if !args.wait {
+        println!("  follow it:  anycloud workflow inspect {run} --follow");
+        return Ok(OK);
+    }
+    let code = super::workflow::follow(&client, &run, Duration::from_secs(15 * 60), json).await?;
+    let shown: Value = client.get(&format!("/v1/credentials/{}", args.name)).await?;
+    let credential = &shown["credential"];
+    if json {
+        print_json(&shown);
+    } else {
+        println!(
+            "credential {} is {}: {}",
+            args.name,
+            credential["status"].as_str().unwrap_or("?"),
+            credential["status_message"].as_str().unwrap_or("")
+        );
+    }
+    Ok(if code == OK && credential["status"] == "valid" { OK } else { ENDED_OTHERWISE })
+}
+
+/// Lists credentials; secrets are never shown.
+pub async fn list(json: bool) -> CliResult {
+    let client = Client::active()?;
+    let answer: Value = client.get("/v1/credentials").await?;
+    if json {
+        print_json(&answer["credentials"]);
+        return Ok(OK);
+    }
+    let rows: Vec<Vec<String>> = answer["credentials"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
+            let mut identity = text(&c["public"]["identity"]);
+            if c["provider"] == "aws" && identity.len() > 8 {
+                identity = format!("{}…{}", &identity[..4], &identity[identity.len() - 4..]);
+            }
+            vec![text(&c["name"]), text(&c["provider"]), identity, text(&c["status"]), text(&c["status_message"])]
+        })
+        .collect();
+    if rows.is_empty() {
+        println!("no credentials yet: `anycloud credentials new NAME --provider aws|gcp|sim`");
+    } else {
+        render::table(&["NAME", "PROVIDER", "IDENTITY", "STATUS", "DETAIL"], &rows);
+    }
+    Ok(OK)
+}
+
+/// Deletes a credential nothing uses.
+pub async fn delete(name: &str, json: bool) -> CliResult {
+    let client = Client::active()?;
+    let answer: Value = client.delete(&format!("/v1/credentials/{name}")).await?;
+    if json {
+        print_json(&answer);
+    } else {
+        println!("credential {name} deleted");
+    }
+    Ok(OK)
+}

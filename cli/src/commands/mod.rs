@@ -1,0 +1,13 @@
+//! One module per command group.
+
+pub mod api;
+pub mod credentials;
+pub mod workflow;
+
+/// Prints a value as pretty JSON (for `--json`).
+pub fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(err) => eprintln!("error: could not encode the answer as JSON: {err}"),
+    }
+}
