@@ -11,24 +11,30 @@
 //! - the time a fresh engine takes to claim 10,000 in-flight runs left by a killed one (and,
 //!   for comparison, a restart under the dead engine's own name).
 //!
+//! Each part runs in a fresh child process (this binary, with `--part`) on a fresh database,
+//! so that the memory figure is that of a process doing only that, and one part's leftovers
+//! (10,000 tasks, a grown heap) do not weigh on the next. The parent prints the children's
+//! lines as they come and a summary at the end.
+//!
 //! Options, after `--`: `--store sqlite|postgres|both` (default both), `--seconds N` per
 //! measurement (default 5), `--runs N` for the memory and claim parts (default 10000),
 //! `--quick` (1 s, 1000 runs: a smoke run), `--pg-pool N` (default 16, as `Store::connect`),
 //! `--dir PATH` (where the SQLite files go; default the temporary directory). PostgreSQL is
 //! `ANYCLOUD_TEST_DATABASE_URL`, or `postgres://postgres@127.0.0.1:5432/test`; each part uses
-//! a fresh schema, dropped at the end. Without `--bench` in its arguments (as `cargo test
+//! a fresh schema, dropped at its end. Without `--bench` in its arguments (as `cargo test
 //! --all-targets` runs it) the binary only says how to run it.
 
 use std::error::Error;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anycloud_engine::{
-    Engine, EngineConfig, Registry, RunStatus, Step, StepCtx, StepError, Steps, Store, Workflow,
-};
+use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Step, StepCtx, StepError, Steps, Store, Workflow};
+use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{AssertSqlSafe, Connection};
 
@@ -42,8 +48,13 @@ const LEVELS: [(usize, f64); 2] = [(1, 0.8), (16, 0.7)];
 const RSS_TARGET_MB: f64 = 100.0;
 /// Client tasks submitting the runs of the memory and claim parts.
 const SUBMITTERS: usize = 32;
-/// Longest wait for any one condition before the bench gives up.
-const PATIENCE: Duration = Duration::from_secs(600);
+/// Longest wait for any one condition before the bench gives up on it.
+const PATIENCE: Duration = Duration::from_secs(180);
+/// Lease of the engine that is killed in the claim part. Long enough that its heartbeat
+/// (every third of it, over all its runs at once) keeps up while the runs are submitted.
+const KILLED_LEASE_TTL: Duration = Duration::from_secs(10);
+/// Prefix of the line a child prints its figures on, as JSON.
+const RESULT: &str = "@result ";
 
 // ---------------------------------------------------------------------------------------------
 // Workflows
@@ -63,9 +74,7 @@ impl Workflow for Noop {
 
     fn steps() -> Steps<Self> {
         const NAMES: [&str; STEPS] = ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"];
-        NAMES
-            .into_iter()
-            .fold(Steps::new(), |steps, name| steps.then(Step::action(name, nothing::<Self>)))
+        NAMES.into_iter().fold(Steps::new(), |steps, name| steps.then(Step::action(name, nothing::<Self>)))
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<u64, StepError> {
@@ -84,9 +93,7 @@ impl Workflow for Nap {
 
     fn steps() -> Steps<Self> {
         Steps::new()
-            .then(Step::sleep("nap", |_: &StepCtx<Self>| {
-                Duration::from_secs(3600)
-            }))
+            .then(Step::sleep("nap", |_: &StepCtx<Self>| Duration::from_secs(3600)))
             .then(Step::action("after", nothing::<Self>))
     }
 
@@ -117,7 +124,7 @@ impl Workflow for Hang {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Options and databases
+// Options
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -134,6 +141,25 @@ impl Kind {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Throughput,
+    Memory,
+    Claim,
+}
+
+impl Part {
+    const ALL: [Part; 3] = [Part::Throughput, Part::Memory, Part::Claim];
+
+    fn name(self) -> &'static str {
+        match self {
+            Part::Throughput => "throughput",
+            Part::Memory => "memory",
+            Part::Claim => "claim",
+        }
+    }
+}
+
 struct Options {
     stores: Vec<Kind>,
     seconds: f64,
@@ -141,20 +167,18 @@ struct Options {
     quick: bool,
     pg_pool: u32,
     dir: PathBuf,
+    /// Set in a child: the one part it runs (on the first store).
+    part: Option<Part>,
 }
 
 impl Options {
     fn parse(args: &[String]) -> Res<Self> {
         let mut stores = vec![Kind::Sqlite, Kind::Postgres];
-        let (mut seconds, mut runs, mut quick, mut pg_pool) = (None, None, false, 16);
+        let (mut seconds, mut runs, mut quick, mut pg_pool, mut part) = (None, None, false, 16, None);
         let mut dir = std::env::temp_dir();
         let mut args = args.iter();
         while let Some(arg) = args.next() {
-            let mut value = |name: &str| {
-                args.next()
-                    .cloned()
-                    .ok_or_else(|| format!("{name} needs a value"))
-            };
+            let mut value = |name: &str| args.next().cloned().ok_or_else(|| format!("{name} needs a value"));
             match arg.as_str() {
                 "--bench" => {}
                 "--quick" => quick = true,
@@ -170,6 +194,15 @@ impl Options {
                 "--runs" => runs = Some(value("--runs")?.parse::<usize>()?),
                 "--pg-pool" => pg_pool = value("--pg-pool")?.parse::<u32>()?,
                 "--dir" => dir = PathBuf::from(value("--dir")?),
+                "--part" => {
+                    let name = value("--part")?;
+                    part = Some(
+                        Part::ALL
+                            .into_iter()
+                            .find(|part| part.name() == name)
+                            .ok_or_else(|| format!("unknown part `{name}`"))?,
+                    );
+                }
                 other if other.starts_with("--") => {
                     return Err(format!("unknown option `{other}`").into());
                 }
@@ -183,6 +216,7 @@ impl Options {
             quick,
             pg_pool,
             dir,
+            part,
         })
     }
 
@@ -194,11 +228,32 @@ impl Options {
     fn warmup(&self) -> Duration {
         Duration::from_secs_f64((self.seconds / 5.0).min(1.0))
     }
+
+    /// The arguments of a child that runs `part` on `kind`.
+    fn child_args(&self, kind: Kind, part: Part) -> Vec<String> {
+        vec![
+            "--bench".into(),
+            "--part".into(),
+            part.name().into(),
+            "--store".into(),
+            kind.name().into(),
+            "--seconds".into(),
+            self.seconds.to_string(),
+            "--runs".into(),
+            self.runs.to_string(),
+            "--pg-pool".into(),
+            self.pg_pool.to_string(),
+            "--dir".into(),
+            self.dir.display().to_string(),
+        ]
+    }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Databases
+
 fn postgres_url() -> String {
-    std::env::var("ANYCLOUD_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 /// A fresh database: a SQLite file in a temporary directory, or a fresh PostgreSQL schema.
@@ -212,33 +267,20 @@ impl Db {
     async fn open(kind: Kind, options: &Options) -> Res<Self> {
         match kind {
             Kind::Sqlite => {
-                let dir = tempfile::Builder::new()
-                    .prefix("anycloud-bench-")
-                    .tempdir_in(&options.dir)?;
+                let dir = tempfile::Builder::new().prefix("anycloud-bench-").tempdir_in(&options.dir)?;
                 let url = format!("sqlite://{}", dir.path().join("engine.db").display());
                 let store = Store::connect(&url).await?;
-                Ok(Self {
-                    store,
-                    _dir: Some(dir),
-                    schema: None,
-                })
+                Ok(Self { store, _dir: Some(dir), schema: None })
             }
             Kind::Postgres => {
                 let url = postgres_url();
                 let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
                 let mut conn = sqlx::PgConnection::connect(&url).await?;
-                sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-                    .execute(&mut conn)
-                    .await?;
+                sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await?;
                 conn.close().await?;
-                let connect = PgConnectOptions::from_str(&url)?
-                    .options([("search_path", schema.as_str())]);
+                let connect = PgConnectOptions::from_str(&url)?.options([("search_path", schema.as_str())]);
                 let store = Store::open_postgres(connect, options.pg_pool).await?;
-                Ok(Self {
-                    store,
-                    _dir: None,
-                    schema: Some(schema),
-                })
+                Ok(Self { store, _dir: None, schema: Some(schema) })
             }
         }
     }
@@ -247,9 +289,7 @@ impl Db {
         self.store.close().await;
         if let Some(schema) = &self.schema {
             let mut conn = sqlx::PgConnection::connect(&postgres_url()).await?;
-            sqlx::query(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-                .execute(&mut conn)
-                .await?;
+            sqlx::query(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut conn).await?;
             conn.close().await?;
         }
         Ok(())
@@ -267,29 +307,37 @@ macro_rules! on_pool {
     };
 }
 
-async fn count_runs(store: &Store, sql: &'static str, arg: &str) -> Res<i64> {
-    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(sql)
-        .bind(arg)
+/// Runs in status `status`.
+async fn count_status(store: &Store, status: &str) -> Res<i64> {
+    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>("SELECT count(*) FROM engine_runs WHERE status = $1")
+        .bind(status)
         .fetch_one(pool)
         .await?))
 }
 
-/// Runs held by `owner` under a lease generation above `generation`: claimed since then.
-async fn count_reclaimed(store: &Store, owner: &str, generation: i64) -> Res<i64> {
+/// Runs held by `owner` in status `running`.
+async fn count_held(store: &Store, owner: &str) -> Res<i64> {
     on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(
-        "SELECT count(*) FROM engine_runs WHERE lease_owner = $1 AND lease_generation > $2"
+        "SELECT count(*) FROM engine_runs WHERE lease_owner = $1 AND status = 'running'"
     )
     .bind(owner)
-    .bind(generation)
     .fetch_one(pool)
     .await?))
 }
 
+/// Runs taken over from a lapsed or expired lease (a `recovered` event) after event `after_seq`.
+async fn count_recovered(store: &Store, after_seq: i64) -> Res<i64> {
+    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT count(DISTINCT run_id) FROM engine_events WHERE kind = 'recovered' AND seq > $1"
+    )
+    .bind(after_seq)
+    .fetch_one(pool)
+    .await?))
+}
+
+/// The largest value of a column (`sql` selects it), 0 for none.
 async fn max_column(store: &Store, sql: &'static str) -> Res<i64> {
-    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, Option<i64>>(sql)
-        .fetch_one(pool)
-        .await?
-        .unwrap_or(0)))
+    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, Option<i64>>(sql).fetch_one(pool).await?.unwrap_or(0)))
 }
 
 /// Polls `count` until it reaches `want` or `patience` runs out; returns the last count.
@@ -304,14 +352,48 @@ where
         if now >= want || Instant::now() >= deadline {
             return Ok(now);
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 
+async fn describe(store: &Store) -> Res<String> {
+    if let Some(pool) = store.sqlite_pool() {
+        let version: String = sqlx::query_scalar("SELECT sqlite_version()").fetch_one(pool).await?;
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(pool).await?;
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(pool).await?;
+        let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout").fetch_one(pool).await?;
+        let sync = match sync {
+            0 => "OFF",
+            1 => "NORMAL",
+            2 => "FULL",
+            3 => "EXTRA",
+            _ => "?",
+        };
+        Ok(format!(
+            "SQLite {version}, journal_mode={journal}, synchronous={sync}, busy_timeout={busy} ms, \
+             pool of {} connections",
+            pool.options().get_max_connections()
+        ))
+    } else if let Some(pool) = store.postgres_pool() {
+        let version: String = sqlx::query_scalar("SHOW server_version").fetch_one(pool).await?;
+        let commit: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(pool).await?;
+        let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(pool).await?;
+        let method: String = sqlx::query_scalar("SHOW wal_sync_method").fetch_one(pool).await?;
+        Ok(format!(
+            "PostgreSQL {version}, synchronous_commit={commit}, fsync={fsync}, \
+             wal_sync_method={method}, pool of {} connections",
+            pool.options().get_max_connections()
+        ))
+    } else {
+        Err("the store has no pool".into())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The process and the machine
+
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
 /// A field of `/proc/self/status` (`VmRSS`, `VmHWM`) in MB (10^6 bytes).
@@ -324,47 +406,165 @@ fn proc_mb(field: &str) -> f64 {
         .map_or(f64::NAN, |kib| kib * 1024.0 / 1e6)
 }
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// CPU time so far, in clock ticks (USER_HZ, 100 a second on Linux): this process's, and the
+/// whole machine's busy and total.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    process: f64,
+    busy: f64,
+    total: f64,
+}
+
+impl Cpu {
+    fn now() -> Self {
+        let process = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|stat| {
+                let fields: Vec<f64> =
+                    stat.rsplit_once(')')?.1.split_whitespace().filter_map(|field| field.parse().ok()).collect();
+                // After the command: state (not a number), ppid, ... utime is the 14th field
+                // of the line, stime the 15th: the 11th and 12th numbers after the state.
+                Some(fields.get(10)? + fields.get(11)?)
+            })
+            .unwrap_or(0.0);
+        let (busy, total) = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|stat| {
+                let line = stat.lines().next()?;
+                let ticks: Vec<f64> = line.split_whitespace().skip(1).filter_map(|field| field.parse().ok()).collect();
+                let total: f64 = ticks.iter().take(8).sum();
+                let idle = ticks.get(3)? + ticks.get(4)?;
+                Some((total - idle, total))
+            })
+            .unwrap_or((0.0, 0.0));
+        Self { process, busy, total }
+    }
+
+    /// Cores this process used, and cores the machine was busy, from `self` to `later`.
+    fn used(self, later: Cpu, wall: Duration) -> (f64, f64) {
+        let process = (later.process - self.process) / 100.0 / wall.as_secs_f64();
+        let total = later.total - self.total;
+        let machine = if total > 0.0 { (later.busy - self.busy) / total * cores() as f64 } else { f64::NAN };
+        (process, machine)
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("model name")?.split_once(':').map(|(_, model)| model.trim().to_owned()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:").map(|rest| rest.trim().to_owned()))
+        .unwrap_or_default();
+    format!("{} cores ({cpu}), {memory} of memory, Linux {}", cores(), kernel.trim())
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|load| load.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 fn verdict(pass: bool) -> &'static str {
     if pass { "PASS" } else { "MISS" }
 }
 
-fn ms(duration: Duration) -> String {
-    format!("{:.2} ms", duration.as_secs_f64() * 1e3)
+// ---------------------------------------------------------------------------------------------
+// Figures a child reports
+
+/// What ended inside a measured window.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Figures {
+    count: usize,
+    per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Cores this process used during the window.
+    cpu_process: f64,
+    /// Cores the whole machine was busy during the window (the database server included).
+    cpu_machine: f64,
 }
 
-fn secs(duration: Duration) -> String {
-    format!("{:.2} s", duration.as_secs_f64())
+impl Figures {
+    fn line(&self, unit: &str) -> String {
+        format!(
+            "{:>8.1} {unit}  (p50 {:.2} ms, p99 {:.2} ms, {} in the window; CPU: bench process {:.2} cores, machine {:.2} of {} busy)",
+            self.per_sec,
+            self.p50_ms,
+            self.p99_ms,
+            self.count,
+            self.cpu_process,
+            self.cpu_machine,
+            cores()
+        )
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Level {
+    concurrency: usize,
+    target: f64,
+    bare: Figures,
+    engine: Figures,
+}
+
+impl Level {
+    fn steps_per_sec(&self) -> f64 {
+        self.engine.per_sec * STEPS as f64
+    }
+
+    fn ratio(&self) -> f64 {
+        self.steps_per_sec() / self.bare.per_sec
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Memory {
+    runs: usize,
+    submit_s: f64,
+    all_waiting_s: f64,
+    rss_start_mb: f64,
+    rss_mb: f64,
+    hwm_mb: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Claim {
+    runs: usize,
+    submit_s: f64,
+    /// Runs the killed engine had claimed twice (its own lease lapsed under it): should be 0.
+    reclaimed_before_kill: i64,
+    lapse_s: f64,
+    fresh_s: f64,
+    fresh_claimed: usize,
+    restart_s: f64,
+    restart_claimed: usize,
+    rss_in_flight_mb: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Outcome {
+    Throughput(Vec<Level>),
+    Memory(Memory),
+    Claim(Claim),
 }
 
 // ---------------------------------------------------------------------------------------------
 // Measurements
 
-/// What finished inside the measured window, with each operation's latency.
-struct Window {
-    elapsed: Duration,
-    latencies: Vec<Duration>,
-}
-
-impl Window {
-    fn per_sec(&self) -> f64 {
-        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
-    }
-
-    fn percentile(&self, p: f64) -> Duration {
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
-        if sorted.is_empty() {
-            return Duration::ZERO;
-        }
-        let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-        sorted[rank - 1]
-    }
-}
-
 /// Runs `op` in a loop on `concurrency` tasks through a warm-up and a measured window; counts
 /// the operations that end inside the window. Each task finishes the operation it is in when
 /// the window closes (not counted).
-async fn measure<F, Fut>(concurrency: usize, options: &Options, op: F) -> Res<Window>
+async fn measure<F, Fut>(concurrency: usize, options: &Options, op: F) -> Res<Figures>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Res<()>> + Send + 'static,
@@ -372,6 +572,12 @@ where
     let op = Arc::new(op);
     let start = Instant::now() + options.warmup();
     let end = start + options.measure();
+    let sampler = tokio::spawn(async move {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(start)).await;
+        let first = Cpu::now();
+        tokio::time::sleep_until(tokio::time::Instant::from_std(end)).await;
+        first.used(Cpu::now(), end - start)
+    });
     let mut tasks = Vec::with_capacity(concurrency);
     for task in 0..concurrency {
         let op = op.clone();
@@ -396,52 +602,55 @@ where
     for task in tasks {
         latencies.extend(task.await??);
     }
-    Ok(Window {
-        elapsed: end - start,
-        latencies,
+    let (cpu_process, cpu_machine) = sampler.await?;
+    latencies.sort_unstable();
+    let percentile = |p: f64| {
+        if latencies.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((p * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
+        latencies[rank - 1].as_secs_f64() * 1e3
+    };
+    Ok(Figures {
+        count: latencies.len(),
+        per_sec: latencies.len() as f64 / (end - start).as_secs_f64(),
+        p50_ms: percentile(0.5),
+        p99_ms: percentile(0.99),
+        cpu_process,
+        cpu_machine,
     })
 }
 
 /// Bare commits: `BEGIN`, one single-row insert, `COMMIT`, in a loop on each task, through the
 /// store's own pool (so the same file or schema, the same connection settings, the same pool
 /// size). SQLite begins with `BEGIN IMMEDIATE`, as every write transaction of the engine does.
-async fn bare_commits(store: &Store, concurrency: usize, options: &Options) -> Res<Window> {
+async fn bare_commits(store: &Store, concurrency: usize, options: &Options) -> Res<Figures> {
     const PAYLOAD: &str = "a bare commit: one short row per transaction, nothing else";
     if let Some(pool) = store.sqlite_pool() {
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS bench_commits (id INTEGER PRIMARY KEY, payload TEXT)",
-        )
-        .execute(pool)
-        .await?;
+        sqlx::query("CREATE TABLE IF NOT EXISTS bench_commits (id INTEGER PRIMARY KEY, payload TEXT)")
+            .execute(pool)
+            .await?;
         let pool = pool.clone();
         measure(concurrency, options, move |_| {
             let pool = pool.clone();
             async move {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                sqlx::query("INSERT INTO bench_commits (payload) VALUES ($1)")
-                    .bind(PAYLOAD)
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query("INSERT INTO bench_commits (payload) VALUES ($1)").bind(PAYLOAD).execute(&mut *tx).await?;
                 tx.commit().await?;
                 Ok(())
             }
         })
         .await
     } else if let Some(pool) = store.postgres_pool() {
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS bench_commits (id BIGSERIAL PRIMARY KEY, payload TEXT)",
-        )
-        .execute(pool)
-        .await?;
+        sqlx::query("CREATE TABLE IF NOT EXISTS bench_commits (id BIGSERIAL PRIMARY KEY, payload TEXT)")
+            .execute(pool)
+            .await?;
         let pool = pool.clone();
         measure(concurrency, options, move |_| {
             let pool = pool.clone();
             async move {
                 let mut tx = pool.begin().await?;
-                sqlx::query("INSERT INTO bench_commits (payload) VALUES ($1)")
-                    .bind(PAYLOAD)
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query("INSERT INTO bench_commits (payload) VALUES ($1)").bind(PAYLOAD).execute(&mut *tx).await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -453,7 +662,7 @@ async fn bare_commits(store: &Store, concurrency: usize, options: &Options) -> R
 }
 
 /// Workflows of ten no-op steps: each client submits one, waits for its end, and repeats.
-async fn engine_throughput(store: &Store, concurrency: usize, options: &Options) -> Res<Window> {
+async fn engine_throughput(store: &Store, concurrency: usize, options: &Options) -> Res<Figures> {
     let config = EngineConfig {
         max_concurrency: 64.max(concurrency),
         ..EngineConfig::named(format!("bench-throughput-{concurrency}"))
@@ -461,7 +670,7 @@ async fn engine_throughput(store: &Store, concurrency: usize, options: &Options)
     let registry = Registry::new().with(Arc::new(Noop));
     let engine = Arc::new(Engine::start(store.clone(), registry, config).await?);
     let clients = engine.clone();
-    let window = measure(concurrency, options, move |n| {
+    let figures = measure(concurrency, options, move |n| {
         let engine = clients.clone();
         async move {
             let id = engine.submit::<Noop>(&(n as u64), None).await?;
@@ -477,7 +686,7 @@ async fn engine_throughput(store: &Store, concurrency: usize, options: &Options)
         Ok(engine) => engine.shutdown(Duration::from_secs(10)).await,
         Err(_) => return Err("the engine is still shared after the clients ended".into()),
     }
-    Ok(window)
+    Ok(figures)
 }
 
 /// Submits `runs` runs of `W` from [`SUBMITTERS`] tasks; returns how long it took.
@@ -500,211 +709,89 @@ async fn submit_many<W: Workflow<Input = ()>>(engine: &Arc<Engine>, runs: usize)
     Ok(started.elapsed())
 }
 
-struct Throughput {
-    concurrency: usize,
-    target: f64,
-    bare: Window,
-    engine: Window,
-}
-
-impl Throughput {
-    fn steps_per_sec(&self) -> f64 {
-        self.engine.per_sec() * STEPS as f64
-    }
-
-    fn ratio(&self) -> f64 {
-        self.steps_per_sec() / self.bare.per_sec()
-    }
-}
-
-struct Memory {
-    submit: Duration,
-    all_waiting: Duration,
-    rss_before: f64,
-    rss: f64,
-}
-
-struct Claim {
-    lapse_wait: Duration,
-    fresh: Duration,
-    fresh_claimed: usize,
-    restart: Duration,
-    restart_claimed: usize,
-    rss_in_flight: f64,
-}
-
-struct Report {
-    kind: Kind,
-    throughput: Vec<Throughput>,
-    memory: Memory,
-    claim: Claim,
-}
-
-async fn describe(store: &Store) -> Res<String> {
-    if let Some(pool) = store.sqlite_pool() {
-        let version: String = sqlx::query_scalar("SELECT sqlite_version()")
-            .fetch_one(pool)
-            .await?;
-        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
-            .fetch_one(pool)
-            .await?;
-        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-            .fetch_one(pool)
-            .await?;
-        let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
-            .fetch_one(pool)
-            .await?;
-        let sync = match sync {
-            0 => "OFF",
-            1 => "NORMAL",
-            2 => "FULL",
-            3 => "EXTRA",
-            _ => "?",
-        };
-        Ok(format!(
-            "SQLite {version}, journal_mode={journal}, synchronous={sync}, busy_timeout={busy} ms, \
-             pool of {} connections",
-            pool.options().get_max_connections()
-        ))
-    } else if let Some(pool) = store.postgres_pool() {
-        let version: String = sqlx::query_scalar("SHOW server_version")
-            .fetch_one(pool)
-            .await?;
-        let commit: String = sqlx::query_scalar("SHOW synchronous_commit")
-            .fetch_one(pool)
-            .await?;
-        let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(pool).await?;
-        let method: String = sqlx::query_scalar("SHOW wal_sync_method")
-            .fetch_one(pool)
-            .await?;
-        Ok(format!(
-            "PostgreSQL {version}, synchronous_commit={commit}, fsync={fsync}, \
-             wal_sync_method={method}, pool of {} connections",
-            pool.options().get_max_connections()
-        ))
-    } else {
-        Err("the store has no pool".into())
-    }
-}
-
-async fn bench_store(kind: Kind, options: &Options) -> Res<Report> {
-    let name = kind.name();
-    println!("\n== {name} ==");
-
-    // Bare commits and engine throughput, on one database.
-    let db = Db::open(kind, options).await?;
-    println!("{}", describe(&db.store).await?);
-    let mut throughput = Vec::new();
+async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
+    let mut levels = Vec::new();
     for (concurrency, target) in LEVELS {
         let bare = bare_commits(&db.store, concurrency, options).await?;
-        println!(
-            "[{name}] c={concurrency:<2} bare commits: {:>8.0} commits/s  (p50 {}, p99 {}, {} commits)",
-            bare.per_sec(),
-            ms(bare.percentile(0.5)),
-            ms(bare.percentile(0.99)),
-            bare.latencies.len()
-        );
+        println!("[{name}] c={concurrency:<2} bare commits: {}", bare.line("commits/s"));
         let engine = engine_throughput(&db.store, concurrency, options).await?;
-        let result = Throughput {
-            concurrency,
-            target,
-            bare,
-            engine,
-        };
+        println!("[{name}] c={concurrency:<2} engine:       {}", engine.line("workflows/s"));
+        let level = Level { concurrency, target, bare, engine };
         println!(
-            "[{name}] c={concurrency:<2} engine:       {:>8.1} workflows/s, {:>8.0} steps/s  (p50 {}, p99 {}, {} workflows)  \
-             ratio {:.3} (target >= {target}) {}",
-            result.engine.per_sec(),
-            result.steps_per_sec(),
-            ms(result.engine.percentile(0.5)),
-            ms(result.engine.percentile(0.99)),
-            result.engine.latencies.len(),
-            result.ratio(),
-            verdict(result.ratio() >= target)
+            "[{name}] c={concurrency:<2} => {:.0} durable steps/s ÷ {:.0} bare commits/s = {:.3} (target >= {target}) {}",
+            level.steps_per_sec(),
+            level.bare.per_sec,
+            level.ratio(),
+            verdict(level.ratio() >= target)
         );
-        throughput.push(result);
+        levels.push(level);
     }
-    db.close().await?;
+    Ok(Outcome::Throughput(levels))
+}
 
-    // Memory with runs waiting on timers, on a fresh database.
+async fn part_memory(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
     let runs = options.runs;
-    let db = Db::open(kind, options).await?;
-    let rss_before = proc_mb("VmRSS");
+    let rss_start = proc_mb("VmRSS");
     let registry = Registry::new().with(Arc::new(Nap));
-    let engine = Arc::new(
-        Engine::start(
-            db.store.clone(),
-            registry,
-            EngineConfig::named("bench-memory"),
-        )
-        .await?,
-    );
+    let config = EngineConfig::named("bench-memory");
+    let engine = Arc::new(Engine::start(db.store.clone(), registry, config).await?);
     let started = Instant::now();
     let submit = submit_many::<Nap>(&engine, runs).await?;
-    let waiting = until_count(runs, PATIENCE, || {
-        count_runs(
-            &db.store,
-            "SELECT count(*) FROM engine_runs WHERE status = $1",
-            "waiting",
-        )
-    })
-    .await?;
+    let waiting = until_count(runs, PATIENCE, || count_status(&db.store, "waiting")).await?;
     let all_waiting = started.elapsed();
     if waiting < runs {
         return Err(format!("only {waiting} of {runs} runs were waiting after {PATIENCE:?}").into());
     }
     // A few polls of the claim loop over the waiting rows before reading the memory.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss = proc_mb("VmRSS");
     let memory = Memory {
-        submit,
-        all_waiting,
-        rss_before,
-        rss,
+        runs,
+        submit_s: submit.as_secs_f64(),
+        all_waiting_s: all_waiting.as_secs_f64(),
+        rss_start_mb: rss_start,
+        rss_mb: proc_mb("VmRSS"),
+        hwm_mb: proc_mb("VmHWM"),
     };
     println!(
-        "[{name}] memory: {runs} runs waiting on a 1 h timer (submitted in {}, all waiting after {}): \
-         VmRSS {:.1} MB (before the engine started: {:.1} MB; peak so far VmHWM {:.1} MB)  target < {RSS_TARGET_MB} MB {}",
-        secs(submit),
-        secs(all_waiting),
-        rss,
-        rss_before,
-        proc_mb("VmHWM"),
-        verdict(rss < RSS_TARGET_MB)
+        "[{name}] memory: {runs} runs waiting on a 1 h durable sleep (submitted by {SUBMITTERS} tasks in {:.2} s, \
+         all waiting after {:.2} s): VmRSS {:.1} MB (at the start of the process: {:.1} MB; peak VmHWM {:.1} MB)  \
+         target < {RSS_TARGET_MB} MB {}",
+        memory.submit_s,
+        memory.all_waiting_s,
+        memory.rss_mb,
+        memory.rss_start_mb,
+        memory.hwm_mb,
+        verdict(memory.rss_mb < RSS_TARGET_MB)
     );
     match Arc::try_unwrap(engine) {
         Ok(engine) => engine.shutdown(Duration::from_secs(10)).await,
         Err(_) => return Err("the memory engine is still shared".into()),
     }
-    db.close().await?;
+    Ok(Outcome::Memory(memory))
+}
 
-    // Claiming runs left in flight by a killed engine, on a fresh database.
-    let db = Db::open(kind, options).await?;
+async fn part_claim(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
+    let runs = options.runs;
     let store = &db.store;
     let registry = Registry::new().with(Arc::new(Hang));
+
+    // Engine bench-a claims every run (an eager start at submit) and hangs in its one step.
     let killed = Arc::new(
         Engine::start(
             store.clone(),
             registry.clone(),
-            EngineConfig {
-                max_concurrency: runs,
-                lease_ttl: Duration::from_secs(3),
-                ..EngineConfig::named("bench-a")
-            },
+            EngineConfig { max_concurrency: runs, lease_ttl: KILLED_LEASE_TTL, ..EngineConfig::named("bench-a") },
         )
         .await?,
     );
     let submit = submit_many::<Hang>(&killed, runs).await?;
-    let held = count_runs(
-        store,
-        "SELECT count(*) FROM engine_runs WHERE lease_owner = $1 AND status = 'running'",
-        "bench-a",
-    )
-    .await? as usize;
+    let held = count_held(store, "bench-a").await? as usize;
     if held < runs {
         return Err(format!("engine bench-a holds only {held} of {runs} runs").into());
     }
-    // Killed: dropping an engine aborts its claim loop, heartbeat and step tasks at once.
+    let reclaimed_before_kill = count_recovered(store, 0).await?;
+    // Killed: dropping an engine aborts its claim loop, heartbeat and step tasks at once, and
+    // leaves its leases to lapse.
     drop(killed);
     let killed_at = Instant::now();
     let expiry = max_column(store, "SELECT max(lease_expires_at) FROM engine_runs").await?;
@@ -712,96 +799,120 @@ async fn bench_store(kind: Kind, options: &Options) -> Res<Report> {
     tokio::time::sleep(lapse).await;
     let lapse_wait = killed_at.elapsed();
     println!(
-        "[{name}] claim: {runs} runs in flight under bench-a (submitted in {}), bench-a killed; \
-         waited {} for its leases (lease_ttl 3 s) to lapse",
-        secs(submit),
-        secs(lapse_wait)
+        "[{name}] claim: {runs} runs in flight under bench-a (submitted in {:.2} s; runs bench-a had to claim \
+         twice: {reclaimed_before_kill}); bench-a killed; waited {:.2} s for its leases (lease_ttl {} s) to lapse",
+        submit.as_secs_f64(),
+        lapse_wait.as_secs_f64(),
+        KILLED_LEASE_TTL.as_secs()
     );
 
+    // A fresh engine, bench-b, with room for every run and otherwise the defaults.
+    let fresh_config = EngineConfig { max_concurrency: runs, ..EngineConfig::named("bench-b") };
+    let after_seq = max_column(store, "SELECT max(seq) FROM engine_events").await?;
     let started = Instant::now();
-    let fresh_engine = Engine::start(
-        store.clone(),
-        registry.clone(),
-        EngineConfig {
-            max_concurrency: runs,
-            ..EngineConfig::named("bench-b")
-        },
-    )
-    .await?;
-    let fresh_claimed = until_count(runs, PATIENCE, || {
-        count_runs(
-            store,
-            "SELECT count(*) FROM engine_runs WHERE lease_owner = $1",
-            "bench-b",
-        )
-    })
-    .await?;
+    let fresh_engine = Engine::start(store.clone(), registry.clone(), fresh_config.clone()).await?;
+    let fresh_claimed = until_count(runs, PATIENCE, || count_recovered(store, after_seq)).await?;
     let fresh = started.elapsed();
     let rss_in_flight = proc_mb("VmRSS");
     println!(
-        "[{name}] claim: a fresh engine (bench-b, claim_batch 64) claimed {fresh_claimed} of {runs} in {}  \
-         (VmRSS with them in flight: {:.1} MB)",
-        secs(fresh),
-        rss_in_flight
+        "[{name}] claim: a fresh engine (bench-b: claim_batch {}, poll {} ms, lease_ttl {} s) claimed {fresh_claimed} \
+         of {runs} in {:.2} s  (VmRSS with them in flight in this process: {rss_in_flight:.1} MB)",
+        fresh_config.claim_batch,
+        fresh_config.poll_interval.as_millis(),
+        fresh_config.lease_ttl.as_secs(),
+        fresh.as_secs_f64()
     );
 
     // Killed again; this time the same name comes back and takes its runs back at once.
     drop(fresh_engine);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let generation = max_column(store, "SELECT max(lease_generation) FROM engine_runs").await?;
+    let after_seq = max_column(store, "SELECT max(seq) FROM engine_events").await?;
     let started = Instant::now();
-    let restarted = Engine::start(
-        store.clone(),
-        registry,
-        EngineConfig {
-            max_concurrency: runs,
-            ..EngineConfig::named("bench-b")
-        },
-    )
-    .await?;
-    let restart_claimed = until_count(runs, PATIENCE, || {
-        count_reclaimed(store, "bench-b", generation)
-    })
-    .await?;
+    let restarted = Engine::start(store.clone(), registry, fresh_config).await?;
+    let restart_claimed = until_count(runs, PATIENCE, || count_recovered(store, after_seq)).await?;
     let restart = started.elapsed();
     println!(
-        "[{name}] claim: bench-b killed and restarted under the same name: claimed {restart_claimed} of {runs} in {}",
-        secs(restart)
+        "[{name}] claim: bench-b killed and restarted under the same name: claimed {restart_claimed} of {runs} in {:.2} s{}",
+        restart.as_secs_f64(),
+        if restart_claimed < runs { " (gave up waiting)" } else { "" }
     );
     drop(restarted);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    db.close().await?;
+    Ok(Outcome::Claim(Claim {
+        runs,
+        submit_s: submit.as_secs_f64(),
+        reclaimed_before_kill,
+        lapse_s: lapse_wait.as_secs_f64(),
+        fresh_s: fresh.as_secs_f64(),
+        fresh_claimed,
+        restart_s: restart.as_secs_f64(),
+        restart_claimed,
+        rss_in_flight_mb: rss_in_flight,
+    }))
+}
 
-    Ok(Report {
-        kind,
-        throughput,
-        memory,
-        claim: Claim {
-            lapse_wait,
-            fresh,
-            fresh_claimed,
-            restart,
-            restart_claimed,
-            rss_in_flight,
-        },
+/// A child: runs one part on one store and prints its figures as JSON on the last line.
+fn child(part: Part, options: &Options) -> Res<()> {
+    let kind = *options.stores.first().ok_or("no store")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let db = Db::open(kind, options).await?;
+        let name = kind.name();
+        if part == Part::Throughput {
+            println!("[{name}] {}", describe(&db.store).await?);
+        }
+        let outcome = match part {
+            Part::Throughput => part_throughput(name, &db, options).await,
+            Part::Memory => part_memory(name, &db, options).await,
+            Part::Claim => part_claim(name, &db, options).await,
+        };
+        let closed = db.close().await;
+        let outcome = outcome?;
+        closed?;
+        println!("{RESULT}{}", serde_json::to_string(&outcome)?);
+        Ok(())
     })
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("model name")?.split_once(':').map(|(_, model)| model.trim().to_owned()))
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cores} cores ({cpu}), Linux {}", kernel.trim())
+// ---------------------------------------------------------------------------------------------
+// The parent
+
+/// Runs one part in a child process, echoing its lines; returns its figures.
+fn run_child(kind: Kind, part: Part, options: &Options) -> Res<Outcome> {
+    let load_before = load();
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(options.child_args(kind, part))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout from the child")?;
+    let mut outcome = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        match line.strip_prefix(RESULT) {
+            Some(json) => outcome = Some(serde_json::from_str::<Outcome>(json)?),
+            None => println!("{line}"),
+        }
+    }
+    let status = child.wait()?;
+    println!("[{}] ({} part done; load average before {load_before}, after {})", kind.name(), part.name(), load());
+    match outcome {
+        Some(outcome) if status.success() => Ok(outcome),
+        _ => Err(format!("the {} part on {} failed ({status})", part.name(), kind.name()).into()),
+    }
+}
+
+struct Report {
+    kind: Kind,
+    levels: Vec<Level>,
+    memory: Memory,
+    claim: Claim,
 }
 
 fn summary(reports: &[Report], options: &Options) {
     println!("\n== summary ==");
     println!(
-        "measured {} s per figure after {} s of warm-up; {} runs for memory and claim{}",
+        "{} s measured per figure after {} s of warm-up; {} runs in the memory and claim parts{}",
         options.seconds,
         options.warmup().as_secs_f64(),
         options.runs,
@@ -809,63 +920,79 @@ fn summary(reports: &[Report], options: &Options) {
     );
     println!();
     println!(
-        "| store | concurrency | bare commits/s | workflows/s | durable steps/s | p50 latency | p99 latency | steps/s ÷ bare commits/s | target |"
+        "| store | concurrency | bare commits/s | workflows/s | durable steps/s | p50 workflow latency | p99 workflow latency | steps/s ÷ bare commits/s | target | machine CPU busy, bare / engine |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for report in reports {
-        for t in &report.throughput {
+        for level in &report.levels {
             println!(
-                "| {} | {} | {:.0} | {:.1} | {:.0} | {} | {} | {:.3} | >= {} {} |",
+                "| {} | {} | {:.0} | {:.1} | {:.0} | {:.2} ms | {:.2} ms | {:.3} | >= {} {} | {:.2} / {:.2} of {} cores |",
                 report.kind.name(),
-                t.concurrency,
-                t.bare.per_sec(),
-                t.engine.per_sec(),
-                t.steps_per_sec(),
-                ms(t.engine.percentile(0.5)),
-                ms(t.engine.percentile(0.99)),
-                t.ratio(),
-                t.target,
-                verdict(t.ratio() >= t.target)
+                level.concurrency,
+                level.bare.per_sec,
+                level.engine.per_sec,
+                level.steps_per_sec(),
+                level.engine.p50_ms,
+                level.engine.p99_ms,
+                level.ratio(),
+                level.target,
+                verdict(level.ratio() >= level.target),
+                level.bare.cpu_machine,
+                level.engine.cpu_machine,
+                cores()
             );
         }
     }
     println!();
     println!(
-        "| store | runs | submitted in | VmRSS, runs waiting on timers | target | fresh engine claims runs of a killed one | restart under the same name |"
+        "| store | runs | VmRSS with the runs waiting on timers | target | a fresh engine claims the runs of a killed one | restart under the same name |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for report in reports {
-        let (m, c) = (&report.memory, &report.claim);
-        let claimed = |claimed: usize, took: Duration| {
-            if claimed >= options.runs {
-                secs(took)
+        let (memory, claim) = (&report.memory, &report.claim);
+        let claimed = |claimed: usize, took: f64| {
+            if claimed >= claim.runs {
+                format!("{took:.2} s")
             } else {
-                format!("only {claimed} after {}", secs(took))
+                format!("only {claimed} of {} after {took:.2} s", claim.runs)
             }
         };
         println!(
-            "| {} | {} | {} | {:.1} MB (process before: {:.1} MB) | < {RSS_TARGET_MB} MB {} | {} (after {} for leases to lapse) | {} |",
+            "| {} | {} | {:.1} MB | < {RSS_TARGET_MB} MB {} | {} (plus {:.2} s for the leases to lapse) | {} |",
             report.kind.name(),
-            options.runs,
-            secs(m.submit),
-            m.rss,
-            m.rss_before,
-            verdict(m.rss < RSS_TARGET_MB),
-            claimed(c.fresh_claimed, c.fresh),
-            secs(c.lapse_wait),
-            claimed(c.restart_claimed, c.restart)
+            memory.runs,
+            memory.rss_mb,
+            verdict(memory.rss_mb < RSS_TARGET_MB),
+            claimed(claim.fresh_claimed, claim.fresh_s),
+            claim.lapse_s,
+            claimed(claim.restart_claimed, claim.restart_s)
         );
     }
-    for report in reports {
-        println!(
-            "{}: all {} runs waiting {} after the first submit; VmRSS with {} runs in flight in the process: {:.1} MB",
-            report.kind.name(),
-            options.runs,
-            secs(report.memory.all_waiting),
-            options.runs,
-            report.claim.rss_in_flight
-        );
+}
+
+fn parent(options: &Options) -> Res<()> {
+    println!("anycloud-engine benchmark");
+    println!("machine: {}", machine());
+    let mut reports = Vec::new();
+    for kind in &options.stores {
+        println!("\n== {} ==", kind.name());
+        let (mut levels, mut memory, mut claim) = (None, None, None);
+        for part in Part::ALL {
+            match run_child(*kind, part, options)? {
+                Outcome::Throughput(found) => levels = Some(found),
+                Outcome::Memory(found) => memory = Some(found),
+                Outcome::Claim(found) => claim = Some(found),
+            }
+        }
+        reports.push(Report {
+            kind: *kind,
+            levels: levels.ok_or("no throughput figures")?,
+            memory: memory.ok_or("no memory figures")?,
+            claim: claim.ok_or("no claim figures")?,
+        });
     }
+    summary(&reports, options);
+    Ok(())
 }
 
 fn main() {
@@ -874,40 +1001,18 @@ fn main() {
         println!("engine benchmark: run it with `cargo bench -p anycloud-engine --bench engine`");
         return;
     }
-    let options = match Options::parse(&args) {
-        Ok(options) => options,
-        Err(err) => {
-            eprintln!("engine benchmark: {err}");
-            std::process::exit(2);
+    let result = Options::parse(&args).and_then(|options| match options.part {
+        Some(part) => {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                )
+                .with_writer(std::io::stderr)
+                .try_init();
+            child(part, &options)
         }
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("engine benchmark: cannot start the runtime: {err}");
-            std::process::exit(1);
-        }
-    };
-    println!("anycloud-engine benchmark");
-    println!("machine: {}", machine());
-    println!("arguments: {}", args.join(" "));
-    let result = runtime.block_on(async {
-        let mut reports = Vec::new();
-        for kind in &options.stores {
-            reports.push(bench_store(*kind, &options).await?);
-        }
-        summary(&reports, &options);
-        Ok::<_, Box<dyn Error + Send + Sync>>(())
+        None => parent(&options),
     });
     if let Err(err) = result {
         eprintln!("engine benchmark failed: {err}");

@@ -401,8 +401,11 @@ async fn heartbeat_loop(inner: Arc<Inner>) {
         if drained {
             return;
         }
-        let until = after(now_ms(), inner.config.lease_ttl);
-        if let Err(err) = inner.store.heartbeat(&inner.config.owner, until).await {
+        let driving: Vec<Uuid> =
+            inner.drivers.lock().map(|drivers| drivers.keys().copied().collect()).unwrap_or_default();
+        let now = now_ms();
+        let until = after(now, inner.config.lease_ttl);
+        if let Err(err) = inner.store.heartbeat(&inner.config.owner, &driving, now, until).await {
             warn!(error = %crate::error::error_chain(&err), "renewing leases failed");
         }
     }

@@ -296,7 +296,10 @@ impl Store {
     /// Unfinished runs under `resource_key`, oldest first, read inside the caller's transaction
     /// (so that a check "nothing is running on this resource" and the change it guards commit
     /// together).
-    pub async fn unfinished_runs_in(tx: &mut WriteTx, resource_key: &str) -> Result<Vec<(Uuid, RunStatus)>, sqlx::Error> {
+    pub async fn unfinished_runs_in(
+        tx: &mut WriteTx,
+        resource_key: &str,
+    ) -> Result<Vec<(Uuid, RunStatus)>, sqlx::Error> {
         let rows: Vec<(String, String)> = with_tx!(tx, |tx| {
             sqlx::query_as(
                 "SELECT id, status FROM engine_runs WHERE resource_key = $1 AND finished_at IS NULL ORDER BY seq",
@@ -466,16 +469,33 @@ impl Store {
         })
     }
 
-    /// Extends every lease `owner` holds to `until`. Returns how many it holds.
-    pub(crate) async fn heartbeat(&self, owner: &str, until: Millis) -> Result<u64, sqlx::Error> {
-        with_pool!(&self.pool, |pool| {
-            let done = sqlx::query("UPDATE engine_runs SET lease_expires_at = $2 WHERE lease_owner = $1")
-                .bind(owner)
-                .bind(until)
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected())
-        })
+    /// Extends to `until` the leases `owner` holds on `runs` (the runs it is driving now) that
+    /// have not lapsed. A lapsed lease is never revived: another engine may be taking it over,
+    /// and a run this engine holds but no longer drives must be free to be claimed again.
+    pub(crate) async fn heartbeat(
+        &self,
+        owner: &str,
+        runs: &[Uuid],
+        now: Millis,
+        until: Millis,
+    ) -> Result<u64, sqlx::Error> {
+        let mut renewed = 0;
+        for chunk in runs.chunks(500) {
+            let placeholders: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 4)).collect();
+            let sql = AssertSqlSafe(format!(
+                "UPDATE engine_runs SET lease_expires_at = $2 \
+                 WHERE lease_owner = $1 AND lease_expires_at > $3 AND id IN ({})",
+                placeholders.join(", ")
+            ));
+            renewed += with_pool!(&self.pool, |pool| {
+                let mut query = sqlx::query(sql).bind(owner).bind(until).bind(now);
+                for id in chunk {
+                    query = query.bind(id.to_string());
+                }
+                query.execute(pool).await.map(|done| done.rows_affected())
+            })?;
+        }
+        Ok(renewed)
     }
 
     /// Lets the leases of a previous incarnation of `owner` lapse at once: it is dead, since
