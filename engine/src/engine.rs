@@ -9,6 +9,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -45,6 +46,9 @@ pub(crate) struct Inner {
     stop: watch::Sender<bool>,
     finished: broadcast::Sender<(Uuid, RunStatus)>,
     drivers: Mutex<HashMap<Uuid, AbortHandle>>,
+    /// The last claim filled every free slot: more runs may be due, so a slot that frees up
+    /// should be used at once rather than at the next poll.
+    backlog: AtomicBool,
     /// The claim loop and the heartbeat.
     loops: Mutex<Vec<AbortHandle>>,
 }
@@ -87,6 +91,7 @@ impl Engine {
             stop,
             finished: broadcast::channel(1024).0,
             drivers: Mutex::new(HashMap::new()),
+            backlog: AtomicBool::new(false),
             loops: Mutex::new(Vec::new()),
         });
         let mut loops = vec![tokio::spawn(claim_loop(inner.clone())).abort_handle()];
@@ -192,13 +197,15 @@ impl Engine {
             }
             // Runs driven here announce their end; runs driven elsewhere are seen by polling.
             let poll = tokio::time::sleep(Duration::from_millis(500));
-            tokio::select! {
-                _ = poll => {}
-                _ = tokio::time::sleep_until(deadline) => return Err(EngineError::Timeout(id)),
-                message = finished.recv() => {
-                    if let Ok((done, _)) = message && done != id {
-                        continue;
-                    }
+            tokio::pin!(poll);
+            loop {
+                tokio::select! {
+                    _ = &mut poll => break,
+                    _ = tokio::time::sleep_until(deadline) => return Err(EngineError::Timeout(id)),
+                    message = finished.recv() => match message {
+                        Ok((done, _)) if done != id => continue,
+                        _ => break,
+                    },
                 }
             }
         }
@@ -343,7 +350,9 @@ impl Inner {
                     drivers.remove(&id);
                 }
                 drop(permit);
-                inner.wake.notify_one();
+                if inner.backlog.load(Ordering::Relaxed) {
+                    inner.wake.notify_one();
+                }
             }
             .instrument(span),
         );
@@ -365,6 +374,7 @@ async fn claim_loop(inner: Arc<Inner>) {
             match inner.store.claim(&inner.config.owner, &inner.label, now, lease_until, free).await {
                 Ok(claimed) => {
                     full_batch = claimed.len() as u32 == free;
+                    inner.backlog.store(full_batch, Ordering::Relaxed);
                     for run in claimed {
                         match inner.slots.clone().try_acquire_owned() {
                             Ok(permit) => inner.spawn_driver(run, permit),

@@ -80,7 +80,15 @@ async fn park(inner: &Inner, run: &mut RunRecord, reason: String) {
     run.next_at = None;
     run.status_reason = Some(reason.clone());
     let events = [NewEvent::new("parked", run.current_step.as_deref(), reason)];
-    let commit = Commit { run, owner: &inner.config.owner, now: now_ms(), release: true, step: None, events: &events };
+    let commit = Commit {
+        run,
+        owner: &inner.config.owner,
+        now: now_ms(),
+        release: true,
+        advance: false,
+        step: None,
+        events: &events,
+    };
     if let Err(err) = inner.store.commit(&commit).await {
         warn!(error = %error_chain(&err), "could not park the run");
     }
@@ -216,10 +224,11 @@ impl Driver<'_> {
             }
         } else {
             let next = self.instance.step_name(run.step_index as usize);
+            // `next_at` stays as it is (already due): the checkpoint then changes no indexed
+            // column, which keeps it cheap (a HOT update on PostgreSQL).
             run.status = RunStatus::Running;
             run.current_step = Some(next.to_owned());
             run.step_started_at = Some(now);
-            run.next_at = Some(now);
         }
         let outcome = self.commit(run, finished, step.as_ref(), &events).await?;
         if finished && outcome {
@@ -435,7 +444,9 @@ impl Driver<'_> {
         step: Option<&StepRecord>,
         events: &[NewEvent],
     ) -> Result<bool, sqlx::Error> {
-        let commit = Commit { run, owner: &self.inner.config.owner, now: now_ms(), release, step, events };
+        // A step that succeeded and is not the last one, on a running run: the hot path.
+        let advance = !release && run.phase == Phase::Forward && run.status == RunStatus::Running && step.is_some();
+        let commit = Commit { run, owner: &self.inner.config.owner, now: now_ms(), release, advance, step, events };
         match self.inner.store.commit(&commit).await? {
             CommitOutcome::Committed { cancel_requested } => {
                 run.cancel_requested = cancel_requested;

@@ -1,7 +1,10 @@
 //! End-to-end and crash tests of anycloud that run real processes against real databases.
 //!
 //! The library holds what a test and the child processes it starts must agree on; the tests
-//! themselves live in `tests/`, the child processes in `src/bin/`.
+//! themselves live in `tests/`, the child processes in `src/bin/`. [`e2e`] holds what the
+//! end-to-end tests of the `anycloud` binary (`tests/api_*.rs`) share.
+
+pub mod e2e;
 
 /// What the crash test (`tests/crash.rs`) and its child process (`src/bin/crash_child.rs`)
 /// share: the workflow's shape, the engine's settings, and the side-effect record.

@@ -1,6 +1,6 @@
 -- The engine's tables. Times are milliseconds since the Unix epoch; JSON is stored as text.
 CREATE TABLE engine_runs (
-    seq              INTEGER PRIMARY KEY AUTOINCREMENT, -- submission order
+    seq              INTEGER PRIMARY KEY, -- submission order (rows are never deleted, so rowids only grow)
     id               TEXT    NOT NULL UNIQUE,
     kind             TEXT    NOT NULL,
     version          INTEGER NOT NULL,
@@ -26,7 +26,6 @@ CREATE TABLE engine_runs (
 );
 CREATE INDEX engine_runs_due ON engine_runs (next_at) WHERE finished_at IS NULL;
 CREATE INDEX engine_runs_key ON engine_runs (resource_key, seq) WHERE finished_at IS NULL;
-CREATE INDEX engine_runs_owner ON engine_runs (lease_owner) WHERE lease_owner IS NOT NULL;
 CREATE INDEX engine_runs_kind ON engine_runs (kind, seq);
 CREATE INDEX engine_runs_status ON engine_runs (status, seq);
 CREATE INDEX engine_runs_resource ON engine_runs (resource_key, status, seq);
@@ -43,10 +42,10 @@ CREATE TABLE engine_steps (
     started_at  INTEGER NOT NULL,
     finished_at INTEGER NOT NULL,
     PRIMARY KEY (run_id, phase, idx)
-);
+) WITHOUT ROWID;
 
 CREATE TABLE engine_events (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq     INTEGER PRIMARY KEY,
     run_id  TEXT    NOT NULL,
     at      INTEGER NOT NULL,
     kind    TEXT    NOT NULL,
@@ -56,7 +55,7 @@ CREATE TABLE engine_events (
 CREATE INDEX engine_events_run ON engine_events (run_id, seq);
 
 CREATE TABLE engine_signals (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq        INTEGER PRIMARY KEY,
     run_id     TEXT    NOT NULL,
     name       TEXT    NOT NULL,
     payload    TEXT    NOT NULL,

@@ -27,7 +27,12 @@ use crate::status::{Phase, RunStatus};
 /// The workflow store. Cheap to clone: it is a connection pool.
 #[derive(Clone, Debug)]
 pub struct Store {
+    /// Every write, and the domain's queries.
     pool: Pool,
+    /// The engine's own reads (inspection, outputs, signals). On SQLite a separate read-only
+    /// pool, so that reads never queue behind the single writer connection; on PostgreSQL the
+    /// same pool.
+    reader: Pool,
 }
 
 /// The store's connection pool. The domain keeps its own tables in the same database and
@@ -147,6 +152,66 @@ const CLAIM_CANDIDATES: &str = "SELECT seq, lease_owner FROM engine_runs r \
             WHERE p.resource_key = r.resource_key AND p.finished_at IS NULL AND p.seq < r.seq)) \
      ORDER BY r.next_at, r.seq LIMIT $2";
 
+/// The columns a commit sets. Parameters: run state $1-$13, fence $14-$16, step $17-$26 ($17:
+/// whether there is one), events $27.
+const SET_ALL: &str = "status = $1, phase = $2, step_index = $3, current_step = $4, attempt = $5, \
+     step_started_at = $6, next_at = $7, status_reason = $8, error = $9, output = $10, finished_at = $11, \
+     updated_at = $12, lease_owner = CASE WHEN $13 THEN NULL ELSE lease_owner END, \
+     lease_expires_at = CASE WHEN $13 THEN NULL ELSE lease_expires_at END";
+
+/// The columns an advance sets: a step succeeded and the next one starts, the run keeps its
+/// status, due time and lease. No indexed column is written, so the run's row is rewritten
+/// in place (a HOT update on PostgreSQL) and no index page changes: this is the hot path.
+const SET_ADVANCE: &str = "step_index = $3, current_step = $4, attempt = $5, step_started_at = $6, \
+     status_reason = $8, error = $9, updated_at = $12";
+
+/// The commit on PostgreSQL: data-modifying CTEs run as one atomic statement, in one round
+/// trip; the step row and the events are written only if the fenced UPDATE matched.
+fn commit_postgres(set: &str) -> String {
+    format!(
+        "WITH run AS ( \
+           UPDATE engine_runs SET {set} \
+           WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16 \
+           RETURNING id, cancel_requested), \
+         step AS ( \
+           INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, finished_at) \
+           SELECT run.id, $18, $19, $20, $21, $22, $23, $24, $25, $26 FROM run WHERE $17 \
+           ON CONFLICT (run_id, phase, idx) DO UPDATE SET name = excluded.name, status = excluded.status, \
+             attempts = excluded.attempts, output = excluded.output, error = excluded.error, \
+             started_at = excluded.started_at, finished_at = excluded.finished_at), \
+         events AS ( \
+           INSERT INTO engine_events (run_id, at, kind, step, message) \
+           SELECT run.id, $12, e.value ->> 'kind', e.value ->> 'step', e.value ->> 'message' \
+           FROM run, jsonb_array_elements($27::jsonb) WITH ORDINALITY AS e(value, position) ORDER BY e.position) \
+         SELECT cancel_requested FROM run"
+    )
+}
+
+/// The same commit on SQLite, as one batch inside a `BEGIN IMMEDIATE` transaction: the fenced
+/// UPDATE, then the step row and the events only if it matched. After the UPDATE (which may
+/// release the lease) "it matched" reads as: the row still has the claimed generation (every
+/// claim increments it) and carries this commit's `updated_at`.
+fn commit_sqlite(set: &str) -> String {
+    format!(
+        "UPDATE engine_runs SET {set} WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16; \
+         INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, finished_at) \
+         SELECT $14, $18, $19, $20, $21, $22, $23, $24, $25, $26 WHERE $17 AND changes() = 1 \
+         ON CONFLICT (run_id, phase, idx) DO UPDATE SET name = excluded.name, status = excluded.status, \
+           attempts = excluded.attempts, output = excluded.output, error = excluded.error, \
+           started_at = excluded.started_at, finished_at = excluded.finished_at; \
+         INSERT INTO engine_events (run_id, at, kind, step, message) \
+         SELECT $14, $12, e.value ->> 'kind', e.value ->> 'step', e.value ->> 'message' FROM json_each($27) AS e \
+         WHERE EXISTS (SELECT 1 FROM engine_runs WHERE id = $14 AND lease_generation = $15 AND updated_at = $12) \
+         ORDER BY e.key; \
+         SELECT cancel_requested FROM engine_runs WHERE id = $14 AND lease_generation = $15 AND updated_at = $12"
+    )
+}
+
+/// The four commit statements, built once: [postgres, sqlite] × [all, advance].
+static COMMIT_SQL: std::sync::LazyLock<[[String; 2]; 2]> = std::sync::LazyLock::new(|| {
+    [[commit_postgres(SET_ALL), commit_postgres(SET_ADVANCE)], [commit_sqlite(SET_ALL), commit_sqlite(SET_ADVANCE)]]
+});
+
 impl Store {
     /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`) and brings its
     /// schema up to date.
@@ -175,20 +240,35 @@ impl Store {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+        // One connection: SQLite has one writer at a time anyway, and queueing writers in the
+        // pool (first come, first served) beats SQLite's busy handler, which sleeps up to 100 ms.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await?;
         let mut migrator = sqlx::migrate!("./migrations/sqlite");
         migrator.set_ignore_missing(true);
         migrator.run(&pool).await.map_err(EngineError::Migrate)?;
-        Ok(Self { pool: Pool::Sqlite(pool) })
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .test_before_acquire(false)
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader) })
     }
 
     /// Opens PostgreSQL with these options and a pool of `max_connections`.
     pub async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> Result<Self, EngineError> {
-        let pool = PgPoolOptions::new().max_connections(max_connections).connect_with(options).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await?;
         let mut migrator = sqlx::migrate!("./migrations/postgres");
         migrator.set_ignore_missing(true);
         migrator.run(&pool).await.map_err(EngineError::Migrate)?;
-        Ok(Self { pool: Pool::Postgres(pool) })
+        Ok(Self { pool: Pool::Postgres(pool.clone()), reader: Pool::Postgres(pool) })
     }
 
     /// `sqlite` or `postgres`.
@@ -231,7 +311,8 @@ impl Store {
 
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
-        with_pool!(&self.pool, |pool| pool.close().await)
+        with_pool!(&self.pool, |pool| pool.close().await);
+        with_pool!(&self.reader, |pool| pool.close().await)
     }
 
     fn is_postgres(&self) -> bool {
@@ -384,7 +465,7 @@ impl Store {
 
     /// Outputs of the run's completed forward steps, by position.
     pub(crate) async fn completed_outputs(&self, run_id: Uuid) -> Result<Vec<(u32, String, Value)>, sqlx::Error> {
-        let rows: Vec<(i64, String, Option<String>)> = with_pool!(&self.pool, |pool| {
+        let rows: Vec<(i64, String, Option<String>)> = with_pool!(&self.reader, |pool| {
             sqlx::query_as(
                 "SELECT idx, name, output FROM engine_steps \
                  WHERE run_id = $1 AND phase = 'forward' AND status = 'succeeded' ORDER BY idx",
@@ -401,71 +482,63 @@ impl Store {
             .collect()
     }
 
-    /// Writes the run's new state, its finished step and its events in one transaction, if
-    /// the caller still holds the lease generation it claimed.
+    /// Writes the run's new state, its finished step and its events atomically, if the caller
+    /// still holds the lease generation it claimed. This is the engine's hot path (one per
+    /// step), so it is one round trip: on PostgreSQL one statement of data-modifying CTEs, on
+    /// SQLite one batch of statements inside `BEGIN IMMEDIATE ... COMMIT`.
     pub(crate) async fn commit(&self, commit: &Commit<'_>) -> Result<CommitOutcome, sqlx::Error> {
         let run = commit.run;
-        let id = run.id.to_string();
-        with_pool!(&self.pool, |pool| {
-            let mut tx = pool.begin_write().await?;
-            let cancel_requested: Option<bool> = sqlx::query_scalar(
-                "UPDATE engine_runs SET status = $1, phase = $2, step_index = $3, current_step = $4, \
-                   attempt = $5, step_started_at = $6, next_at = $7, status_reason = $8, error = $9, \
-                   output = $10, finished_at = $11, updated_at = $12, \
-                   lease_owner = CASE WHEN $13 THEN NULL ELSE lease_owner END, \
-                   lease_expires_at = CASE WHEN $13 THEN NULL ELSE lease_expires_at END \
-                 WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16 \
-                 RETURNING cancel_requested",
-            )
-            .bind(run.status.as_str())
-            .bind(run.phase.as_str())
-            .bind(i64::from(run.step_index))
-            .bind(run.current_step.as_deref())
-            .bind(i64::from(run.attempt))
-            .bind(run.step_started_at)
-            .bind(run.next_at.unwrap_or(NEVER))
-            .bind(run.status_reason.as_deref())
-            .bind(run.error.as_ref().map(to_json))
-            .bind(run.output.as_ref().map(to_json))
-            .bind(run.finished_at)
-            .bind(commit.now)
-            .bind(commit.release)
-            .bind(&id)
-            .bind(run.lease_generation)
-            .bind(commit.owner)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some(cancel_requested) = cancel_requested else {
-                tx.rollback().await?;
-                return Ok(CommitOutcome::Fenced);
+        let step = commit.step;
+        let events: Vec<serde_json::Value> = commit
+            .events
+            .iter()
+            .map(|event| serde_json::json!({ "kind": event.kind, "step": event.step, "message": event.message }))
+            .collect();
+        let sql = &COMMIT_SQL[usize::from(!self.is_postgres())][usize::from(commit.advance)];
+        macro_rules! bound {
+            () => {
+                sqlx::query_scalar::<_, bool>(AssertSqlSafe(sql.as_str()))
+                    .bind(run.status.as_str())
+                    .bind(run.phase.as_str())
+                    .bind(i64::from(run.step_index))
+                    .bind(run.current_step.as_deref())
+                    .bind(i64::from(run.attempt))
+                    .bind(run.step_started_at)
+                    .bind(run.next_at.unwrap_or(NEVER))
+                    .bind(run.status_reason.as_deref())
+                    .bind(run.error.as_ref().map(to_json))
+                    .bind(run.output.as_ref().map(to_json))
+                    .bind(run.finished_at)
+                    .bind(commit.now)
+                    .bind(commit.release)
+                    .bind(run.id.to_string())
+                    .bind(run.lease_generation)
+                    .bind(commit.owner)
+                    .bind(step.is_some())
+                    .bind(step.map(|step| step.phase.as_str()))
+                    .bind(step.map(|step| i64::from(step.index)))
+                    .bind(step.map(|step| step.name.as_str()))
+                    .bind(step.map(|step| step.status.as_str()))
+                    .bind(step.map(|step| i64::from(step.attempts)))
+                    .bind(step.and_then(|step| step.output.as_ref().map(to_json)))
+                    .bind(step.and_then(|step| step.error.as_ref().map(to_json)))
+                    .bind(step.map(|step| step.started_at))
+                    .bind(step.map(|step| step.finished_at))
+                    .bind(to_json(&events))
             };
-            if let Some(step) = commit.step {
-                sqlx::query(
-                    "INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, \
-                       started_at, finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-                     ON CONFLICT (run_id, phase, idx) DO UPDATE SET name = excluded.name, \
-                       status = excluded.status, attempts = excluded.attempts, output = excluded.output, \
-                       error = excluded.error, started_at = excluded.started_at, \
-                       finished_at = excluded.finished_at",
-                )
-                .bind(&id)
-                .bind(step.phase.as_str())
-                .bind(i64::from(step.index))
-                .bind(&step.name)
-                .bind(&step.status)
-                .bind(i64::from(step.attempts))
-                .bind(step.output.as_ref().map(to_json))
-                .bind(step.error.as_ref().map(to_json))
-                .bind(step.started_at)
-                .bind(step.finished_at)
-                .execute(&mut *tx)
-                .await?;
+        }
+        let cancel_requested = match &self.pool {
+            Pool::Postgres(pool) => bound!().fetch_optional(pool).await?,
+            Pool::Sqlite(pool) => {
+                let mut tx = pool.begin_write().await?;
+                let cancel_requested = bound!().fetch_optional(&mut *tx).await?;
+                tx.commit().await?;
+                cancel_requested
             }
-            for event in commit.events {
-                insert_event(&mut tx, run.id, commit.now, event).await?;
-            }
-            tx.commit().await?;
-            Ok(CommitOutcome::Committed { cancel_requested })
+        };
+        Ok(match cancel_requested {
+            Some(cancel_requested) => CommitOutcome::Committed { cancel_requested },
+            None => CommitOutcome::Fenced,
         })
     }
 
@@ -530,7 +603,7 @@ impl Store {
     pub async fn run(&self, id: Uuid) -> Result<Option<RunRecord>, sqlx::Error> {
         let sql = AssertSqlSafe(format!("SELECT {RUN_COLUMNS} FROM engine_runs WHERE id = $1"));
         let row: Option<RunRow> =
-            with_pool!(&self.pool, |pool| sqlx::query_as(sql).bind(id.to_string()).fetch_optional(pool).await)?;
+            with_pool!(&self.reader, |pool| sqlx::query_as(sql).bind(id.to_string()).fetch_optional(pool).await)?;
         row.map(RunRecord::try_from).transpose()
     }
 
@@ -558,7 +631,7 @@ impl Store {
             "SELECT {RUN_COLUMNS} FROM engine_runs WHERE {} ORDER BY seq DESC LIMIT ${limit}",
             conditions.join(" AND ")
         ));
-        let rows: Vec<RunRow> = with_pool!(&self.pool, |pool| {
+        let rows: Vec<RunRow> = with_pool!(&self.reader, |pool| {
             let mut query = sqlx::query_as(sql);
             for value in &binds {
                 query = query.bind(value.as_str());
@@ -574,7 +647,7 @@ impl Store {
 
     /// The run's finished steps and undos, in the order they finished.
     pub async fn steps(&self, id: Uuid) -> Result<Vec<StepRecord>, sqlx::Error> {
-        let rows: Vec<StepRow> = with_pool!(&self.pool, |pool| {
+        let rows: Vec<StepRow> = with_pool!(&self.reader, |pool| {
             sqlx::query_as(
                 "SELECT phase, idx, name, status, attempts, output, error, started_at, finished_at \
                  FROM engine_steps WHERE run_id = $1 ORDER BY finished_at, phase, idx",
@@ -588,7 +661,7 @@ impl Store {
 
     /// The run's timeline after event `after_seq`, oldest first.
     pub async fn events(&self, id: Uuid, after_seq: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
-        let rows: Vec<EventRow> = with_pool!(&self.pool, |pool| {
+        let rows: Vec<EventRow> = with_pool!(&self.reader, |pool| {
             sqlx::query_as(
                 "SELECT seq, run_id, at, kind, step, message FROM engine_events \
                  WHERE run_id = $1 AND seq > $2 ORDER BY seq",
@@ -603,7 +676,7 @@ impl Store {
 
     /// The latest payload of signal `name` sent to the run.
     pub(crate) async fn latest_signal(&self, run: Uuid, name: &str) -> Result<Option<Value>, sqlx::Error> {
-        let payload: Option<String> = with_pool!(&self.pool, |pool| {
+        let payload: Option<String> = with_pool!(&self.reader, |pool| {
             sqlx::query_scalar(
                 "SELECT payload FROM engine_signals WHERE run_id = $1 AND name = $2 ORDER BY seq DESC LIMIT 1",
             )

@@ -157,6 +157,8 @@ pub(crate) struct Commit<'a> {
     pub(crate) now: Millis,
     /// Give the run up (it waits, is parked, or has ended).
     pub(crate) release: bool,
+    /// Only the step moved on: status, due time and lease stay as they are.
+    pub(crate) advance: bool,
     pub(crate) step: Option<&'a StepRecord>,
     pub(crate) events: &'a [NewEvent],
 }
