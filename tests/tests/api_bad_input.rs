@@ -187,6 +187,14 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
             "INVALID_ARGUMENT",
         ),
         Case::new(
+            "an endpoint that is not a URL",
+            &["credentials", "new", "x", "--provider", "aws", "--access-key-id", KEY_ID, "--endpoint", "not a url"],
+            3,
+            "credential `x`: endpoint `not a url` is not an http(s) URL",
+            "INVALID_CREDENTIAL",
+        )
+        .env("AWS_SECRET_ACCESS_KEY", &secret),
+        Case::new(
             "no GCP key file at all",
             &["credentials", "new", "x", "--provider", "gcp"],
             3,
@@ -197,9 +205,7 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
             "a GCP key file that is not a service-account key",
             &["credentials", "new", "x", "--provider", "gcp", "--service-account-file", not_a_key],
             3,
-            // A user's ADC file lacks project_id, so it fails to parse before its type is looked
-            // at ("of type `authorized_user`; only service-account keys" is never reached).
-            "credential `x`: the GCP service-account key file is not a service-account key",
+            "credential `x`: the GCP key file is of type `authorized_user`; only service-account keys can be imported",
             "INVALID_CREDENTIAL",
         ),
         Case::new(

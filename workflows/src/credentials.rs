@@ -127,6 +127,9 @@ impl NewCredential {
         if provider != ProviderKind::Sim && self.sim.is_some() {
             return Err(format!("credential `{}`: sim settings apply only to --provider sim", self.name));
         }
+        if let Some(endpoint) = &self.endpoint {
+            check_endpoint(&self.name, endpoint)?;
+        }
         let present = |value: &Option<String>| value.as_deref().is_some_and(|v| !v.trim().is_empty());
         let (public, secret) = match provider {
             ProviderKind::Aws => {
@@ -174,6 +177,19 @@ impl NewCredential {
             }
         };
         Ok(ValidCredential { name: self.name, provider, public, secret })
+    }
+}
+
+/// An endpoint override must be an http(s) URL with a host, or every later call fails.
+fn check_endpoint(name: &str, endpoint: &str) -> Result<(), String> {
+    let rest = endpoint.strip_prefix("https://").or_else(|| endpoint.strip_prefix("http://"));
+    let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    match host {
+        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
+        _ => Err(format!(
+            "credential `{name}`: endpoint `{endpoint}` is not an http(s) URL; pass one such as \
+             https://ec2.eu-west-1.amazonaws.com, or leave --endpoint out to use the provider's own"
+        )),
     }
 }
 

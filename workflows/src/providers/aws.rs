@@ -54,6 +54,10 @@ pub async fn verify(
             );
             Ok(Verdict::Rejected { message })
         }
+        // The request could not even be built (a bad endpoint, say): retrying cannot help.
+        Err(err @ SdkError::ConstructionFailure(_)) => Ok(Verdict::Rejected {
+            message: format!("the EC2 request could not be built: {}", anycloud_engine::error_chain(&err)),
+        }),
         Err(err) => Err(err),
     }
 }

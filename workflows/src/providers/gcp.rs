@@ -29,17 +29,25 @@ impl ServiceAccountKey {
                         downloaded from IAM > Service accounts > Keys)"
                 .into());
         }
-        let key: Self = serde_json::from_str(json).map_err(|err| {
+        let value: serde_json::Value = serde_json::from_str(json).map_err(|err| {
+            format!("the GCP service-account key file is not JSON ({err}); download a JSON key from IAM")
+        })?;
+        // The type first, so that a user's ADC file (`authorized_user`) gets its own answer.
+        match value.get("type").and_then(serde_json::Value::as_str) {
+            Some("service_account") => {}
+            Some(other) => {
+                return Err(format!(
+                    "the GCP key file is of type `{other}`; only service-account keys can be imported \
+                     (not user ADC or other credential files)"
+                ));
+            }
+            None => return Err("the GCP key file has no `type`; download a service-account JSON key from IAM".into()),
+        }
+        let key: Self = serde_json::from_value(value).map_err(|err| {
             format!(
                 "the GCP service-account key file is not a service-account key ({err}); download a JSON key from IAM"
             )
         })?;
-        if key.kind != "service_account" {
-            return Err(format!(
-                "the GCP key file is of type `{}`; only service-account keys can be imported (not user ADC)",
-                key.kind
-            ));
-        }
         if key.private_key.trim().is_empty() || key.project_id.trim().is_empty() {
             return Err("the GCP service-account key file has no private_key or project_id".into());
         }
