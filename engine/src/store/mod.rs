@@ -5,6 +5,8 @@
 //! point of use. Every state change of a run is one transaction that names the lease
 //! generation it was claimed under, so a worker that lost its lease writes nothing.
 
+mod commit_args;
+mod group_commit;
 mod records;
 
 use std::path::Path;
@@ -17,7 +19,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{AssertSqlSafe, Postgres, Sqlite, Transaction};
 use uuid::Uuid;
 
-pub(crate) use records::{Claimed, Commit, CommitOutcome, NEVER, NewEvent};
+use commit_args::{CommitArgs, bind_commit};
+use group_commit::GroupCommit;
+pub(crate) use records::{Claimed, Commit, CommitOutcome, NewEvent};
 pub use records::{EventRecord, Lease, Millis, RunFilter, RunRecord, StepRecord};
 use records::{EventRow, RUN_COLUMNS, RunRow, StepRow, parse_json, to_json};
 
@@ -33,6 +37,8 @@ pub struct Store {
     /// pool, so that reads never queue behind the single writer connection; on PostgreSQL the
     /// same pool.
     reader: Pool,
+    /// On SQLite, the task that commits many drivers' checkpoints in one transaction.
+    group_commit: Option<GroupCommit>,
 }
 
 /// The store's connection pool. The domain keeps its own tables in the same database and
@@ -255,7 +261,8 @@ impl Store {
             .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
-        Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader) })
+        let group_commit = Some(GroupCommit::start(pool.clone()));
+        Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader), group_commit })
     }
 
     /// Opens PostgreSQL with these options and a pool of `max_connections`.
@@ -268,7 +275,7 @@ impl Store {
         let mut migrator = sqlx::migrate!("./migrations/postgres");
         migrator.set_ignore_missing(true);
         migrator.run(&pool).await.map_err(EngineError::Migrate)?;
-        Ok(Self { pool: Pool::Postgres(pool.clone()), reader: Pool::Postgres(pool) })
+        Ok(Self { pool: Pool::Postgres(pool.clone()), reader: Pool::Postgres(pool), group_commit: None })
     }
 
     /// `sqlite` or `postgres`.
@@ -487,51 +494,14 @@ impl Store {
     /// step), so it is one round trip: on PostgreSQL one statement of data-modifying CTEs, on
     /// SQLite one batch of statements inside `BEGIN IMMEDIATE ... COMMIT`.
     pub(crate) async fn commit(&self, commit: &Commit<'_>) -> Result<CommitOutcome, sqlx::Error> {
-        let run = commit.run;
-        let step = commit.step;
-        let events: Vec<serde_json::Value> = commit
-            .events
-            .iter()
-            .map(|event| serde_json::json!({ "kind": event.kind, "step": event.step, "message": event.message }))
-            .collect();
-        let sql = &COMMIT_SQL[usize::from(!self.is_postgres())][usize::from(commit.advance)];
-        macro_rules! bound {
-            () => {
-                sqlx::query_scalar::<_, bool>(AssertSqlSafe(sql.as_str()))
-                    .bind(run.status.as_str())
-                    .bind(run.phase.as_str())
-                    .bind(i64::from(run.step_index))
-                    .bind(run.current_step.as_deref())
-                    .bind(i64::from(run.attempt))
-                    .bind(run.step_started_at)
-                    .bind(run.next_at.unwrap_or(NEVER))
-                    .bind(run.status_reason.as_deref())
-                    .bind(run.error.as_ref().map(to_json))
-                    .bind(run.output.as_ref().map(to_json))
-                    .bind(run.finished_at)
-                    .bind(commit.now)
-                    .bind(commit.release)
-                    .bind(run.id.to_string())
-                    .bind(run.lease_generation)
-                    .bind(commit.owner)
-                    .bind(step.is_some())
-                    .bind(step.map(|step| step.phase.as_str()))
-                    .bind(step.map(|step| i64::from(step.index)))
-                    .bind(step.map(|step| step.name.as_str()))
-                    .bind(step.map(|step| step.status.as_str()))
-                    .bind(step.map(|step| i64::from(step.attempts)))
-                    .bind(step.and_then(|step| step.output.as_ref().map(to_json)))
-                    .bind(step.and_then(|step| step.error.as_ref().map(to_json)))
-                    .bind(step.map(|step| step.started_at))
-                    .bind(step.map(|step| step.finished_at))
-                    .bind(to_json(&events))
-            };
-        }
-        let cancel_requested = match &self.pool {
-            Pool::Postgres(pool) => bound!().fetch_optional(pool).await?,
-            Pool::Sqlite(pool) => {
+        let sql = COMMIT_SQL[usize::from(!self.is_postgres())][usize::from(commit.advance)].as_str();
+        let args = CommitArgs::new(sql, commit);
+        let cancel_requested = match (&self.pool, &self.group_commit) {
+            (Pool::Postgres(pool), _) => bind_commit!(args).fetch_optional(pool).await?,
+            (Pool::Sqlite(_), Some(group)) => group.commit(args).await?,
+            (Pool::Sqlite(pool), None) => {
                 let mut tx = pool.begin_write().await?;
-                let cancel_requested = bound!().fetch_optional(&mut *tx).await?;
+                let cancel_requested = bind_commit!(args).fetch_optional(&mut *tx).await?;
                 tx.commit().await?;
                 cancel_requested
             }

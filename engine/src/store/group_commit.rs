@@ -1,0 +1,90 @@
+//! Group commit on SQLite: the checkpoints that drivers send while a transaction is being
+//! written wait in a queue, and the next transaction commits all of them with one fsync.
+//!
+//! ```text
+//!   driver ─┐                          ┌─ BEGIN IMMEDIATE
+//!   driver ─┼─> queue ─> commit task ──┼─ checkpoint 1 .. checkpoint n (up to 64)
+//!   driver ─┘     ^                    └─ COMMIT ──> each driver gets its own answer
+//!                 └── a driver waits for its answer, which comes only after COMMIT
+//! ```
+//!
+//! With one driver this is exactly one transaction per checkpoint. A failure of the
+//! transaction fails every checkpoint in it (none is acknowledged): their drivers stop, and
+//! the runs are claimed again once their leases lapse.
+
+use sqlx::SqlitePool;
+use tokio::sync::{mpsc, oneshot};
+
+use super::BeginWrite;
+use super::commit_args::{CommitArgs, bind_commit};
+
+/// Most checkpoints in one transaction.
+const MAX_GROUP: usize = 64;
+
+type Answer = Result<Option<bool>, sqlx::Error>;
+
+struct Job {
+    args: CommitArgs,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// The queue in front of the commit task.
+#[derive(Clone, Debug)]
+pub(crate) struct GroupCommit {
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Job")
+    }
+}
+
+impl GroupCommit {
+    /// Starts the commit task on `pool`; it ends when the last store clone is dropped.
+    pub(crate) fn start(pool: SqlitePool) -> Self {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        tokio::spawn(commit_task(pool, queue));
+        Self { jobs }
+    }
+
+    /// Queues a checkpoint and waits until it is committed (or failed).
+    pub(crate) async fn commit(&self, args: CommitArgs) -> Answer {
+        let (answer, answered) = oneshot::channel();
+        self.jobs.send(Job { args, answer }).map_err(|_| stopped())?;
+        answered.await.map_err(|_| stopped())?
+    }
+}
+
+async fn commit_task(pool: SqlitePool, mut queue: mpsc::UnboundedReceiver<Job>) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
+        match commit_group(&pool, &group).await {
+            Ok(answers) => {
+                for (job, answer) in group.drain(..).zip(answers) {
+                    let _ = job.answer.send(Ok(answer));
+                }
+            }
+            Err(err) => {
+                let message = crate::error::error_chain(&err);
+                for job in group.drain(..) {
+                    let _ = job.answer.send(Err(sqlx::Error::Protocol(format!("group commit failed: {message}"))));
+                }
+            }
+        }
+    }
+}
+
+async fn commit_group(pool: &SqlitePool, group: &[Job]) -> Result<Vec<Option<bool>>, sqlx::Error> {
+    let mut tx = pool.begin_write().await?;
+    let mut answers = Vec::with_capacity(group.len());
+    for job in group {
+        answers.push(bind_commit!(job.args).fetch_optional(&mut *tx).await?);
+    }
+    tx.commit().await?;
+    Ok(answers)
+}
+
+fn stopped() -> sqlx::Error {
+    sqlx::Error::Protocol("the group-commit task has stopped".into())
+}
