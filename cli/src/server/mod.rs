@@ -9,6 +9,7 @@
 mod auth;
 mod credentials;
 pub mod error;
+mod timing;
 mod workflows;
 
 use std::io::Write;
@@ -107,12 +108,15 @@ pub async fn serve(options: ServeOptions) -> CliResult {
         token: token.into(),
         id: options.id.clone().into(),
     };
+    // Listen for SIGTERM before saying we are up, so that a stop right after start is clean.
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|err| CliError::new(NOT_OBSERVED, format!("listening for SIGTERM: {err}")))?;
     println!("anycloud API `{}` (local) listening on {url} (store: {})", options.id, store.backend());
     let _ = std::io::stdout().flush();
     tracing::info!(api = %options.id, %url, store = store.backend(), "API started");
 
     axum::serve(listener, router(state))
-        .with_graceful_shutdown(stop_signal())
+        .with_graceful_shutdown(stop_signal(terminate))
         .await
         .map_err(|err| CliError::new(NOT_OBSERVED, format!("serving HTTP: {err}")))?;
     tracing::info!("stopping: letting steps in flight finish and releasing leases");
@@ -165,6 +169,7 @@ fn router(state: AppState) -> Router {
         .merge(authenticated)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(timing::server_timing))
         .with_state(state)
 }
 
@@ -182,7 +187,12 @@ async fn status(State(state): State<AppState>) -> Json<Value> {
     }))
 }
 
-async fn not_found() -> error::ApiError {
+/// Unknown routes answer 404 only to a caller with the token: without it, every route but
+/// health looks the same (401).
+async fn not_found(State(state): State<AppState>, headers: axum::http::HeaderMap) -> error::ApiError {
+    if !auth::has_token(&state, &headers) {
+        return auth::unauthorized();
+    }
     error::ApiError::not_found("NOT_FOUND", "no such route; the API's routes are listed in docs/cli.md")
 }
 
@@ -205,11 +215,7 @@ fn load_or_create_token(dir: &Path) -> std::io::Result<String> {
     }
 }
 
-async fn stop_signal() {
-    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(signal) => signal,
-        Err(_) => return std::future::pending().await,
-    };
+async fn stop_signal(mut terminate: tokio::signal::unix::Signal) {
     tokio::select! {
         _ = terminate.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
