@@ -23,7 +23,7 @@ use commit_args::{CommitArgs, bind_commit};
 use group_commit::GroupCommit;
 pub(crate) use records::{Claimed, Commit, CommitOutcome, NewEvent};
 pub use records::{EventRecord, Lease, Millis, RunFilter, RunRecord, StepRecord};
-use records::{EventRow, RUN_COLUMNS, RunRow, StepRow, parse_json, to_json};
+use records::{EventRow, RUN_COLUMNS, RunRow, StepRow, parse_json, parse_status, to_json};
 
 use crate::error::EngineError;
 use crate::status::{Phase, RunStatus};
@@ -398,7 +398,7 @@ impl Store {
         })?;
         rows.into_iter()
             .map(|(id, status)| {
-                let status = status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?;
+                let status = parse_status(&status)?;
                 Ok((records::parse_uuid(&id)?, status))
             })
             .collect()
@@ -681,7 +681,7 @@ impl Store {
             let Some((status, phase, step_index, owner)) = row else {
                 return Ok(ActionOutcome::NotFound);
             };
-            let status: RunStatus = status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?;
+            let status = parse_status(&status)?;
             if status.is_final() {
                 return Ok(ActionOutcome::NotApplicable(status));
             }
@@ -771,7 +771,7 @@ impl Store {
             let outcome = match status {
                 Some(status) => {
                     insert_event(&mut tx, run, now, &NewEvent::new(kind, None, message)).await?;
-                    ActionOutcome::Done(status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?)
+                    ActionOutcome::Done(parse_status(&status)?)
                 }
                 None => {
                     let status: Option<String> = sqlx::query_scalar("SELECT status FROM engine_runs WHERE id = $1")
@@ -779,9 +779,7 @@ impl Store {
                         .fetch_optional(&mut *tx)
                         .await?;
                     match status {
-                        Some(status) => ActionOutcome::NotApplicable(
-                            status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?,
-                        ),
+                        Some(status) => ActionOutcome::NotApplicable(parse_status(&status)?),
                         None => ActionOutcome::NotFound,
                     }
                 }

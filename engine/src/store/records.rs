@@ -216,7 +216,7 @@ impl TryFrom<RunRow> for RunRecord {
             resource_key: row.resource_key,
             input: parse_json(&row.input)?,
             output: row.output.as_deref().map(parse_json).transpose()?,
-            status: row.status.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?,
+            status: parse_status(&row.status)?,
             phase: Phase::parse(&row.phase),
             step_index: row.step_index as u32,
             current_step: row.current_step,
@@ -293,6 +293,10 @@ impl TryFrom<EventRow> for EventRecord {
 
 pub(crate) fn parse_uuid(text: &str) -> Result<Uuid, sqlx::Error> {
     text.parse().map_err(|err: uuid::Error| sqlx::Error::Decode(err.into()))
+}
+
+pub(crate) fn parse_status(text: &str) -> Result<RunStatus, sqlx::Error> {
+    text.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))
 }
 
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, sqlx::Error> {
