@@ -72,7 +72,7 @@ struct ServeArgs {
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Keep state in PostgreSQL instead of SQLite, e.g. postgres://user@host/db.
-    #[arg(long, env = "ANYCLOUD_DATABASE_URL")]
+    #[arg(long, env = "ANYCLOUD_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// Make this API the CLI's active API (stores its URL and token in the CLI config).
     #[arg(long = "use")]
