@@ -43,7 +43,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -51,6 +51,10 @@ use serde_json::Value;
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
+
+#[path = "../../engine/benches/support/machine.rs"]
+mod machine;
+use machine::{Cpu, cores, load_average, machine, now_ms, verdict};
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -1029,71 +1033,6 @@ async fn explain(conn: &mut Conn, kind: Kind, data: &Dataset) -> Res<()> {
         }
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// The machine
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-/// The machine's CPU ticks so far: busy and total (`/proc/stat`).
-#[derive(Clone, Copy)]
-struct Cpu {
-    busy: f64,
-    total: f64,
-}
-
-impl Cpu {
-    fn now() -> Self {
-        let (busy, total) = std::fs::read_to_string("/proc/stat")
-            .ok()
-            .and_then(|stat| {
-                let line = stat.lines().next()?;
-                let ticks: Vec<f64> = line.split_whitespace().skip(1).filter_map(|field| field.parse().ok()).collect();
-                let total: f64 = ticks.iter().take(8).sum();
-                let idle = ticks.get(3)? + ticks.get(4)?;
-                Some((total - idle, total))
-            })
-            .unwrap_or((0.0, 0.0));
-        Self { busy, total }
-    }
-
-    /// How many cores the machine was busy, from `self` to `later`.
-    fn machine_busy(self, later: Cpu) -> f64 {
-        let total = later.total - self.total;
-        if total > 0.0 { (later.busy - self.busy) / total * cores() as f64 } else { f64::NAN }
-    }
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("model name")?.split_once(':').map(|(_, model)| model.trim().to_owned()))
-        .unwrap_or_else(|| "unknown CPU".into());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let memory = std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("MemTotal:").map(|rest| rest.trim().to_owned()))
-        .unwrap_or_default();
-    format!("{} cores ({cpu}), {memory} of memory, Linux {}", cores(), kernel.trim())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|load| load.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn verdict(pass: bool) -> &'static str {
-    if pass { "PASS" } else { "MISS" }
 }
 
 // ---------------------------------------------------------------------------------------------

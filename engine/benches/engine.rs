@@ -31,12 +31,16 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Step, StepCtx, StepError, Steps, Store, Workflow};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{AssertSqlSafe, Connection};
+
+#[path = "support/machine.rs"]
+mod machine;
+use machine::{Cpu, cores, load_average, machine, now_ms, proc_mb, verdict};
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -387,95 +391,6 @@ async fn describe(store: &Store) -> Res<String> {
     } else {
         Err("the store has no pool".into())
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The process and the machine
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
-}
-
-/// A field of `/proc/self/status` (`VmRSS`, `VmHWM`) in MB (10^6 bytes).
-fn proc_mb(field: &str) -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kib| kib * 1024.0 / 1e6)
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-/// CPU time so far, in clock ticks (USER_HZ, 100 a second on Linux): this process's, and the
-/// whole machine's busy and total.
-#[derive(Clone, Copy, Default)]
-struct Cpu {
-    process: f64,
-    busy: f64,
-    total: f64,
-}
-
-impl Cpu {
-    fn now() -> Self {
-        let process = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|stat| {
-                let fields: Vec<f64> =
-                    stat.rsplit_once(')')?.1.split_whitespace().filter_map(|field| field.parse().ok()).collect();
-                // After the command: state (not a number), ppid, ... utime is the 14th field
-                // of the line, stime the 15th: the 11th and 12th numbers after the state.
-                Some(fields.get(10)? + fields.get(11)?)
-            })
-            .unwrap_or(0.0);
-        let (busy, total) = std::fs::read_to_string("/proc/stat")
-            .ok()
-            .and_then(|stat| {
-                let line = stat.lines().next()?;
-                let ticks: Vec<f64> = line.split_whitespace().skip(1).filter_map(|field| field.parse().ok()).collect();
-                let total: f64 = ticks.iter().take(8).sum();
-                let idle = ticks.get(3)? + ticks.get(4)?;
-                Some((total - idle, total))
-            })
-            .unwrap_or((0.0, 0.0));
-        Self { process, busy, total }
-    }
-
-    /// Cores this process used, and cores the machine was busy, from `self` to `later`.
-    fn used(self, later: Cpu, wall: Duration) -> (f64, f64) {
-        let process = (later.process - self.process) / 100.0 / wall.as_secs_f64();
-        let total = later.total - self.total;
-        let machine = if total > 0.0 { (later.busy - self.busy) / total * cores() as f64 } else { f64::NAN };
-        (process, machine)
-    }
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("model name")?.split_once(':').map(|(_, model)| model.trim().to_owned()))
-        .unwrap_or_else(|| "unknown CPU".into());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let memory = std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("MemTotal:").map(|rest| rest.trim().to_owned()))
-        .unwrap_or_default();
-    format!("{} cores ({cpu}), {memory} of memory, Linux {}", cores(), kernel.trim())
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|load| load.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn verdict(pass: bool) -> &'static str {
-    if pass { "PASS" } else { "MISS" }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -879,7 +794,7 @@ fn child(part: Part, options: &Options) -> Res<()> {
 
 /// Runs one part in a child process, echoing its lines; returns its figures.
 fn run_child(kind: Kind, part: Part, options: &Options) -> Res<Outcome> {
-    let load_before = load();
+    let load_before = load_average();
     let mut child = Command::new(std::env::current_exe()?)
         .args(options.child_args(kind, part))
         .stdout(Stdio::piped())
@@ -895,7 +810,12 @@ fn run_child(kind: Kind, part: Part, options: &Options) -> Res<Outcome> {
         }
     }
     let status = child.wait()?;
-    println!("[{}] ({} part done; load average before {load_before}, after {})", kind.name(), part.name(), load());
+    println!(
+        "[{}] ({} part done; load average before {load_before}, after {})",
+        kind.name(),
+        part.name(),
+        load_average()
+    );
     match outcome {
         Some(outcome) if status.success() => Ok(outcome),
         _ => Err(format!("the {} part on {} failed ({status})", part.name(), kind.name()).into()),
