@@ -39,7 +39,7 @@ pub(crate) async fn drive(inner: &Inner, claimed: Claimed) {
             return;
         }
         let next = match run.phase {
-            Phase::Forward if run.cancel_requested => driver.begin_unwind(&mut run, None).await,
+            Phase::Forward if run.cancel_requested => driver.unwind_for_cancel(&mut run).await,
             Phase::Forward => driver.forward(&mut run).await,
             Phase::Undo => driver.undo(&mut run).await,
         };
@@ -319,29 +319,30 @@ impl Driver<'_> {
         step_name: Option<&str>,
         error: StepError,
         step: Option<StepRecord>,
-        mut events: Vec<NewEvent>,
+        events: Vec<NewEvent>,
     ) -> Result<Next, sqlx::Error> {
         let reason = match step_name {
             Some(name) => format!("step `{name}` failed: {error}"),
             None => format!("the run failed: {error}"),
         };
         run.error = Some(error);
-        events.push(NewEvent::new("unwinding", None, format!("{reason}; undoing completed steps in reverse order")));
-        self.start_undo(run, reason);
-        let kept = self.commit(run, false, step.as_ref(), &events).await?;
-        Ok(if kept { Next::Continue } else { Next::Stop })
+        self.unwind(run, reason, step, events).await
     }
 
     /// A cancel was requested: undo completed steps.
-    async fn begin_unwind(&mut self, run: &mut RunRecord, _: Option<()>) -> Result<Next, sqlx::Error> {
-        let reason = "cancelled by an operator".to_owned();
-        let events = [NewEvent::new("unwinding", None, format!("{reason}; undoing completed steps in reverse order"))];
-        self.start_undo(run, reason);
-        let kept = self.commit(run, false, None, &events).await?;
-        Ok(if kept { Next::Continue } else { Next::Stop })
+    async fn unwind_for_cancel(&mut self, run: &mut RunRecord) -> Result<Next, sqlx::Error> {
+        self.unwind(run, "cancelled by an operator".to_owned(), None, Vec::new()).await
     }
 
-    fn start_undo(&self, run: &mut RunRecord, reason: String) {
+    /// Turns the run to its undo phase, with `reason`, and commits that with `step` and `events`.
+    async fn unwind(
+        &mut self,
+        run: &mut RunRecord,
+        reason: String,
+        step: Option<StepRecord>,
+        mut events: Vec<NewEvent>,
+    ) -> Result<Next, sqlx::Error> {
+        events.push(NewEvent::new("unwinding", None, format!("{reason}; undoing completed steps in reverse order")));
         run.phase = Phase::Undo;
         run.status = RunStatus::Unwinding;
         run.attempt = 0;
@@ -349,6 +350,8 @@ impl Driver<'_> {
         run.current_step = None;
         run.next_at = Some(now_ms());
         run.status_reason = Some(reason);
+        let kept = self.commit(run, false, step.as_ref(), &events).await?;
+        Ok(if kept { Next::Continue } else { Next::Stop })
     }
 
     /// Undoes the latest completed step that has an undo, or ends the run when none is left.
