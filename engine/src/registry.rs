@@ -188,8 +188,9 @@ impl<W: Workflow> Instance for Running<W> {
 
     fn run_step(&self, index: usize, attempt: u32) -> BoxFuture<'static, Result<Check<Value>, StepError>> {
         let ctx = self.ctx_for(index, attempt, false);
-        match &self.steps.list[index].body {
-            Body::Action(action) | Body::Poll { check: action, .. } => action(ctx),
+        let step = &self.steps.list[index];
+        match &step.body {
+            Body::Action(action) | Body::Poll { check: action, .. } => contain_panics(step.name, action(ctx)),
             Body::Sleep(_) => Box::pin(async { Ok(Check::Ready(Value::Null)) }),
         }
     }
@@ -198,7 +199,7 @@ impl<W: Workflow> Instance for Running<W> {
         let step = &self.steps.list[index];
         let output = self.ctx.outputs.get(step.name).cloned().unwrap_or(Value::Null);
         match &step.undo {
-            Some(undo) => undo(self.ctx_for(index, attempt, true), output),
+            Some(undo) => contain_panics(step.name, undo(self.ctx_for(index, attempt, true), output)),
             None => Box::pin(async { Ok(()) }),
         }
     }
@@ -213,4 +214,26 @@ impl<W: Workflow> Instance for Running<W> {
         let output = W::output(&self.ctx)?;
         serde_json::to_value(output).map_err(|err| StepError::terminal(err).context("encoding the workflow's output"))
     }
+}
+
+/// A step that panics fails its attempt (retryably, with the panic's message) instead of taking
+/// its driver down with the run still leased.
+fn contain_panics<T: Send + 'static>(
+    step: &'static str,
+    attempt: BoxFuture<'static, Result<T, StepError>>,
+) -> BoxFuture<'static, Result<T, StepError>> {
+    use futures::FutureExt as _;
+    Box::pin(async move {
+        match std::panic::AssertUnwindSafe(attempt).catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_owned());
+                Err(StepError::retryable_msg(format!("step `{step}` panicked: {message}")))
+            }
+        }
+    })
 }

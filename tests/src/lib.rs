@@ -5,6 +5,7 @@
 //! end-to-end tests of the `anycloud` binary (`tests/api_*.rs`) share.
 
 pub mod e2e;
+pub mod fake_gce;
 
 /// What the crash test (`tests/crash.rs`) and its child process (`src/bin/crash_child.rs`)
 /// share: the workflow's shape, the engine's settings, and the side-effect record.

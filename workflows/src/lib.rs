@@ -5,11 +5,21 @@
 //! - [`credentials`]: saving, listing and opening credentials; secrets sealed by [`secrets`].
 //! - [`providers`]: AWS (aws-sdk-ec2), GCP (google-cloud-compute-v1) and the simulated cloud.
 //! - [`verify_credential`]: the `credentials.verify` workflow.
+//! - [`clusters`]: cluster, VM and deployment records; [`cluster_create`] and [`cluster_delete`]:
+//!   the workflows that act on them through the [`cloud::Cloud`] interface and [`kube_api`].
 
+pub mod cloud;
+pub mod cluster_create;
+pub mod cluster_delete;
+pub mod cluster_deps;
+pub mod cluster_secrets;
+pub mod clusters;
 pub mod credentials;
+pub mod kube_api;
 pub mod names;
 pub mod providers;
 pub mod secrets;
+pub mod user_data;
 pub mod verify_credential;
 
 use anycloud_engine::{EngineError, Store};

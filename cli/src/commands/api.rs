@@ -1,11 +1,14 @@
-//! `anycloud api list | use | status`.
+//! `anycloud api list | use | status | stop`, and hosting an API (`api serve --credentials`).
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
 use super::print_json;
 use crate::client::Client;
-use crate::config::Config;
-use crate::exit::{CliError, CliResult, NOT_OBSERVED, OK};
+use crate::config::{ApiEntry, Config, data_home};
+use crate::exit::{CliError, CliResult, NOT_OBSERVED, OK, TIMEOUT};
 use crate::render;
 
 /// Lists the APIs the CLI knows, marking the active one.
@@ -74,4 +77,156 @@ pub async fn status(json: bool) -> CliResult {
         println!("engine      {}", status["engine_owner"].as_str().unwrap_or("?"));
     }
     Ok(OK)
+}
+
+/// How `anycloud api serve --credentials C` was asked to host an API.
+pub struct HostArgs {
+    /// The API's name.
+    pub id: String,
+    /// The hosting credential: `sim` is the simulated cloud.
+    pub credentials: String,
+    /// Port on 127.0.0.1 (0: any free port).
+    pub port: u16,
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// PostgreSQL instead of SQLite.
+    pub database_url: Option<String>,
+    /// Make it the active API.
+    pub use_it: bool,
+}
+
+/// Starts a hosted API as a detached process that the simulated cloud "hosts", waits until it
+/// listens, and (with `--use`) makes it the active API.
+pub async fn host(args: HostArgs, json: bool) -> CliResult {
+    anycloud_workflows::names::check_dns_label("API", &args.id).map_err(CliError::bad_input)?;
+    if !args.credentials.eq_ignore_ascii_case("sim") {
+        return Err(CliError::bad_input(format!(
+            "cannot host API `{}` with credentials `{}`: this version hosts APIs only on the simulated cloud \
+             (`--credentials sim`); hosting on AWS and GCP VMs, with state checkpoints in --checkpoint-bucket, is \
+             not implemented yet",
+            args.id, args.credentials
+        )));
+    }
+    let dir = args.data_dir.clone().unwrap_or_else(|| data_home().join("apis").join(&args.id));
+    let io = |what: &str, err: std::io::Error| CliError::new(NOT_OBSERVED, format!("{what} {}: {err}", dir.display()));
+    std::fs::create_dir_all(&dir).map_err(|err| io("creating", err))?;
+    if let Some(pid) = running_pid(&dir) {
+        return Err(CliError::bad_input(format!(
+            "API `{}` is already running (pid {pid}); stop it first with `anycloud api stop {}`",
+            args.id, args.id
+        )));
+    }
+    let log_path = dir.join("api.log");
+    let log =
+        std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|err| io("opening", err))?;
+    let offset = log.metadata().map(|meta| meta.len()).unwrap_or(0);
+    let exe = std::env::current_exe().map_err(|err| CliError::new(NOT_OBSERVED, format!("finding anycloud: {err}")))?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["api", "serve", "--id", &args.id, "--hosted-by", "sim", "--port", &args.port.to_string(), "--data-dir"])
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(|err| io("opening", err))?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in this terminal does not reach the hosted API.
+        .process_group(0);
+    if let Some(url) = &args.database_url {
+        command.env("ANYCLOUD_DATABASE_URL", url);
+    }
+    let mut child = command.spawn().map_err(|err| CliError::new(NOT_OBSERVED, format!("starting the API: {err}")))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let url = loop {
+        let text = std::fs::read(&log_path).unwrap_or_default();
+        let fresh = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default()).into_owned();
+        let line = fresh.lines().find(|line| line.contains("listening on "));
+        if let Some(url) = line.and_then(|line| line.split("listening on ").nth(1)?.split_whitespace().next()) {
+            break url.to_owned();
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(CliError::new(
+                NOT_OBSERVED,
+                format!("the hosted API exited ({status}) before listening; its log says:\n{fresh}"),
+            ));
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            return Err(CliError::new(NOT_OBSERVED, format!("the hosted API did not listen within 60 s:\n{fresh}")));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    std::fs::write(dir.join("api.pid"), child.id().to_string()).map_err(|err| io("writing api.pid in", err))?;
+    let token = std::fs::read_to_string(dir.join("token")).map_err(|err| io("reading the token in", err))?;
+    let mut config = Config::load()?;
+    config.apis.insert(
+        args.id.clone(),
+        ApiEntry { url: url.clone(), token: token.trim().to_owned(), kind: "hosted (simulated)".into() },
+    );
+    if args.use_it {
+        config.active = Some(args.id.clone());
+    }
+    config.save()?;
+    if json {
+        print_json(&serde_json::json!({
+            "id": args.id, "url": url, "kind": "hosted (simulated)", "pid": child.id(),
+            "log": log_path, "active": args.use_it,
+        }));
+    } else {
+        println!(
+            "anycloud API `{}` (hosted on the simulated cloud) listening on {url}, pid {}{}",
+            args.id,
+            child.id(),
+            if args.use_it { "; it is the active API" } else { "" }
+        );
+        println!("logs: {}; stop it with `anycloud api stop {}`", log_path.display(), args.id);
+    }
+    Ok(OK)
+}
+
+/// Stops a hosted API this CLI started: SIGTERM (it releases its leases), then forgets it.
+pub async fn stop(id: &str, data_dir: Option<PathBuf>, json: bool) -> CliResult {
+    let dir = data_dir.unwrap_or_else(|| data_home().join("apis").join(id));
+    let Some(pid) = running_pid(&dir) else {
+        return Err(CliError::new(
+            NOT_OBSERVED,
+            format!("API `{id}` is not running (no live process in {}/api.pid)", dir.display()),
+        ));
+    };
+    let sent = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    if !sent.is_ok_and(|status| status.success()) {
+        return Err(CliError::new(NOT_OBSERVED, format!("could not signal API `{id}` (pid {pid})")));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while alive(pid) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    if alive(pid) {
+        return Err(CliError::new(TIMEOUT, format!("API `{id}` (pid {pid}) did not stop within 40 s")));
+    }
+    let _ = std::fs::remove_file(dir.join("api.pid"));
+    let mut config = Config::load()?;
+    config.apis.remove(id);
+    if config.active.as_deref() == Some(id) {
+        config.active = None;
+    }
+    config.save()?;
+    if json {
+        print_json(&serde_json::json!({ "stopped": id, "pid": pid }));
+    } else {
+        println!("stopped API `{id}` (pid {pid})");
+    }
+    Ok(OK)
+}
+
+/// The pid in `api.pid`, when that process still runs.
+fn running_pid(dir: &std::path::Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(dir.join("api.pid")).ok()?.trim().parse().ok()?;
+    alive(pid).then_some(pid)
+}
+
+/// Whether a process runs (and is not a zombie).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
 }

@@ -1,6 +1,7 @@
 //! One module per command group.
 
 pub mod api;
+pub mod cluster;
 pub mod credentials;
 pub mod workflow;
 

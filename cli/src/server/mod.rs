@@ -7,6 +7,7 @@
 //! ```
 
 mod auth;
+mod clusters;
 mod credentials;
 pub mod error;
 mod timing;
@@ -25,7 +26,11 @@ use rand::RngCore;
 use serde_json::{Value, json};
 
 use anycloud_engine::{Engine, EngineConfig, Registry, Store};
+use anycloud_workflows::cluster_create::CreateCluster;
+use anycloud_workflows::cluster_delete::DeleteCluster;
+use anycloud_workflows::cluster_deps::ClusterDeps;
 use anycloud_workflows::providers::sim::SimCloud;
+use anycloud_workflows::providers::sim_kube;
 use anycloud_workflows::secrets::SecretBox;
 use anycloud_workflows::verify_credential::VerifyCredential;
 
@@ -43,6 +48,9 @@ pub struct AppState {
     sealer: SecretBox,
     token: Arc<str>,
     id: Arc<str>,
+    /// A hosted API (it may create clusters); a local one may not.
+    hosted: bool,
+    sim: SimCloud,
 }
 
 /// How `anycloud api serve` was asked to run.
@@ -57,6 +65,16 @@ pub struct ServeOptions {
     pub database_url: Option<String>,
     /// Make it the CLI's active API.
     pub use_it: bool,
+    /// Run as a hosted API on this provider's VM (only `sim` for now: the simulated cloud hosts
+    /// the process on this machine).
+    pub hosted_by: Option<String>,
+}
+
+impl ServeOptions {
+    /// `local`, or `hosted (simulated)`.
+    pub fn kind(&self) -> &'static str {
+        if self.hosted_by.is_some() { "hosted (simulated)" } else { "local" }
+    }
 }
 
 /// Runs a local API until SIGTERM or SIGINT.
@@ -75,11 +93,18 @@ pub async fn serve(options: ServeOptions) -> CliResult {
         options.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", data_dir.join("anycloud.db").display()));
     let store = open_store(&database_url).await?;
 
-    let registry = Registry::new().with(Arc::new(VerifyCredential {
-        pool: store.pool().clone(),
-        sealer: sealer.clone(),
-        sim: SimCloud::new(store.pool().clone()),
-    }));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", options.port))
+        .await
+        .map_err(|err| CliError::new(NOT_OBSERVED, format!("listening on 127.0.0.1:{}: {err}", options.port)))?;
+    let address = listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, err.to_string()))?;
+    let url = format!("http://{address}");
+
+    let sim = SimCloud::new(store.pool().clone(), url.clone());
+    let cluster_deps = ClusterDeps { pool: store.pool().clone(), sealer: sealer.clone(), sim: sim.clone() };
+    let registry = Registry::new()
+        .with(Arc::new(VerifyCredential { pool: store.pool().clone(), sealer: sealer.clone(), sim: sim.clone() }))
+        .with(Arc::new(CreateCluster { deps: cluster_deps.clone() }))
+        .with(Arc::new(DeleteCluster { deps: cluster_deps }));
     // A stable owner name: after a crash, the restarted API takes its runs back at once.
     let engine = Engine::start(store.clone(), registry, EngineConfig::named(format!("api-{}", options.id)))
         .await
@@ -87,17 +112,12 @@ pub async fn serve(options: ServeOptions) -> CliResult {
             CliError::new(NOT_OBSERVED, format!("starting the workflow engine: {}", anycloud_engine::error_chain(&err)))
         })?;
     let engine = Arc::new(engine);
-
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", options.port))
-        .await
-        .map_err(|err| CliError::new(NOT_OBSERVED, format!("listening on 127.0.0.1:{}: {err}", options.port)))?;
-    let address = listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, err.to_string()))?;
-    let url = format!("http://{address}");
     if options.use_it {
         let mut config = Config::load()?;
-        config
-            .apis
-            .insert(options.id.clone(), ApiEntry { url: url.clone(), token: token.clone(), kind: "local".into() });
+        config.apis.insert(
+            options.id.clone(),
+            ApiEntry { url: url.clone(), token: token.clone(), kind: options.kind().into() },
+        );
         config.active = Some(options.id.clone());
         config.save()?;
     }
@@ -107,11 +127,13 @@ pub async fn serve(options: ServeOptions) -> CliResult {
         sealer,
         token: token.into(),
         id: options.id.clone().into(),
+        hosted: options.hosted_by.is_some(),
+        sim: sim.clone(),
     };
     // Listen for SIGTERM before saying we are up, so that a stop right after start is clean.
     let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|err| CliError::new(NOT_OBSERVED, format!("listening for SIGTERM: {err}")))?;
-    println!("anycloud API `{}` (local) listening on {url} (store: {})", options.id, store.backend());
+    println!("anycloud API `{}` ({}) listening on {url} (store: {})", options.id, options.kind(), store.backend());
     let _ = std::io::stdout().flush();
     tracing::info!(api = %options.id, %url, store = store.backend(), "API started");
 
@@ -153,10 +175,13 @@ fn redact(url: &str) -> String {
 }
 
 fn router(state: AppState) -> Router {
+    let sim = state.sim.clone();
     let authenticated = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/credentials", get(credentials::list).post(credentials::create))
         .route("/v1/credentials/{name}", get(credentials::show).delete(credentials::delete))
+        .route("/v1/clusters", get(clusters::list).post(clusters::create))
+        .route("/v1/clusters/{name}", get(clusters::show).delete(clusters::delete))
         .route("/v1/workflows", get(workflows::list))
         .route("/v1/workflows/{id}", get(workflows::inspect))
         .route("/v1/workflows/{id}/events", get(workflows::events))
@@ -171,6 +196,8 @@ fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn(timing::server_timing))
         .with_state(state)
+        // The simulated cloud's Kubernetes APIs check their clusters' own tokens.
+        .merge(sim_kube::router(sim))
 }
 
 async fn health() -> Json<Value> {
@@ -180,7 +207,7 @@ async fn health() -> Json<Value> {
 async fn status(State(state): State<AppState>) -> Json<Value> {
     Json(json!({
         "id": &*state.id,
-        "kind": "local",
+        "kind": if state.hosted { "hosted (simulated)" } else { "local" },
         "store": state.store.backend(),
         "engine_owner": state.engine.owner(),
         "version": env!("CARGO_PKG_VERSION"),

@@ -62,6 +62,7 @@ pub async fn verify(
     }
 }
 
-fn rejects(code: Option<&str>) -> bool {
+/// Whether an EC2 error code says the keys themselves are refused.
+pub(crate) fn rejects(code: Option<&str>) -> bool {
     code.is_some_and(|code| REJECTING_CODES.contains(&code))
 }

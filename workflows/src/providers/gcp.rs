@@ -69,13 +69,24 @@ pub enum GcpError {
     Call(#[source] google_cloud_compute_v1::Error),
 }
 
-/// A Zones client for this key.
-pub async fn zones_client(public: &PublicPart, service_account_json: &str) -> Result<Zones, GcpError> {
+/// Credentials for a service-account key, for every Compute client of this key.
+///
+/// google-cloud-auth's service-account credentials need no network: each request carries a
+/// self-signed JWT (RS256, signed locally with the key's PKCS#8 `private_key`, scope
+/// `cloud-platform`), not a token exchanged with `oauth2.googleapis.com`. They therefore work
+/// unchanged against an overridden endpoint (a private endpoint, the test suite's fake Compute
+/// server), and a malformed key fails here or at the first call, never on a network round trip.
+pub fn credentials(service_account_json: &str) -> Result<google_cloud_auth::credentials::Credentials, GcpError> {
     let key: serde_json::Value =
         serde_json::from_str(service_account_json).map_err(|err| GcpError::Credentials(err.into()))?;
-    let credentials = google_cloud_auth::credentials::service_account::Builder::new(key)
+    google_cloud_auth::credentials::service_account::Builder::new(key)
         .build()
-        .map_err(|err| GcpError::Credentials(err.into()))?;
+        .map_err(|err| GcpError::Credentials(err.into()))
+}
+
+/// A Zones client for this key.
+pub async fn zones_client(public: &PublicPart, service_account_json: &str) -> Result<Zones, GcpError> {
+    let credentials = credentials(service_account_json)?;
     let mut builder = Zones::builder().with_credentials(credentials);
     if let Some(endpoint) = &public.endpoint {
         builder = builder.with_endpoint(endpoint.clone());

@@ -1,9 +1,13 @@
 //! The clouds Anycloud acts on. Each provider module speaks its cloud's real API through the
 //! cloud's own SDK (`aws`, `gcp`) or the simulated cloud's (`sim`).
 
+pub mod account;
 pub mod aws;
+pub mod aws_cloud;
 pub mod gcp;
+pub mod gcp_cloud;
 pub mod sim;
+pub mod sim_kube;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,0 +1,306 @@
+//! `AwsCloud` against moto (a local fake of EC2): placement checks the region and the instance
+//! type and picks a Canonical Ubuntu image; the cluster's security group is made once and found
+//! again by tag; a VM launched twice under one name is one instance; the cluster's VMs are
+//! listed with their roles, terminated, and its group deleted. What EC2 holds is checked through
+//! a separate, raw aws-sdk-ec2 client, never through `AwsCloud` itself.
+//!
+//! moto does not honour `ClientToken` (two RunInstances with one token make two instances) but
+//! does filter by tag, so it is the find-by-tag path of `launch` that these tests prove.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use anycloud_tests::e2e::Moto;
+use anycloud_workflows::cloud::{
+    CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
+};
+use anycloud_workflows::credentials::PublicPart;
+use anycloud_workflows::providers::aws_cloud::AwsCloud;
+use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_ec2::types::{Filter, Instance, InstanceAttributeName, SecurityGroup};
+
+const REGION: &str = "us-east-1";
+const VM_TYPE: &str = "t3.medium";
+const CANONICAL: &str = "099720109477";
+
+/// Keys moto takes as any other (it runs without authentication here).
+fn public(moto: &Moto) -> PublicPart {
+    PublicPart {
+        identity: "AKIAANYCLOUDTEST0001".to_owned(),
+        region: Some(REGION.to_owned()),
+        endpoint: Some(moto.endpoint.clone()),
+        ..PublicPart::default()
+    }
+}
+
+fn cloud(moto: &Moto) -> AwsCloud {
+    AwsCloud::new(&public(moto), "moto-secret-access-key", REGION)
+}
+
+/// An EC2 client of the test's own, to see what moto holds.
+fn raw_ec2(moto: &Moto) -> aws_sdk_ec2::Client {
+    let config = aws_sdk_ec2::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .credentials_provider(Credentials::new("AKIAANYCLOUDTEST0002", "raw", None, None, "test"))
+        .endpoint_url(&moto.endpoint)
+        .build();
+    aws_sdk_ec2::Client::from_conf(config)
+}
+
+fn filter(name: &str, value: &str) -> Filter {
+    Filter::builder().name(name).values(value).build()
+}
+
+/// A fresh cluster id: tests share nothing in moto.
+fn cluster_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// The security groups moto holds with the cluster's tag.
+async fn tagged_groups(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<SecurityGroup> {
+    let output =
+        ec2.describe_security_groups().filters(filter(&format!("tag:{CLUSTER_TAG}"), cluster_id)).send().await.unwrap();
+    output.security_groups().to_vec()
+}
+
+/// The instances moto holds with the cluster's tag (and `name`, when given), terminated or not.
+async fn tagged_instances(ec2: &aws_sdk_ec2::Client, cluster_id: &str, name: Option<&str>) -> Vec<Instance> {
+    let mut request = ec2.describe_instances().filters(filter(&format!("tag:{CLUSTER_TAG}"), cluster_id));
+    if let Some(name) = name {
+        request = request.filters(filter(&format!("tag:{NAME_TAG}"), name));
+    }
+    let output = request.send().await.unwrap();
+    output.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
+}
+
+fn state(instance: &Instance) -> &str {
+    instance.state().and_then(|s| s.name()).map(|s| s.as_str()).unwrap()
+}
+
+fn tag<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
+    instance.tags().iter().find(|t| t.key() == Some(key)).and_then(|t| t.value())
+}
+
+fn spec<'a>(placement: &'a Placement, network: &'a Network, name: &str, role: Role) -> LaunchSpec<'a> {
+    LaunchSpec {
+        placement,
+        name: name.to_owned(),
+        role,
+        user_data: format!("#!/bin/sh\necho anycloud {name} of {}\n", placement.cluster_id),
+        token: uuid::Uuid::new_v4(),
+        network,
+    }
+}
+
+/// Standard base64, decoded (the tests crate needs no base64 dependency for one check).
+fn decode_base64(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let (mut bits, mut count, mut bytes) = (0_u32, 0_u32, Vec::new());
+    for c in text.bytes().filter(|&c| c != b'=') {
+        let value = ALPHABET.iter().position(|&a| a == c).unwrap() as u32;
+        bits = (bits << 6) | value;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            bytes.push((bits >> count) as u8);
+            bits &= (1 << count) - 1;
+        }
+    }
+    bytes
+}
+
+fn expect_terminal(result: Result<Placement, CloudError>, words: &[&str]) {
+    match result {
+        Err(CloudError::Terminal(message)) => {
+            for word in words {
+                assert!(message.contains(word), "`{word}` missing from: {message}");
+            }
+        }
+        other => panic!("expected a terminal error with {words:?}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn placement_checks_region_and_type_and_picks_ubuntu() {
+    let moto = Moto::start();
+    let cloud = cloud(&moto);
+    let ec2 = raw_ec2(&moto);
+    let id = cluster_id();
+
+    let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
+    assert_eq!(placement.cluster_id, id);
+    assert_eq!(placement.region, REGION);
+    assert_eq!(placement.vm_type, VM_TYPE);
+    assert_eq!(placement.zone, None);
+    // moto has no 22.04 or 24.04 image: the highest Canonical release it has (16.04) is taken.
+    let image = placement.image.clone().unwrap();
+    let images = ec2.describe_images().image_ids(&image).send().await.unwrap();
+    let image = &images.images()[0];
+    assert_eq!(image.owner_id(), Some(CANONICAL));
+    let name = image.name().unwrap();
+    assert!(name.starts_with("ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-"), "{name}");
+
+    expect_terminal(cloud.placement(&id, "mars-east-9", VM_TYPE).await, &["mars-east-9", "us-east-1"]);
+    expect_terminal(cloud.placement(&id, REGION, "zz9.huge").await, &["zz9.huge", REGION, "t3.medium"]);
+    // Offered, but arm64 only: the images are amd64.
+    expect_terminal(cloud.placement(&id, REGION, "t4g.medium").await, &["t4g.medium", "arm64", "t3.medium"]);
+}
+
+#[tokio::test]
+async fn network_is_made_once_found_again_and_deleted() {
+    let moto = Moto::start();
+    let cloud = cloud(&moto);
+    let ec2 = raw_ec2(&moto);
+    let id = cluster_id();
+    let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
+
+    assert!(!cloud.network_exists(&placement).await.unwrap());
+    let network = cloud.ensure_network(&placement).await.unwrap();
+    assert!(network.id.starts_with("sg-"), "{network:?}");
+    assert_eq!(cloud.ensure_network(&placement).await.unwrap(), network, "found again, not made twice");
+    assert!(cloud.network_exists(&placement).await.unwrap());
+
+    let groups = tagged_groups(&ec2, &id).await;
+    assert_eq!(groups.len(), 1, "{groups:#?}");
+    let group = &groups[0];
+    assert_eq!(group.group_id(), Some(network.id.as_str()));
+    assert_eq!(group.group_name(), Some(format!("anycloud-{id}").as_str()));
+    let rules = group.ip_permissions();
+    assert_eq!(rules.len(), 3, "{rules:#?}");
+    for port in [22, 6443] {
+        assert!(
+            rules.iter().any(|r| r.ip_protocol() == Some("tcp")
+                && r.from_port() == Some(port)
+                && r.ip_ranges().iter().any(|range| range.cidr_ip() == Some("0.0.0.0/0"))),
+            "tcp {port} from anywhere: {rules:#?}"
+        );
+    }
+    assert!(
+        rules.iter().any(|r| r.ip_protocol() == Some("-1")
+            && r.user_id_group_pairs().iter().any(|pair| pair.group_id() == Some(network.id.as_str()))),
+        "all traffic from the group itself: {rules:#?}"
+    );
+
+    cloud.delete_network(&placement).await.unwrap();
+    assert!(!cloud.network_exists(&placement).await.unwrap());
+    assert!(tagged_groups(&ec2, &id).await.is_empty());
+    cloud.delete_network(&placement).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_group_of_the_cluster_name_without_its_tag_is_adopted() {
+    let moto = Moto::start();
+    let cloud = cloud(&moto);
+    let ec2 = raw_ec2(&moto);
+    let id = cluster_id();
+    let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
+    // As a create whose answer was lost before it was tagged would leave it (no rules either).
+    let made = ec2
+        .create_security_group()
+        .group_name(format!("anycloud-{id}"))
+        .description("left behind")
+        .send()
+        .await
+        .unwrap();
+    let made = made.group_id().unwrap();
+
+    let network = cloud.ensure_network(&placement).await.unwrap();
+    assert_eq!(network.id, made);
+    let groups = tagged_groups(&ec2, &id).await;
+    assert_eq!(groups.len(), 1, "tagged now: {groups:#?}");
+    assert_eq!(groups[0].ip_permissions().len(), 3, "rules added: {groups:#?}");
+    cloud.delete_network(&placement).await.unwrap();
+    assert!(tagged_groups(&ec2, &id).await.is_empty());
+}
+
+#[tokio::test]
+async fn vms_launch_once_are_listed_and_terminated() {
+    let moto = Moto::start();
+    let cloud = cloud(&moto);
+    let ec2 = raw_ec2(&moto);
+    let id = cluster_id();
+    let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
+    let network = cloud.ensure_network(&placement).await.unwrap();
+
+    // Launched twice, as a retried step does: one instance.
+    let cp_spec = spec(&placement, &network, "cp", Role::ControlPlane);
+    let cp = cloud.launch(&cp_spec).await.unwrap();
+    assert!(cp.provider_id.starts_with("i-"), "{cp:?}");
+    assert_eq!((cp.name.as_str(), cp.role), ("cp", Role::ControlPlane));
+    assert!(cp.private_ip.is_some(), "{cp:?}");
+    let again = cloud.launch(&cp_spec).await.unwrap();
+    assert_eq!(again.provider_id, cp.provider_id);
+    let named = tagged_instances(&ec2, &id, Some("cp")).await;
+    assert_eq!(named.len(), 1, "one instance named cp: {named:#?}");
+
+    // What EC2 was asked for.
+    let instance = &named[0];
+    assert_eq!(instance.image_id(), placement.image.as_deref());
+    assert_eq!(instance.instance_type().map(|t| t.as_str()), Some(VM_TYPE));
+    assert_eq!(tag(instance, ROLE_TAG), Some("control-plane"));
+    assert_eq!(tag(instance, "Name"), Some(format!("anycloud-cp-{}", &id[..8]).as_str()));
+    let groups: Vec<&str> = instance.security_groups().iter().filter_map(|g| g.group_id()).collect();
+    assert_eq!(groups, [network.id.as_str()]);
+    let user_data = ec2
+        .describe_instance_attribute()
+        .instance_id(&cp.provider_id)
+        .attribute(InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap();
+    let user_data = user_data.user_data().and_then(|v| v.value()).unwrap();
+    let user_data = decode_base64(user_data);
+    assert_eq!(String::from_utf8(user_data).unwrap(), cp_spec.user_data);
+
+    let w0 = cloud.launch(&spec(&placement, &network, "w0", Role::Worker)).await.unwrap();
+    let w1 = cloud.launch(&spec(&placement, &network, "w1", Role::Worker)).await.unwrap();
+    let instances = tagged_instances(&ec2, &id, None).await;
+    assert_eq!(instances.len(), 3, "{instances:#?}");
+    let volumes = ec2.describe_volumes().filters(filter(&format!("tag:{CLUSTER_TAG}"), &id)).send().await.unwrap();
+    assert_eq!(volumes.volumes().len(), 3, "each VM's volume carries the cluster's tag");
+
+    let vms = cloud.list_vms(&placement).await.unwrap();
+    let seen: Vec<(&str, Role, &str)> =
+        vms.iter().map(|vm| (vm.name.as_str(), vm.role, vm.provider_id.as_str())).collect();
+    assert_eq!(
+        seen,
+        [
+            ("cp", Role::ControlPlane, cp.provider_id.as_str()),
+            ("w0", Role::Worker, w0.provider_id.as_str()),
+            ("w1", Role::Worker, w1.provider_id.as_str()),
+        ]
+    );
+
+    // Another cluster's VM is not terminated through this one.
+    let other_id = cluster_id();
+    let other_placement = cloud.placement(&other_id, REGION, VM_TYPE).await.unwrap();
+    let other_network = cloud.ensure_network(&other_placement).await.unwrap();
+    let other = cloud.launch(&spec(&other_placement, &other_network, "cp", Role::ControlPlane)).await.unwrap();
+
+    let mut ids: Vec<String> = vms.iter().map(|vm| vm.provider_id.clone()).collect();
+    ids.push(other.provider_id.clone());
+    cloud.terminate(&placement, &ids).await.unwrap();
+    // Already gone, never there, nothing at all: success.
+    cloud.terminate(&placement, &ids).await.unwrap();
+    cloud.terminate(&placement, &["i-0123456789abcdef0".to_owned()]).await.unwrap();
+    cloud.terminate(&placement, &[]).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<Vm> = cloud.list_vms(&placement).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "VMs still listed after terminate: {left:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(tagged_instances(&ec2, &id, None).await.iter().all(|i| state(i) == "terminated"));
+    let other_vms = cloud.list_vms(&other_placement).await.unwrap();
+    assert_eq!(other_vms.len(), 1, "{other_vms:#?}");
+    assert_eq!(other_vms[0].provider_id, other.provider_id);
+
+    cloud.delete_network(&placement).await.unwrap();
+    assert!(!cloud.network_exists(&placement).await.unwrap());
+    assert!(tagged_groups(&ec2, &id).await.is_empty());
+    assert!(cloud.network_exists(&other_placement).await.unwrap(), "the other cluster's group is left alone");
+}

@@ -1,0 +1,376 @@
+//! The GCP provider (`GcpCloud`) against the fake Compute Engine server: placement, firewall
+//! rules, instances and their idempotency, through google-cloud-compute-v1 with a
+//! service-account key whose self-signed JWT the fake checks and records. What is asserted of the
+//! cloud's state is asked of the fake, not of the provider.
+#![allow(clippy::unwrap_used)]
+
+use anycloud_tests::e2e::block_on;
+use anycloud_tests::fake_gce::FakeGce;
+use anycloud_workflows::cloud::{Cloud, CloudError, LaunchSpec, Network, Placement, Role};
+use anycloud_workflows::credentials::PublicPart;
+use anycloud_workflows::providers::gcp;
+use anycloud_workflows::providers::gcp_cloud::{GcpCloud, IMAGE};
+use google_cloud_compute_v1::client::Instances;
+use google_cloud_compute_v1::model::{AttachedDisk, AttachedDiskInitializeParams, Instance, NetworkInterface};
+use serde_json::Value;
+
+const PROJECT: &str = "anycloud-test";
+const CLIENT_EMAIL: &str = "anycloud-ci@anycloud-test.iam.gserviceaccount.com";
+
+/// A throwaway RSA key made for this test only (`openssl genpkey -algorithm RSA`); it signs the
+/// JWTs the fake reads and has never belonged to any Google service account.
+const TEST_ONLY_PRIVATE_KEY: &str = "\
+-----BEGIN PRIVATE KEY-----\n\
+MIIEvgIBADANBgkqhkiG9w0BAQEFAASCBKgwggSkAgEAAoIBAQC5JF6sUOvxc40e\n\
+L5F9JfttnaqsOVbUq7lN6fs7nXalG08nPimLP+HHNr5NxPTdVOrA8rjzmLLUpKQW\n\
+NpIrzVmkbCn9AGareudFtaVRm95L3iGrKyz2x1RtR8yfmYAnzdWD8ZPRzWpmQHk+\n\
+8OmVGiFqCgIoetieNsVJnxHnuNednMaZy8FUycjGbL11Wf7bUIc/2i3EsETfDE7y\n\
+g6EOtuZiFodfp0TIP2Jb9LE1O+TgEHeFFQBTIAolCyPD2yemveRXaimTHSitkxx2\n\
+lrcPx9Mf8oueSh7jxo+OwHu7+xEYP3OYjqg1ACUXzebHhDmi4dnYP5hI+XgXH6QQ\n\
+rlRJvk+9AgMBAAECggEAKqbgUJ5L3NIb/opC4Cvx4mziNs723AO7quFuiWtbO+ow\n\
+r/+4HmZXI0fPS6dGKf84Hb9NMIFLIYXUb3Ge9wxVzHVGrwx6mqKzyPFx5n0cFypT\n\
+Y1WNBEUjhBF4aIQ6a/EVcVIkFb9W9buAsylZBoqAjCdGHAFBCiHgDXfh7ho9QgfJ\n\
+suTqzHAQLjtJDKKZmcKg19M4lCpM6P0eCdanGTY0ySA4vpYG9fuqrbpw8YajdaOF\n\
+180PytwAuMnSnAXABq/R+AKRyaOU+31Gw+WPh/LaQ3OdMQfjCB+Su3AgMYvkXZ3q\n\
+XiUIsaH2t7/4l04hET1x5ExvZXtZxIbka7UljTo0GQKBgQDhPs3RNxnNZrWmlwzF\n\
+WjZRcBtHREc0W9iYRLc+ldCd1hE95MC1eq+oxF5ccuLURf9k+vQVHGFGgG7joEuc\n\
+ALxTGvlpdUBj3jesoP4uXOZa5GFrWNN/XuUaYce52ey0cRTtfn4btSSAdfRtBUve\n\
+27f5WDFuwoiLsfYRWgfyK8WS3wKBgQDSa80+8BhrcoLpStNGHQZckKKCZ4nFaPQt\n\
+7i9kIuCNZjEjHLbr4cd29zu9yNUHk5tW6su0lVQeaVLGIICoS+e3Jv/ChVaAZEsW\n\
+SZGOz6pTVN3+PzSP2gXdTTUPCbKQcdFwF5C4m3wkP0Gc506yNpbISqODzLpA3xkT\n\
+brJMgkls4wKBgQCU54zum0uOczDxEXha2zl/euo9odCkt3cnqn2tfSLtxP+e+CPB\n\
+lXqcyjxLR5PWmvOskQ5dCmbwUaV9C5IQbpgRJIrvgZjwrI4HrGJ8yeNrAQG6En22\n\
+/UfdufhsT7ngy8T3ACFkNcsMtW3ByLeQe5ZS20/KlgXou9wdOnR4TyGM5wKBgFdw\n\
+2M/Isj0kTuZnY7iFIzmgGQgbwpK4dJAJpMP2Al6AEvdGXXVUU7FKOBc7t9r4KdtK\n\
+ovAeBeDFX9JZe110fYwMtse85R9hjhpq5AP2pA8Q+1dGKK+GqF04Uk43d26y/ZeZ\n\
+E1jDtCjT6I4tSPSh3rLI4X5JuzRuAVuj6pAErEKFAoGBAKqPY/Z95BAjgRokJhpj\n\
+KHOyxs8smCm9wrU3KvM/7S30WOvoewVKbyk3tchnisWRHzmb7k7NnmyLpdm926uo\n\
+qg1VmuCK0SqtG7lCtIVRDZEnsab4utv2XQUBo7HOzcV952uefx2RrxuFOwNCZL7s\n\
+GnnuySSxIWPD769qxyG964Q1\n\
+-----END PRIVATE KEY-----\n";
+
+fn service_account_json() -> String {
+    serde_json::json!({
+        "type": "service_account",
+        "project_id": PROJECT,
+        "private_key_id": "0123456789abcdef0123456789abcdef01234567",
+        "private_key": TEST_ONLY_PRIVATE_KEY,
+        "client_email": CLIENT_EMAIL,
+        "client_id": "100000000000000000001",
+        "auth_uri": "https://accounts.google.com/o/oauth2/auth",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    })
+    .to_string()
+}
+
+fn public(fake: &FakeGce) -> PublicPart {
+    PublicPart {
+        identity: CLIENT_EMAIL.into(),
+        project: Some(PROJECT.into()),
+        endpoint: Some(fake.url()),
+        ..PublicPart::default()
+    }
+}
+
+async fn cloud(fake: &FakeGce) -> GcpCloud {
+    GcpCloud::new(&public(fake), &service_account_json()).await.unwrap()
+}
+
+fn cluster_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn prefix(cluster_id: &str) -> String {
+    format!("ac-{}", &cluster_id.replace('-', "")[..12])
+}
+
+fn spec<'a>(placement: &'a Placement, network: &'a Network, name: &str, token: uuid::Uuid) -> LaunchSpec<'a> {
+    LaunchSpec {
+        placement,
+        name: name.into(),
+        role: if name == "cp" { Role::ControlPlane } else { Role::Worker },
+        user_data: format!("#!/bin/sh\necho {name}\n"),
+        token,
+        network,
+    }
+}
+
+/// The fake's instances of one cluster.
+fn instances_of(fake: &FakeGce, cluster_id: &str) -> Vec<Value> {
+    fake.instances(PROJECT).into_iter().filter(|i| i["labels"]["anycloud-cluster"] == cluster_id).collect()
+}
+
+fn names(values: &[Value]) -> Vec<String> {
+    values.iter().map(|v| v["name"].as_str().unwrap().to_owned()).collect()
+}
+
+fn terminal(result: Result<impl std::fmt::Debug, CloudError>) -> String {
+    match result {
+        Err(CloudError::Terminal(message)) => message,
+        other => panic!("expected a terminal error, got {other:?}"),
+    }
+}
+
+fn retryable(result: Result<impl std::fmt::Debug, CloudError>) -> String {
+    match result {
+        Err(CloudError::Retryable(message)) => message,
+        other => panic!("expected a retryable error, got {other:?}"),
+    }
+}
+
+#[test]
+fn placement_picks_the_regions_first_zone_and_checks_the_machine_type() {
+    let fake = FakeGce::start();
+    block_on(async {
+        let cloud = cloud(&fake).await;
+        let id = cluster_id();
+        let placement = cloud.placement(&id, "us-central1", "e2-standard-2").await.unwrap();
+        assert_eq!(placement.zone.as_deref(), Some("us-central1-a"));
+        assert_eq!(placement.image.as_deref(), Some(IMAGE));
+        assert_eq!((placement.cluster_id.as_str(), placement.region.as_str()), (id.as_str(), "us-central1"));
+        let europe = cloud.placement(&id, "europe-west1", "n2-standard-4").await.unwrap();
+        assert_eq!(europe.zone.as_deref(), Some("europe-west1-b"));
+
+        let message = terminal(cloud.placement(&id, "mars-north1", "e2-standard-2").await);
+        assert!(message.contains("mars-north1"), "{message}");
+        assert!(message.contains("us-central1") && message.contains("europe-west1"), "{message}");
+        let message = terminal(cloud.placement(&id, "us-central1", "x9-enormous-960").await);
+        assert!(message.contains("machine type x9-enormous-960 is not offered in zone us-central1-a"), "{message}");
+        assert!(message.contains("e2-standard-2"), "{message}");
+    });
+    // The key's own credentials reached the fake: a JWT signed locally, issued by the account.
+    assert_eq!(fake.principals(), vec![CLIENT_EMAIL.to_owned()]);
+    assert!(
+        fake.requests().iter().all(|r| r.contains("%24alt=json") || r.contains("$alt=json")),
+        "{:#?}",
+        fake.requests()
+    );
+}
+
+#[test]
+fn a_bad_key_is_terminal_before_any_call() {
+    let fake = FakeGce::start();
+    block_on(async {
+        let message = terminal(GcpCloud::new(&public(&fake), "{\"type\": \"authorized_user\"}").await);
+        assert!(message.contains("authorized_user"), "{message}");
+        // Parseable, but the key cannot sign: no network is involved, and nothing retries it.
+        let broken = service_account_json().replace("MII", "XII");
+        let cloud = GcpCloud::new(&public(&fake), &broken).await.unwrap();
+        let message = terminal(cloud.placement("c", "us-central1", "e2-standard-2").await);
+        assert!(message.contains("authentication") || message.contains("key"), "{message}");
+    });
+    assert!(fake.requests().is_empty(), "{:#?}", fake.requests());
+}
+
+#[test]
+fn network_rules_are_created_once_and_deleted() {
+    let fake = FakeGce::start();
+    block_on(async {
+        let cloud = cloud(&fake).await;
+        let id = cluster_id();
+        let prefix = prefix(&id);
+        let placement = cloud.placement(&id, "us-central1", "e2-standard-2").await.unwrap();
+        assert!(!cloud.network_exists(&placement).await.unwrap());
+
+        let network = cloud.ensure_network(&placement).await.unwrap();
+        assert_eq!(network.id, prefix);
+        assert_eq!(cloud.ensure_network(&placement).await.unwrap(), network);
+        let rules = fake.firewalls(PROJECT);
+        assert_eq!(names(&rules), vec![format!("{prefix}-internal"), format!("{prefix}-ssh-api")]);
+        let ssh = &rules[1];
+        assert_eq!(ssh["allowed"], serde_json::json!([{"IPProtocol": "tcp", "ports": ["22", "6443"]}]));
+        assert_eq!(ssh["sourceRanges"], serde_json::json!(["0.0.0.0/0"]));
+        assert_eq!(ssh["targetTags"], serde_json::json!([prefix]));
+        assert!(ssh["description"].as_str().unwrap().contains(&id));
+        let internal = &rules[0];
+        assert_eq!(internal["allowed"], serde_json::json!([{"IPProtocol": "all"}]));
+        assert_eq!(internal["sourceTags"], serde_json::json!([prefix]));
+        assert_eq!(internal["targetTags"], serde_json::json!([prefix]));
+        assert!(rules.iter().all(|r| r["network"].as_str().unwrap().ends_with("/global/networks/default")));
+        assert!(cloud.network_exists(&placement).await.unwrap());
+        // Two inserts in all, each with its deterministic request id; no 409 needed.
+        let inserts: Vec<String> =
+            fake.requests().into_iter().filter(|r| r.starts_with("POST") && r.contains("/global/firewalls?")).collect();
+        assert_eq!(inserts.len(), 2, "{inserts:#?}");
+        assert!(inserts.iter().all(|r| r.contains("requestId=")), "{inserts:#?}");
+
+        cloud.delete_network(&placement).await.unwrap();
+        assert!(fake.firewalls(PROJECT).is_empty());
+        assert!(!cloud.network_exists(&placement).await.unwrap());
+        cloud.delete_network(&placement).await.unwrap();
+
+        // Again within the hour: GCE answers the remembered request ids with the first
+        // operations, whose rules are gone; the provider notices and creates them anew.
+        cloud.ensure_network(&placement).await.unwrap();
+        assert_eq!(fake.firewalls(PROJECT).len(), 2);
+        cloud.delete_network(&placement).await.unwrap();
+        assert!(fake.firewalls(PROJECT).is_empty());
+    });
+}
+
+#[test]
+fn vms_are_launched_once_listed_by_label_and_terminated() {
+    let fake = FakeGce::start();
+    block_on(async {
+        let cloud = cloud(&fake).await;
+        let id = cluster_id();
+        let prefix = prefix(&id);
+        let placement = cloud.placement(&id, "us-central1", "e2-standard-2").await.unwrap();
+        let network = cloud.ensure_network(&placement).await.unwrap();
+
+        let cp_token = uuid::Uuid::new_v4();
+        let cp = cloud.launch(&spec(&placement, &network, "cp", cp_token)).await.unwrap();
+        let again = cloud.launch(&spec(&placement, &network, "cp", cp_token)).await.unwrap();
+        assert_eq!(again.provider_id, cp.provider_id);
+        assert_eq!(instances_of(&fake, &id).len(), 1);
+        assert!(cp.provider_id.parse::<u64>().is_ok(), "{cp:?}");
+        assert_eq!((cp.name.as_str(), cp.role, cp.state.as_str()), ("cp", Role::ControlPlane, "RUNNING"));
+        assert!(cp.private_ip.as_deref().unwrap().starts_with("10.128."), "{cp:?}");
+        assert!(cp.public_ip.as_deref().unwrap().starts_with("34."), "{cp:?}");
+        let inserts: Vec<String> =
+            fake.requests().into_iter().filter(|r| r.starts_with("POST") && r.contains("/instances?")).collect();
+        assert_eq!(inserts.len(), 1, "the second launch found the VM: {inserts:#?}");
+        assert!(inserts[0].contains(&format!("requestId={cp_token}")), "{inserts:#?}");
+
+        for name in ["w0", "w1"] {
+            cloud.launch(&spec(&placement, &network, name, uuid::Uuid::new_v4())).await.unwrap();
+        }
+        let instances = instances_of(&fake, &id);
+        assert_eq!(names(&instances), vec![format!("{prefix}-cp"), format!("{prefix}-w0"), format!("{prefix}-w1")]);
+        for (instance, (vm, role)) in
+            instances.iter().zip([("cp", "control-plane"), ("w0", "worker"), ("w1", "worker")])
+        {
+            assert_eq!(instance["labels"]["anycloud-vm"], vm);
+            assert_eq!(instance["labels"]["anycloud-role"], role);
+            assert_eq!(instance["tags"]["items"], serde_json::json!([prefix]));
+            assert!(
+                instance["machineType"].as_str().unwrap().ends_with("/zones/us-central1-a/machineTypes/e2-standard-2")
+            );
+            assert_eq!(instance["disks"][0]["boot"], true);
+            let items = instance["metadata"]["items"].as_array().unwrap();
+            let user_data = items.iter().find(|i| i["key"] == "user-data").unwrap();
+            assert_eq!(user_data["value"], format!("#!/bin/sh\necho {vm}\n"));
+            assert_eq!(instance["networkInterfaces"][0]["accessConfigs"][0]["type"], "ONE_TO_ONE_NAT");
+        }
+
+        // Another cluster in the same project is not this cluster's.
+        let other = cluster_id();
+        let other_placement = cloud.placement(&other, "us-central1", "e2-standard-2").await.unwrap();
+        let other_network = cloud.ensure_network(&other_placement).await.unwrap();
+        cloud.launch(&spec(&other_placement, &other_network, "cp", uuid::Uuid::new_v4())).await.unwrap();
+
+        let vms = cloud.list_vms(&placement).await.unwrap();
+        assert_eq!(vms.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), vec!["cp", "w0", "w1"]);
+        let ids: Vec<String> = vms.iter().map(|v| v.provider_id.clone()).collect();
+        let fake_ids: Vec<String> = instances.iter().map(|i| i["id"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(ids, fake_ids);
+        assert!(fake.requests().iter().any(|r| r.contains("filter=labels.anycloud-cluster")), "{:#?}", fake.requests());
+
+        cloud.terminate(&placement, &ids).await.unwrap();
+        assert!(instances_of(&fake, &id).is_empty());
+        assert_eq!(fake.instances(PROJECT).len(), 1, "the other cluster's VM stays");
+        cloud.terminate(&placement, &ids).await.unwrap();
+        assert!(cloud.list_vms(&placement).await.unwrap().is_empty());
+        cloud.delete_network(&placement).await.unwrap();
+        assert_eq!(fake.firewalls(PROJECT).len(), 2, "the other cluster's rules stay");
+
+        let other_ids: Vec<String> =
+            cloud.list_vms(&other_placement).await.unwrap().into_iter().map(|v| v.provider_id).collect();
+        cloud.terminate(&other_placement, &other_ids).await.unwrap();
+        cloud.delete_network(&other_placement).await.unwrap();
+    });
+    assert!(fake.instances(PROJECT).is_empty());
+    assert!(fake.firewalls(PROJECT).is_empty());
+}
+
+#[test]
+fn a_repeated_request_id_after_a_lost_response_creates_nothing_more() {
+    let fake = FakeGce::start();
+    block_on(async {
+        // Through the SDK itself: the same insert twice, the first response lost.
+        let instances = Instances::builder()
+            .with_credentials(gcp::credentials(&service_account_json()).unwrap())
+            .with_endpoint(fake.url())
+            .build()
+            .await
+            .unwrap();
+        let body = Instance::new()
+            .set_name("sdk-direct")
+            .set_machine_type("zones/us-central1-b/machineTypes/e2-medium")
+            .set_disks([AttachedDisk::new()
+                .set_boot(true)
+                .set_initialize_params(AttachedDiskInitializeParams::new().set_source_image(IMAGE))])
+            .set_network_interfaces([NetworkInterface::new().set_network("global/networks/default")]);
+        let insert = |request_id: String| {
+            instances
+                .insert()
+                .set_project(PROJECT)
+                .set_zone("us-central1-b")
+                .set_request_id(request_id)
+                .set_body(body.clone())
+                .send()
+        };
+        let request_id = uuid::Uuid::new_v4().to_string();
+        fake.lose_next(1);
+        let lost = insert(request_id.clone()).await.unwrap_err();
+        assert_eq!(lost.http_status_code(), Some(503), "{lost:?}");
+        assert_eq!(fake.instances(PROJECT).len(), 1, "the lost insert happened");
+        let op = insert(request_id.clone()).await.unwrap();
+        assert_eq!(fake.instances(PROJECT).len(), 1, "the repeated request id created nothing");
+        let original = &fake.operations(PROJECT)[0];
+        assert_eq!(op.name.as_deref(), original["name"].as_str());
+        assert_eq!(op.target_id.map(|id| id.to_string()).as_deref(), fake.instances(PROJECT)[0]["id"].as_str());
+        // Another request id for the same name is a conflict.
+        let conflict = insert(uuid::Uuid::new_v4().to_string()).await.unwrap_err();
+        assert_eq!(conflict.http_status_code(), Some(409), "{conflict:?}");
+        assert!(conflict.status().unwrap().message.contains("already exists"), "{conflict:?}");
+
+        // Through the provider: a launch whose insert response is lost fails retryably, and its
+        // retry (same token) finds the VM instead of making a second one.
+        let cloud = cloud(&fake).await;
+        let id = cluster_id();
+        let placement = cloud.placement(&id, "us-central1", "e2-standard-2").await.unwrap();
+        let network = cloud.ensure_network(&placement).await.unwrap();
+        let token = uuid::Uuid::new_v4();
+        fake.lose_next(1);
+        retryable(cloud.launch(&spec(&placement, &network, "cp", token)).await);
+        let vm = cloud.launch(&spec(&placement, &network, "cp", token)).await.unwrap();
+        let created = instances_of(&fake, &id);
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0]["id"].as_str(), Some(vm.provider_id.as_str()));
+    });
+}
+
+#[test]
+fn faults_are_retryable_and_quota_is_terminal() {
+    let fake = FakeGce::start();
+    block_on(async {
+        let cloud = cloud(&fake).await;
+        let id = cluster_id();
+        fake.fail_next(1);
+        // A GET answered 503 is retried by the client itself.
+        let placement = cloud.placement(&id, "us-central1", "e2-standard-2").await.unwrap();
+        let network = cloud.ensure_network(&placement).await.unwrap();
+
+        // An insert is not retried by the client: the provider says retryable, nothing exists.
+        fake.fail_next_with(1, 503, Some("POST"));
+        retryable(cloud.launch(&spec(&placement, &network, "cp", uuid::Uuid::new_v4())).await);
+        fake.fail_next_with(1, 429, Some("POST"));
+        retryable(cloud.launch(&spec(&placement, &network, "cp", uuid::Uuid::new_v4())).await);
+        assert!(instances_of(&fake, &id).is_empty());
+
+        // Two vCPUs of quota: the control plane fits, a worker does not.
+        fake.set_cpu_quota(Some(2));
+        cloud.launch(&spec(&placement, &network, "cp", uuid::Uuid::new_v4())).await.unwrap();
+        let message = terminal(cloud.launch(&spec(&placement, &network, "w0", uuid::Uuid::new_v4())).await);
+        assert!(message.contains("QUOTA_EXCEEDED"), "{message}");
+        assert_eq!(instances_of(&fake, &id).len(), 1);
+        fake.set_cpu_quota(None);
+
+        let ids: Vec<String> = cloud.list_vms(&placement).await.unwrap().into_iter().map(|v| v.provider_id).collect();
+        cloud.terminate(&placement, &ids).await.unwrap();
+        cloud.delete_network(&placement).await.unwrap();
+    });
+    assert!(fake.instances(PROJECT).is_empty());
+    assert!(fake.firewalls(PROJECT).is_empty());
+}

@@ -1,0 +1,200 @@
+//! The one interface the cluster workflows use to act on a cloud: launch tagged VMs with
+//! user-data, find them again by tag, terminate them, and keep the cluster's network rules.
+//!
+//! Every call is idempotent across retries and restarts:
+//! - a VM has a deterministic name within its cluster (`cp`, `w0`, `w1`, ...); `launch` first
+//!   looks for a live VM with that name and the cluster's tag and returns it when found, and
+//!   otherwise passes the step's idempotency token to the cloud (EC2 `ClientToken`, GCE
+//!   `requestId`);
+//! - `ensure_network` finds the cluster's rules by tag or name before creating them;
+//! - `terminate` and `delete_network` succeed when there is nothing left to remove.
+//!
+//! Every resource carries the cluster's id as a tag (AWS) or label (GCP), so a sweep finds
+//! what a half-finished create left behind.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// The tag (AWS) or label (GCP) key that carries the cluster's id on every resource.
+pub const CLUSTER_TAG: &str = "anycloud-cluster";
+/// The tag or label that carries a VM's name within its cluster (`cp`, `w0`, ...).
+pub const NAME_TAG: &str = "anycloud-vm";
+/// The tag or label that carries a VM's role.
+pub const ROLE_TAG: &str = "anycloud-role";
+
+/// What a VM is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Runs the Kubernetes server.
+    ControlPlane,
+    /// Capacity: a Kubernetes node that runs workloads.
+    Worker,
+}
+
+impl Role {
+    /// The tag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ControlPlane => "control-plane",
+            Self::Worker => "worker",
+        }
+    }
+
+    /// Parses a tag value.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "control-plane" => Some(Self::ControlPlane),
+            "worker" => Some(Self::Worker),
+            _ => None,
+        }
+    }
+}
+
+/// Where and what a cluster's VMs are: the cloud's view of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The cluster's id: the value of [`CLUSTER_TAG`] on everything it owns.
+    pub cluster_id: String,
+    /// Region (AWS, sim) or region whose first zone is used (GCP).
+    pub region: String,
+    /// Zone within the region, when the provider places VMs in zones (GCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The provider's machine type.
+    pub vm_type: String,
+    /// The boot image the provider picked (an AMI id, a GCE image URL), when it needs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// One VM to launch.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec<'a> {
+    /// The cluster and machine type.
+    pub placement: &'a Placement,
+    /// The VM's name within its cluster (`cp`, `w0`, ...).
+    pub name: String,
+    /// What it is for.
+    pub role: Role,
+    /// cloud-init user-data (a shell script).
+    pub user_data: String,
+    /// Stable across retries of the launching step: the cloud's idempotency token.
+    pub token: uuid::Uuid,
+    /// The network the VM joins, as [`Cloud::ensure_network`] returned it.
+    pub network: &'a Network,
+}
+
+/// A VM as the cloud reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vm {
+    /// The cloud's id (`i-...`, GCE instance id, `sim-...`).
+    pub provider_id: String,
+    /// The VM's name within its cluster.
+    pub name: String,
+    /// What it is for.
+    pub role: Role,
+    /// The cloud's state, in its own words (`pending`, `running`, `RUNNING`, ...).
+    pub state: String,
+    /// Private address, once assigned.
+    #[serde(default)]
+    pub private_ip: Option<String>,
+    /// Public address, once assigned.
+    #[serde(default)]
+    pub public_ip: Option<String>,
+}
+
+impl Vm {
+    /// The address other machines reach it at: public when it has one, else private.
+    pub fn address(&self) -> Option<&str> {
+        self.public_ip.as_deref().or(self.private_ip.as_deref())
+    }
+}
+
+/// The cluster's network rules (an EC2 security group, a set of GCE firewall rules).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Network {
+    /// The cloud's id for them (`sg-...`, a firewall name, ...).
+    pub id: String,
+}
+
+/// Why a cloud call failed. `Retryable` may succeed later (throttling, 5xx, a network error);
+/// `Terminal` never will as asked (quota, an unknown machine type, refused keys).
+///
+/// It is deliberately not a `std::error::Error`: the engine turns any error into a retryable
+/// step error, and this one must keep its class, through the `From` impl below.
+#[derive(Debug)]
+pub enum CloudError {
+    /// Worth another attempt.
+    Retryable(String),
+    /// Will not succeed as asked.
+    Terminal(String),
+}
+
+impl std::fmt::Display for CloudError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Retryable(message) | Self::Terminal(message) => f.write_str(message),
+        }
+    }
+}
+
+impl CloudError {
+    /// A retryable error with the cause chain of `err` in its message.
+    pub fn retryable(context: &str, err: &(dyn std::error::Error + 'static)) -> Self {
+        Self::Retryable(format!("{context}: {}", anycloud_engine::error_chain(err)))
+    }
+
+    /// A terminal error with the cause chain of `err` in its message.
+    pub fn terminal(context: &str, err: &(dyn std::error::Error + 'static)) -> Self {
+        Self::Terminal(format!("{context}: {}", anycloud_engine::error_chain(err)))
+    }
+}
+
+impl From<CloudError> for anycloud_engine::StepError {
+    fn from(err: CloudError) -> Self {
+        match err {
+            CloudError::Retryable(message) => anycloud_engine::StepError::retryable_msg(message),
+            CloudError::Terminal(message) => anycloud_engine::StepError::terminal_msg(message),
+        }
+    }
+}
+
+/// A cloud account, as the cluster workflows use it.
+#[async_trait]
+pub trait Cloud: Send + Sync {
+    /// Checks that the region and machine type exist for this account, and picks the zone
+    /// where the provider needs one. The error says what is unknown and what is available.
+    async fn placement(&self, cluster_id: &str, region: &str, vm_type: &str) -> Result<Placement, CloudError>;
+
+    /// Finds or creates the cluster's network rules: SSH and the Kubernetes API (6443) from
+    /// anywhere, everything between the cluster's own VMs.
+    async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError>;
+
+    /// Deletes every network rule carrying the cluster's tag. Nothing to delete is success.
+    async fn delete_network(&self, placement: &Placement) -> Result<(), CloudError>;
+
+    /// Whether any network rule of the cluster still exists.
+    async fn network_exists(&self, placement: &Placement) -> Result<bool, CloudError>;
+
+    /// Returns the live VM named `spec.name` in the cluster, or launches it.
+    async fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Vm, CloudError>;
+
+    /// Every VM carrying the cluster's tag that is not terminated (including those shutting down).
+    async fn list_vms(&self, placement: &Placement) -> Result<Vec<Vm>, CloudError>;
+
+    /// Asks the cloud to terminate these VMs. Already gone is success.
+    async fn terminate(&self, placement: &Placement, provider_ids: &[String]) -> Result<(), CloudError>;
+
+    /// The URL at which the control-plane VM's Kubernetes API answers.
+    fn kube_url(&self, control_plane: &Vm) -> String {
+        match std::env::var(KUBE_URL_OVERRIDE) {
+            Ok(url) if !url.is_empty() => url,
+            _ => format!("https://{}:6443", control_plane.address().unwrap_or("0.0.0.0")),
+        }
+    }
+}
+
+/// Test seam for clouds whose VMs cannot boot here (moto, the fake Compute server): the URL of a
+/// stand-in Kubernetes API for every cluster of this process. Documented in docs/workflows.
+pub const KUBE_URL_OVERRIDE: &str = "ANYCLOUD_KUBE_URL_OVERRIDE";

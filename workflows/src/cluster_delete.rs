@@ -1,0 +1,167 @@
+//! `cluster.delete`: removes everything a cluster owns at its provider.
+//!
+//! ```text
+//! mark_deleting -> remove_workloads -> terminate_vms -> delete_network -> wait_gone -> mark_deleted
+//! ```
+//!
+//! The API refuses the delete while a deployment references the cluster, in the transaction that
+//! submits this run (deployments lock the same row). The run shares the cluster's resource key
+//! with `cluster.create`, so a delete accepted during a create waits for it. Every step is
+//! idempotent and moves forward only: a delete has no undo, and a step that keeps failing parks
+//! the run for an operator. docs/workflows/cluster-delete.md describes each step.
+
+use std::time::Duration;
+
+use anycloud_engine::{Check, Step, StepCtx, StepError, Steps, Workflow};
+use serde::{Deserialize, Serialize};
+
+use crate::cloud::{Cloud, Placement, Role};
+use crate::cluster_create::{cloud_retry, sweep_retry};
+use crate::cluster_deps::ClusterDeps;
+use crate::clusters::{self, Phase};
+use crate::kube_api;
+
+/// The workflow, with what its steps need.
+pub struct DeleteCluster {
+    /// Database, sealer, simulated cloud.
+    pub deps: ClusterDeps,
+}
+
+/// Which cluster to delete.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeleteInput {
+    /// The cluster's id.
+    pub cluster_id: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// What `remove_workloads` did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkloadsRemoved {
+    /// Kubernetes objects deleted.
+    pub deleted: usize,
+    /// Why nothing was asked of Kubernetes, when it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+impl Workflow for DeleteCluster {
+    const KIND: &'static str = "cluster.delete";
+    const VERSION: u32 = 1;
+    type Input = DeleteInput;
+    type Output = ();
+
+    fn steps() -> Steps<Self> {
+        Steps::new()
+            .then(Step::action("mark_deleting", mark_deleting))
+            .then(Step::action("remove_workloads", remove_workloads).retry(cloud_retry()))
+            .then(Step::action("terminate_vms", terminate_vms).retry(cloud_retry()))
+            .then(Step::action("delete_network", delete_network).retry(sweep_retry()))
+            .then(
+                Step::poll("wait_gone", wait_gone).every(Duration::from_secs(2)).timeout(Duration::from_secs(15 * 60)),
+            )
+            .then(Step::action("mark_deleted", mark_deleted))
+    }
+
+    fn output(_ctx: &StepCtx<Self>) -> Result<(), StepError> {
+        Ok(())
+    }
+}
+
+async fn placement_and_cloud(ctx: &StepCtx<DeleteCluster>) -> Result<(Placement, Box<dyn Cloud>), StepError> {
+    let placement: Placement = ctx.output("mark_deleting")?;
+    let cluster = ctx.workflow().deps.cluster(&ctx.input().cluster_id).await?;
+    let cloud = ctx.workflow().deps.cloud(&cluster.credential, &placement.region).await?;
+    Ok((placement, cloud))
+}
+
+async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepError> {
+    let deps = &ctx.workflow().deps;
+    let cluster = deps.cluster(&ctx.input().cluster_id).await?;
+    clusters::set_phase(&deps.pool, &cluster.id, Phase::Deleting, None).await?;
+    Ok(Placement {
+        cluster_id: cluster.id,
+        region: cluster.region,
+        zone: cluster.zone,
+        vm_type: cluster.vm_type,
+        image: None,
+    })
+}
+
+async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemoved, StepError> {
+    let deps = &ctx.workflow().deps;
+    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let live = cloud.list_vms(&placement).await?;
+    let Some(cp) = live.iter().find(|vm| vm.role == Role::ControlPlane && vm.state.eq_ignore_ascii_case("running"))
+    else {
+        return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("no running control plane".into()) });
+    };
+    let secrets = match clusters::sealed_secrets(&deps.pool, &placement.cluster_id).await? {
+        Some(_) => deps.secrets(&placement.cluster_id).await?,
+        None => return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("the cluster has no secrets".into()) }),
+    };
+    let client = kube_api::client(&cloud.kube_url(cp), &secrets).map_err(StepError::terminal)?;
+    // Best effort: the VMs go next, and every workload with them; a control plane that does
+    // not answer must not keep the cluster alive.
+    match kube_api::delete_workloads(&client).await {
+        Ok(deleted) => Ok(WorkloadsRemoved { deleted, skipped: None }),
+        Err(err) => Ok(WorkloadsRemoved {
+            deleted: 0,
+            skipped: Some(format!("Kubernetes API did not answer: {}", anycloud_engine::error_chain(&err))),
+        }),
+    }
+}
+
+async fn terminate_vms(ctx: StepCtx<DeleteCluster>) -> Result<Vec<String>, StepError> {
+    let deps = &ctx.workflow().deps;
+    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    // A sweep by tag, not the recorded ids: a half-finished create's VMs are found too.
+    let live = cloud.list_vms(&placement).await?;
+    for vm in &live {
+        clusters::upsert_vm(&deps.pool, &placement.cluster_id, vm).await?;
+    }
+    let ids: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
+    cloud.terminate(&placement, &ids).await?;
+    Ok(ids)
+}
+
+async fn delete_network(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
+    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    cloud.delete_network(&placement).await?;
+    Ok(())
+}
+
+async fn wait_gone(ctx: StepCtx<DeleteCluster>) -> Result<Check<()>, StepError> {
+    let deps = &ctx.workflow().deps;
+    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let live = cloud.list_vms(&placement).await?;
+    clusters::mark_gone_vms(&deps.pool, &placement.cluster_id, &live).await?;
+    let network = cloud.network_exists(&placement).await?;
+    if live.is_empty() && !network {
+        return Ok(Check::Ready(()));
+    }
+    if !live.is_empty() {
+        // A VM launched after the sweep (a create's retry racing an old delete) is swept too.
+        let ids: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
+        cloud.terminate(&placement, &ids).await?;
+    }
+    if network && live.is_empty() {
+        cloud.delete_network(&placement).await?;
+    }
+    Ok(Check::NotYet(format!(
+        "the provider still lists {} VM(s){}",
+        live.len(),
+        if network { " and the network rules" } else { "" }
+    )))
+}
+
+async fn mark_deleted(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
+    let deps = &ctx.workflow().deps;
+    let id = &ctx.input().cluster_id;
+    clusters::mark_gone_vms(&deps.pool, id, &[]).await?;
+    clusters::erase_secrets(&deps.pool, id).await?;
+    clusters::set_endpoint(&deps.pool, id, None).await?;
+    clusters::set_phase(&deps.pool, id, Phase::Deleted, None).await?;
+    Ok(())
+}

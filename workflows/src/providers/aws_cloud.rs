@@ -1,0 +1,640 @@
+//! [`Cloud`] on AWS: EC2 instances in the region's default VPC, one security group per
+//! cluster, an Ubuntu LTS image by Canonical. Every resource carries the cluster's tag
+//! ([`CLUSTER_TAG`]), and every lookup goes by that tag, so a retried or restarted step finds
+//! what an earlier attempt made instead of making it twice.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_ec2::Client;
+use aws_sdk_ec2::config::Region;
+use aws_sdk_ec2::config::timeout::TimeoutConfig;
+use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::{
+    ArchitectureType, Filter, Image, Instance, InstanceType, IpPermission, IpRange, LocationType, ResourceType,
+    SecurityGroup, Tag, TagSpecification, UserIdGroupPair,
+};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+use super::aws;
+use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
+use crate::credentials::PublicPart;
+
+/// Canonical's AWS account: the owner of the official Ubuntu images.
+const CANONICAL: &str = "099720109477";
+
+/// The Ubuntu releases a cluster boots, newest first wins: 24.04 (noble) and 22.04 (jammy),
+/// amd64 server images on EBS (`hvm-ssd` and `hvm-ssd-gp3`).
+const PREFERRED_IMAGES: &[&str] = &[
+    "ubuntu/images/hvm-ssd*/ubuntu-noble-24.04-amd64-server-*",
+    "ubuntu/images/hvm-ssd*/ubuntu-jammy-22.04-amd64-server-*",
+];
+
+/// Any Canonical Ubuntu amd64 server image on EBS: used only when no preferred release is
+/// published in the region (a newer LTS in a future region; moto, which has only 14.04 and
+/// 16.04). The highest release wins.
+const ANY_UBUNTU_IMAGE: &str = "ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*";
+
+/// The machine type an error suggests when the one asked for is not offered.
+const EXAMPLE_VM_TYPE: &str = "t3.medium";
+
+/// Regions an error names first when the one asked for is unknown, if they are enabled.
+const EXAMPLE_REGIONS: &[&str] = &["us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1"];
+
+/// The states of a VM that is, or will again be, the cluster's: `launch` returns it rather
+/// than launching another.
+const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
+
+/// The states `list_vms` reports: every state but `terminated`.
+const LISTED_STATES: &[&str] = &["pending", "running", "shutting-down", "stopping", "stopped"];
+
+/// EC2 error codes of requests that will never succeed as asked (beyond refused keys, which
+/// [`aws::rejects`] knows): quotas, capacity, unknown or malformed parameters.
+const TERMINAL_CODES: &[&str] = &[
+    "InsufficientInstanceCapacity",
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "Unsupported",
+    "UnsupportedOperation",
+    "InvalidParameterValue",
+    "InvalidParameterCombination",
+    "InvalidParameter",
+    "MissingParameter",
+    "IdempotentParameterMismatch",
+    "InvalidAMIID.NotFound",
+    "InvalidAMIID.Malformed",
+    "InvalidAMIID.Unavailable",
+    "InvalidInstanceType",
+    "InvalidUserData.Malformed",
+    "InvalidInstanceID.Malformed",
+    "InvalidGroupId.Malformed",
+    "InvalidVpcID.NotFound",
+    "SecurityGroupLimitExceeded",
+    "RulesPerSecurityGroupLimitExceeded",
+];
+
+/// EC2 error codes worth another attempt: throttling, EC2's own failures, and the eventual
+/// consistency of a resource just made or just released.
+const RETRYABLE_CODES: &[&str] = &[
+    "RequestLimitExceeded",
+    "Throttling",
+    "ThrottlingException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "EC2ThrottledException",
+    "TooManyRequestsException",
+    "PriorRequestNotComplete",
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "Unavailable",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "DependencyViolation",
+    "IncorrectState",
+    "IncorrectInstanceState",
+];
+
+/// An AWS account as the cluster workflows use it: EC2 in one region.
+#[derive(Debug, Clone)]
+pub struct AwsCloud {
+    /// In the credential's own region, which is known to answer: asks which regions exist.
+    home: Client,
+    /// In the cluster's region.
+    regional: Client,
+    /// The cluster's region.
+    region: String,
+}
+
+impl AwsCloud {
+    /// EC2 in `region` for these keys; the credential's endpoint override (a private endpoint,
+    /// moto in tests) applies to every call.
+    pub fn new(public: &PublicPart, secret_access_key: &str, region: &str) -> Self {
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .operation_attempt_timeout(Duration::from_secs(60))
+            .operation_timeout(Duration::from_secs(180))
+            .build();
+        let home_config = aws::ec2_client(public, secret_access_key).config().to_builder().timeout_config(timeouts);
+        let regional = Client::from_conf(home_config.clone().region(Region::new(region.to_owned())).build());
+        Self { home: Client::from_conf(home_config.build()), regional, region: region.to_owned() }
+    }
+
+    /// The client for `region`: the cluster's, or one made for a placement elsewhere.
+    fn client_in(&self, region: &str) -> Client {
+        if region == self.region {
+            return self.regional.clone();
+        }
+        Client::from_conf(self.regional.config().to_builder().region(Region::new(region.to_owned())).build())
+    }
+
+    /// Fails unless `region` is enabled for these keys; the error names some that are.
+    async fn check_region(&self, region: &str) -> Result<(), CloudError> {
+        let output = self.home.describe_regions().send().await.map_err(|err| ec2_failure("DescribeRegions", &err))?;
+        let mut enabled: Vec<&str> = output.regions().iter().filter_map(|r| r.region_name()).collect();
+        if enabled.contains(&region) {
+            return Ok(());
+        }
+        enabled.sort_unstable();
+        let mut examples: Vec<&str> = EXAMPLE_REGIONS.iter().copied().filter(|r| enabled.contains(r)).collect();
+        if examples.is_empty() {
+            examples = enabled.iter().copied().take(EXAMPLE_REGIONS.len()).collect();
+        }
+        Err(CloudError::Terminal(format!(
+            "unknown AWS region `{region}`: {} regions are enabled for these keys, e.g. {}",
+            enabled.len(),
+            examples.join(", ")
+        )))
+    }
+}
+
+/// Fails unless `vm_type` is offered in `region` and runs amd64 (the images are amd64).
+async fn check_vm_type(client: &Client, region: &str, vm_type: &str) -> Result<(), CloudError> {
+    let offerings = client
+        .describe_instance_type_offerings()
+        .location_type(LocationType::Region)
+        .filters(filter("instance-type", [vm_type]))
+        .send()
+        .await
+        .map_err(|err| ec2_failure("DescribeInstanceTypeOfferings", &err))?;
+    if offerings.instance_type_offerings().is_empty() {
+        return Err(CloudError::Terminal(format!(
+            "unknown instance type `{vm_type}` in region {region}: it is not offered there; pick one that is, \
+             e.g. {EXAMPLE_VM_TYPE}"
+        )));
+    }
+    let types = client
+        .describe_instance_types()
+        .instance_types(InstanceType::from(vm_type))
+        .send()
+        .await
+        .map_err(|err| ec2_failure("DescribeInstanceTypes", &err))?;
+    let architectures: Vec<&ArchitectureType> = types
+        .instance_types()
+        .iter()
+        .filter_map(|info| info.processor_info())
+        .flat_map(|processor| processor.supported_architectures())
+        .collect();
+    if !architectures.is_empty() && !architectures.contains(&&ArchitectureType::X8664) {
+        let names: Vec<&str> = architectures.iter().map(|a| a.as_str()).collect();
+        return Err(CloudError::Terminal(format!(
+            "instance type `{vm_type}` runs {} only, and clusters boot amd64 Ubuntu: pick an x86_64 type, e.g. \
+             {EXAMPLE_VM_TYPE}",
+            names.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The newest Ubuntu 24.04 or 22.04 amd64 image by Canonical in the client's region, else the
+/// highest Ubuntu release Canonical publishes there.
+async fn ubuntu_image(client: &Client, region: &str) -> Result<String, CloudError> {
+    for patterns in [PREFERRED_IMAGES, &[ANY_UBUNTU_IMAGE]] {
+        let output = client
+            .describe_images()
+            .owners(CANONICAL)
+            .filters(filter("name", patterns.iter().copied()))
+            .filters(filter("architecture", ["x86_64"]))
+            .filters(filter("state", ["available"]))
+            .send()
+            .await
+            .map_err(|err| ec2_failure("DescribeImages", &err))?;
+        if let Some(id) =
+            output.images().iter().max_by(|a, b| image_rank(a).cmp(&image_rank(b))).and_then(Image::image_id)
+        {
+            return Ok(id.to_owned());
+        }
+    }
+    Err(CloudError::Terminal(format!(
+        "no Ubuntu amd64 server image by Canonical (owner {CANONICAL}) is available in region {region}"
+    )))
+}
+
+/// How recent an Ubuntu image is: its release (`24.04` in `ubuntu-noble-24.04-amd64-server-...`),
+/// then when it was made, then its name.
+fn image_rank(image: &Image) -> ((u32, u32), &str, &str) {
+    let name = image.name().unwrap_or_default();
+    let release = name
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .split('-')
+        .find_map(|part| {
+            let (major, minor) = part.split_once('.')?;
+            Some((major.parse().ok()?, minor.parse().ok()?))
+        })
+        .unwrap_or_default();
+    (release, image.creation_date().unwrap_or_default(), name)
+}
+
+/// An EC2 filter on `name` matching any of `values`.
+fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filter {
+    Filter::builder().name(name).set_values(Some(values.into_iter().map(str::to_owned).collect())).build()
+}
+
+/// The filter on the cluster's tag.
+fn cluster_filter(cluster_id: &str) -> Filter {
+    filter(&format!("tag:{CLUSTER_TAG}"), [cluster_id])
+}
+
+/// A tag.
+fn tag(key: &str, value: &str) -> Tag {
+    Tag::builder().key(key).value(value).build()
+}
+
+/// The value of the tag `key`, when present.
+fn tag_value<'a>(tags: &'a [Tag], key: &str) -> Option<&'a str> {
+    tags.iter().find(|t| t.key() == Some(key)).and_then(Tag::value)
+}
+
+/// The `Name` tag shown in the EC2 console: the VM's name and the start of the cluster's id.
+fn console_name(cluster_id: &str, vm_name: &str) -> String {
+    let short = cluster_id.get(..8).unwrap_or(cluster_id);
+    format!("anycloud-{vm_name}-{short}")
+}
+
+/// The name of a cluster's security group.
+fn group_name(cluster_id: &str) -> String {
+    format!("anycloud-{cluster_id}")
+}
+
+/// One ingress rule of a cluster's security group.
+#[derive(Debug, Clone, Copy)]
+enum Ingress {
+    /// A TCP port, from anywhere.
+    TcpFromAnywhere(i32),
+    /// All traffic between the cluster's own VMs (from the group itself).
+    AllFromCluster,
+}
+
+impl Ingress {
+    /// SSH and the Kubernetes API from anywhere; everything within the cluster.
+    const RULES: [Self; 3] = [Self::TcpFromAnywhere(22), Self::TcpFromAnywhere(6443), Self::AllFromCluster];
+
+    /// The rule as EC2 takes it, for the group `group_id`.
+    fn permission(self, group_id: &str) -> IpPermission {
+        match self {
+            Self::TcpFromAnywhere(port) => IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(port)
+                .to_port(port)
+                .ip_ranges(IpRange::builder().cidr_ip("0.0.0.0/0").description("anycloud").build())
+                .build(),
+            Self::AllFromCluster => IpPermission::builder()
+                .ip_protocol("-1")
+                .user_id_group_pairs(UserIdGroupPair::builder().group_id(group_id).build())
+                .build(),
+        }
+    }
+
+    /// Whether the group `group` already allows it.
+    fn is_in(self, group: &SecurityGroup) -> bool {
+        let group_id = group.group_id().unwrap_or_default();
+        group.ip_permissions().iter().any(|existing| match self {
+            Self::TcpFromAnywhere(port) => {
+                existing.ip_protocol() == Some("tcp")
+                    && existing.from_port() == Some(port)
+                    && existing.to_port() == Some(port)
+                    && existing.ip_ranges().iter().any(|range| range.cidr_ip() == Some("0.0.0.0/0"))
+            }
+            Self::AllFromCluster => {
+                existing.ip_protocol() == Some("-1")
+                    && existing.user_id_group_pairs().iter().any(|pair| pair.group_id() == Some(group_id))
+            }
+        })
+    }
+}
+
+/// The region's default VPC, where the cluster's group and VMs live.
+async fn default_vpc(client: &Client, region: &str) -> Result<String, CloudError> {
+    let output = client
+        .describe_vpcs()
+        .filters(filter("is-default", ["true"]))
+        .send()
+        .await
+        .map_err(|err| ec2_failure("DescribeVpcs", &err))?;
+    output.vpcs().iter().find_map(|vpc| vpc.vpc_id()).map(str::to_owned).ok_or_else(|| {
+        CloudError::Terminal(format!(
+            "region {region} has no default VPC; create one (`aws ec2 create-default-vpc --region {region}`)"
+        ))
+    })
+}
+
+/// The security groups matching `filters`.
+async fn security_groups(client: &Client, filters: Vec<Filter>) -> Result<Vec<SecurityGroup>, CloudError> {
+    client
+        .describe_security_groups()
+        .set_filters(Some(filters))
+        .into_paginator()
+        .items()
+        .send()
+        .collect::<Result<Vec<_>, _>>()
+        .await
+        .map_err(|err| ec2_failure("DescribeSecurityGroups", &err))
+}
+
+/// The cluster's group in `vpc_id`, made when missing. A group of the cluster's name that
+/// exists already (a create whose answer was lost) is adopted and tagged.
+async fn find_or_create_group(client: &Client, cluster_id: &str, vpc_id: &str) -> Result<SecurityGroup, CloudError> {
+    let name = group_name(cluster_id);
+    let mut tagged = security_groups(client, vec![cluster_filter(cluster_id), filter("vpc-id", [vpc_id])]).await?;
+    tagged.sort_by_key(|group| (group.group_name() != Some(name.as_str()), group.group_id().map(str::to_owned)));
+    if let Some(group) = tagged.into_iter().next() {
+        return Ok(group);
+    }
+    let created = client
+        .create_security_group()
+        .group_name(&name)
+        .description(format!("anycloud cluster {cluster_id}: SSH and Kubernetes API from anywhere, all within"))
+        .vpc_id(vpc_id)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::SecurityGroup)
+                .tags(tag(CLUSTER_TAG, cluster_id))
+                .tags(tag("Name", &name))
+                .build(),
+        )
+        .send()
+        .await;
+    match created {
+        Ok(output) => {
+            let id = output.group_id().ok_or_else(|| {
+                CloudError::Retryable("EC2 CreateSecurityGroup answered without a group id".to_owned())
+            })?;
+            Ok(SecurityGroup::builder().group_id(id).group_name(name).vpc_id(vpc_id).build())
+        }
+        Err(err) if err.code() == Some("InvalidGroup.Duplicate") => {
+            let named =
+                security_groups(client, vec![filter("group-name", [name.as_str()]), filter("vpc-id", [vpc_id])])
+                    .await?
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| {
+                        CloudError::Retryable(format!("security group {name} exists but cannot be found yet"))
+                    })?;
+            let id = named.group_id().unwrap_or_default();
+            client
+                .create_tags()
+                .resources(id)
+                .tags(tag(CLUSTER_TAG, cluster_id))
+                .send()
+                .await
+                .map_err(|err| ec2_failure("CreateTags", &err))?;
+            Ok(named)
+        }
+        Err(err) => Err(ec2_failure("CreateSecurityGroup", &err)),
+    }
+}
+
+/// Adds the rules of [`Ingress::RULES`] that `group` lacks; one already there is success.
+async fn authorize_missing(client: &Client, group: &SecurityGroup) -> Result<(), CloudError> {
+    let group_id = group.group_id().unwrap_or_default();
+    for rule in Ingress::RULES.into_iter().filter(|rule| !rule.is_in(group)) {
+        let result = client
+            .authorize_security_group_ingress()
+            .group_id(group_id)
+            .ip_permissions(rule.permission(group_id))
+            .send()
+            .await;
+        match result {
+            Ok(_) => {}
+            Err(err) if err.code() == Some("InvalidPermission.Duplicate") => {}
+            Err(err) => return Err(ec2_failure("AuthorizeSecurityGroupIngress", &err)),
+        }
+    }
+    Ok(())
+}
+
+/// The instances matching `filters`, oldest first.
+async fn instances(client: &Client, filters: Vec<Filter>) -> Result<Vec<Instance>, CloudError> {
+    let reservations = client
+        .describe_instances()
+        .set_filters(Some(filters))
+        .into_paginator()
+        .items()
+        .send()
+        .collect::<Result<Vec<_>, _>>()
+        .await
+        .map_err(|err| ec2_failure("DescribeInstances", &err))?;
+    let mut instances: Vec<Instance> =
+        reservations.into_iter().flat_map(|reservation| reservation.instances.unwrap_or_default()).collect();
+    instances.sort_by(|a, b| {
+        let key =
+            |i: &Instance| (i.launch_time().map(|t| (t.secs(), t.subsec_nanos())), i.instance_id().map(str::to_owned));
+        key(a).cmp(&key(b))
+    });
+    Ok(instances)
+}
+
+/// An instance as a cluster VM. Its name and role come from its tags; `fallback` stands in
+/// for missing ones (the instance id and [`Role::Worker`] when listing, so that a VM of the
+/// cluster with a lost tag is still seen and swept).
+fn vm_of(instance: &Instance, fallback: (&str, Role)) -> Vm {
+    let provider_id = instance.instance_id().unwrap_or_default().to_owned();
+    let name = tag_value(instance.tags(), NAME_TAG).unwrap_or(fallback.0).to_owned();
+    let role = tag_value(instance.tags(), ROLE_TAG).and_then(Role::parse).unwrap_or(fallback.1);
+    let state = instance.state().and_then(|s| s.name()).map_or("unknown", |s| s.as_str()).to_owned();
+    Vm {
+        provider_id,
+        name,
+        role,
+        state,
+        private_ip: instance.private_ip_address().map(str::to_owned),
+        public_ip: instance.public_ip_address().map(str::to_owned),
+    }
+}
+
+/// What an EC2 failure means for the step: refused keys and requests that cannot succeed as
+/// asked are terminal; throttling, 5xx, network failures and eventual consistency are worth
+/// another attempt. Any other client error (4xx) is terminal.
+fn ec2_failure<E>(operation: &str, err: &SdkError<E>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match err {
+        SdkError::ServiceError(failure) => {
+            let code = failure.err().code().unwrap_or("UnknownError");
+            let message = format!("EC2 {operation}: {code}: {}", failure.err().message().unwrap_or("no message"));
+            let status = failure.raw().status().as_u16();
+            if TERMINAL_CODES.contains(&code) {
+                CloudError::Terminal(message)
+            } else if aws::rejects(Some(code)) {
+                CloudError::Terminal(format!("EC2 refused the keys: {message}"))
+            } else if RETRYABLE_CODES.contains(&code) || code.ends_with(".NotFound") || status >= 500 {
+                CloudError::Retryable(message)
+            } else {
+                CloudError::Terminal(message)
+            }
+        }
+        // The request could not even be built (a bad endpoint, say): retrying cannot help.
+        SdkError::ConstructionFailure(_) => {
+            CloudError::terminal(&format!("EC2 {operation}: building the request"), err)
+        }
+        _ => CloudError::retryable(&format!("EC2 {operation}"), err),
+    }
+}
+
+#[async_trait]
+impl Cloud for AwsCloud {
+    /// Checks the region (DescribeRegions) and the instance type (offered in the region, amd64),
+    /// and picks the newest Ubuntu 24.04 or 22.04 amd64 image by Canonical.
+    async fn placement(&self, cluster_id: &str, region: &str, vm_type: &str) -> Result<Placement, CloudError> {
+        self.check_region(region).await?;
+        let client = self.client_in(region);
+        check_vm_type(&client, region, vm_type).await?;
+        let image = ubuntu_image(&client, region).await?;
+        Ok(Placement {
+            cluster_id: cluster_id.to_owned(),
+            region: region.to_owned(),
+            zone: None,
+            vm_type: vm_type.to_owned(),
+            image: Some(image),
+        })
+    }
+
+    /// Finds the security group tagged with the cluster in the default VPC, or creates
+    /// `anycloud-<cluster id>`, and makes sure it allows SSH and 6443 from anywhere and all
+    /// traffic from itself (rules a crash may have left unmade are added on the next call).
+    async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError> {
+        let client = self.client_in(&placement.region);
+        let vpc_id = default_vpc(&client, &placement.region).await?;
+        let group = find_or_create_group(&client, &placement.cluster_id, &vpc_id).await?;
+        authorize_missing(&client, &group).await?;
+        let id = group.group_id().unwrap_or_default().to_owned();
+        Ok(Network { id })
+    }
+
+    /// Deletes every security group tagged with the cluster, in any VPC. One still used by
+    /// instances (they may be shutting down) is a retryable failure.
+    async fn delete_network(&self, placement: &Placement) -> Result<(), CloudError> {
+        let client = self.client_in(&placement.region);
+        for group in security_groups(&client, vec![cluster_filter(&placement.cluster_id)]).await? {
+            let Some(id) = group.group_id() else { continue };
+            match client.delete_security_group().group_id(id).send().await {
+                Ok(_) => {}
+                Err(err) if err.code() == Some("InvalidGroup.NotFound") => {}
+                Err(err) if err.code() == Some("DependencyViolation") => {
+                    return Err(CloudError::Retryable(format!(
+                        "security group {id} of cluster {} is still used by instances (they may still be shutting \
+                         down); it is deleted once they are gone",
+                        placement.cluster_id
+                    )));
+                }
+                Err(err) => return Err(ec2_failure("DeleteSecurityGroup", &err)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any security group carries the cluster's tag.
+    async fn network_exists(&self, placement: &Placement) -> Result<bool, CloudError> {
+        let client = self.client_in(&placement.region);
+        Ok(!security_groups(&client, vec![cluster_filter(&placement.cluster_id)]).await?.is_empty())
+    }
+
+    /// Returns the oldest live instance tagged with the cluster and `spec.name`, or runs one:
+    /// the placement's image and type, the user-data, the cluster's group, the step's token as
+    /// `ClientToken`, and the cluster's, name and role tags on the instance and its volume.
+    async fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Vm, CloudError> {
+        let placement = spec.placement;
+        let client = self.client_in(&placement.region);
+        let live = instances(
+            &client,
+            vec![
+                cluster_filter(&placement.cluster_id),
+                filter(&format!("tag:{NAME_TAG}"), [spec.name.as_str()]),
+                filter("instance-state-name", LIVE_STATES.iter().copied()),
+            ],
+        )
+        .await?;
+        if let Some(instance) = live.first() {
+            return Ok(vm_of(instance, (&spec.name, spec.role)));
+        }
+        let image = placement.image.as_deref().ok_or_else(|| {
+            CloudError::Terminal(format!("cluster {} has no boot image: its placement picks one", placement.cluster_id))
+        })?;
+        let tags = [
+            tag(CLUSTER_TAG, &placement.cluster_id),
+            tag(NAME_TAG, &spec.name),
+            tag(ROLE_TAG, spec.role.as_str()),
+            tag("Name", &console_name(&placement.cluster_id, &spec.name)),
+        ];
+        let tagged = |resource: ResourceType| {
+            TagSpecification::builder().resource_type(resource).set_tags(Some(tags.to_vec())).build()
+        };
+        let output = client
+            .run_instances()
+            .image_id(image)
+            .instance_type(InstanceType::from(placement.vm_type.as_str()))
+            .min_count(1)
+            .max_count(1)
+            .user_data(STANDARD.encode(&spec.user_data))
+            .security_group_ids(&spec.network.id)
+            .client_token(spec.token.simple().to_string())
+            .tag_specifications(tagged(ResourceType::Instance))
+            .tag_specifications(tagged(ResourceType::Volume))
+            .send()
+            .await
+            .map_err(|err| ec2_failure("RunInstances", &err))?;
+        let instance = output
+            .instances()
+            .first()
+            .ok_or_else(|| CloudError::Retryable("EC2 RunInstances answered without an instance".to_owned()))?;
+        Ok(vm_of(instance, (&spec.name, spec.role)))
+    }
+
+    /// Every instance tagged with the cluster that is not terminated, by name.
+    async fn list_vms(&self, placement: &Placement) -> Result<Vec<Vm>, CloudError> {
+        let client = self.client_in(&placement.region);
+        let filters =
+            vec![cluster_filter(&placement.cluster_id), filter("instance-state-name", LISTED_STATES.iter().copied())];
+        let mut vms: Vec<Vm> = instances(&client, filters)
+            .await?
+            .iter()
+            .map(|instance| vm_of(instance, (instance.instance_id().unwrap_or_default(), Role::Worker)))
+            .collect();
+        vms.sort_by(|a, b| (&a.name, &a.provider_id).cmp(&(&b.name, &b.provider_id)));
+        Ok(vms)
+    }
+
+    /// Terminates those of `provider_ids` that are the cluster's (tagged with it) and not yet
+    /// terminated; ids of other clusters are left alone, and ids already gone are success.
+    async fn terminate(&self, placement: &Placement, provider_ids: &[String]) -> Result<(), CloudError> {
+        if provider_ids.is_empty() {
+            return Ok(());
+        }
+        let client = self.client_in(&placement.region);
+        let filters =
+            vec![filter("instance-id", provider_ids.iter().map(String::as_str)), cluster_filter(&placement.cluster_id)];
+        let found = instances(&client, filters).await?;
+        let known: HashSet<&str> = found.iter().filter_map(Instance::instance_id).collect();
+        for id in provider_ids.iter().filter(|id| !known.contains(id.as_str())) {
+            tracing::debug!(instance = %id, cluster = %placement.cluster_id, "not terminating: gone or not the cluster's");
+        }
+        let live: Vec<String> = found
+            .iter()
+            .filter(|i| i.state().and_then(|s| s.name()).map(|s| s.as_str()) != Some("terminated"))
+            .filter_map(|i| i.instance_id().map(str::to_owned))
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        match client.terminate_instances().set_instance_ids(Some(live.clone())).send().await {
+            Ok(_) => Ok(()),
+            // One of them went meanwhile, and EC2 refuses the whole request: one at a time.
+            Err(err) if err.code() == Some("InvalidInstanceID.NotFound") => {
+                for id in live {
+                    match client.terminate_instances().instance_ids(&id).send().await {
+                        Ok(_) => {}
+                        Err(err) if err.code() == Some("InvalidInstanceID.NotFound") => {}
+                        Err(err) => return Err(ec2_failure("TerminateInstances", &err)),
+                    }
+                }
+                Ok(())
+            }
+            Err(err) => Err(ec2_failure("TerminateInstances", &err)),
+        }
+    }
+}

@@ -1,0 +1,660 @@
+//! Google Cloud behind [`Cloud`]: Compute Engine instances and firewall rules through
+//! google-cloud-compute-v1, with a service-account key.
+//!
+//! Names and labels:
+//! - every resource of a cluster is named `ac-<12 hex of the cluster id>-...` (GCE names match
+//!   `[a-z]([-a-z0-9]{0,61}[a-z0-9])?`): instances `ac-<hex>-cp`, `ac-<hex>-w0`, ..., firewall
+//!   rules `ac-<hex>-ssh-api` and `ac-<hex>-internal`;
+//! - instances carry the labels [`CLUSTER_TAG`] (the cluster id), [`NAME_TAG`] and [`ROLE_TAG`],
+//!   and the network tag `ac-<hex>` that the firewall rules target. Firewall rules cannot carry
+//!   labels: they are found by name, and their description names the cluster.
+//!
+//! Idempotency: every insert carries a `requestId` (GCE returns the original operation for a
+//! repeated id, for about an hour), and a name that exists already (HTTP 409) is success. A
+//! `requestId` is deterministic (the launch step's token; a UUID v5 of the cluster and rule for a
+//! firewall; a UUID v5 of the instance's numeric id for a delete), so a retry after a lost
+//! response neither duplicates nor fails. Because GCE may answer a remembered `requestId` with an
+//! operation whose resource is gone since, an insert is checked by reading the resource back and
+//! repeated once under a fresh id when it is missing.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use google_cloud_compute_v1::client::{Firewalls, GlobalOperations, Instances, MachineTypes, ZoneOperations, Zones};
+use google_cloud_compute_v1::model::{
+    AccessConfig, AttachedDisk, AttachedDiskInitializeParams, Firewall, Instance, Metadata, NetworkInterface,
+    Operation, Tags, access_config, firewall, metadata, operation,
+};
+
+use super::gcp;
+use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
+use crate::credentials::PublicPart;
+
+/// The boot image of every VM: the Ubuntu 22.04 LTS family (its newest image at insert time).
+pub const IMAGE: &str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts";
+
+/// The VPC every VM and rule of a cluster joins.
+pub const NETWORK: &str = "global/networks/default";
+
+/// A machine type every zone offers, named in the error for an unknown one.
+const EXAMPLE_VM_TYPE: &str = "e2-standard-2";
+
+/// How long one call waits for an operation to finish (GCE's `wait` returns after at most about
+/// two minutes, not necessarily `DONE`, and is asked again until this deadline).
+const OPERATION_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Instance states in which an instance serves (or is about to): `launch` returns such an instance
+/// rather than creating another.
+const LIVE_STATES: [&str; 5] = ["PROVISIONING", "STAGING", "RUNNING", "REPAIRING", "PENDING"];
+
+/// The namespace of the UUID v5 request ids this provider derives.
+const REQUEST_ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6f1e_2b7c_52a4_4c0e_9d38_4a0c_1f55_e7a1);
+
+/// A Compute Engine project, as the cluster workflows use it.
+pub struct GcpCloud {
+    project: String,
+    instances: Instances,
+    firewalls: Firewalls,
+    zone_operations: ZoneOperations,
+    global_operations: GlobalOperations,
+    zones: Zones,
+    machine_types: MachineTypes,
+}
+
+impl std::fmt::Debug for GcpCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcpCloud").field("project", &self.project).finish_non_exhaustive()
+    }
+}
+
+impl GcpCloud {
+    /// Clients for the project of `public` (or else of the key), authenticated with the
+    /// service-account key, at `public.endpoint` when it is set.
+    ///
+    /// The key's credentials sign a JWT locally for each request (see [`gcp::credentials`]); no
+    /// token is fetched from `oauth2.googleapis.com`, so an overridden endpoint, including the
+    /// test suite's fake Compute server on a loopback `http://` URL, is called with the same
+    /// credentials as Compute Engine itself. No anonymous fallback exists.
+    pub async fn new(public: &PublicPart, service_account_json: &str) -> Result<Self, CloudError> {
+        let key = gcp::ServiceAccountKey::parse(service_account_json).map_err(CloudError::Terminal)?;
+        let project = public.project.clone().filter(|p| !p.trim().is_empty()).unwrap_or(key.project_id);
+        let credentials = gcp::credentials(service_account_json)
+            .map_err(|err| CloudError::terminal("the GCP service-account key", &err))?;
+        let endpoint = public.endpoint.clone().filter(|e| !e.trim().is_empty());
+        macro_rules! client {
+            ($client:ty) => {{
+                let mut builder = <$client>::builder().with_credentials(credentials.clone());
+                if let Some(endpoint) = &endpoint {
+                    builder = builder.with_endpoint(endpoint.clone());
+                }
+                builder.build().await.map_err(|err| CloudError::terminal("building the Compute client", &err))?
+            }};
+        }
+        Ok(Self {
+            project,
+            instances: client!(Instances),
+            firewalls: client!(Firewalls),
+            zone_operations: client!(ZoneOperations),
+            global_operations: client!(GlobalOperations),
+            zones: client!(Zones),
+            machine_types: client!(MachineTypes),
+        })
+    }
+
+    /// The project every call acts on.
+    pub fn project(&self) -> &str {
+        &self.project
+    }
+
+    /// The zone of a placement (set by [`Cloud::placement`]).
+    fn zone(placement: &Placement) -> Result<&str, CloudError> {
+        placement.zone.as_deref().filter(|z| !z.is_empty()).ok_or_else(|| {
+            CloudError::Terminal(format!(
+                "cluster {}: the GCP placement has no zone (region {})",
+                placement.cluster_id, placement.region
+            ))
+        })
+    }
+
+    /// Reads an instance by name; `None` when there is none.
+    async fn get_instance(&self, zone: &str, name: &str) -> Result<Option<Instance>, CloudError> {
+        let result = self.instances.get().set_project(&self.project).set_zone(zone).set_instance(name).send().await;
+        match result {
+            Ok(instance) => Ok(Some(instance)),
+            Err(err) if err.http_status_code() == Some(404) => Ok(None),
+            Err(err) => Err(classify(&format!("reading instance {name} in {zone}"), &err)),
+        }
+    }
+
+    /// Inserts the instance under `request_id` and waits for the operation. `Ok(false)` when
+    /// the name exists already.
+    async fn insert_instance(&self, zone: &str, body: &Instance, request_id: &str) -> Result<bool, CloudError> {
+        let name = body.name.clone().unwrap_or_default();
+        let result = self
+            .instances
+            .insert()
+            .set_project(&self.project)
+            .set_zone(zone)
+            .set_request_id(request_id)
+            .set_body(body.clone())
+            .send()
+            .await;
+        let op = match result {
+            Ok(op) => op,
+            Err(err) if err.http_status_code() == Some(409) => return Ok(false),
+            Err(err) => return Err(classify(&format!("inserting instance {name} in {zone}"), &err)),
+        };
+        let op = self.wait_zone(zone, op).await?;
+        match check_operation(&format!("inserting instance {name} in {zone}"), &op) {
+            Err(CloudError::Terminal(message)) if message.contains("ALREADY_EXISTS") => Ok(false),
+            other => other.map(|()| true),
+        }
+    }
+
+    /// Waits until a zonal operation is `DONE`.
+    async fn wait_zone(&self, zone: &str, mut op: Operation) -> Result<Operation, CloudError> {
+        let deadline = Instant::now() + OPERATION_DEADLINE;
+        let name = op.name.clone().unwrap_or_default();
+        while op.status != Some(operation::Status::Done) {
+            if Instant::now() > deadline {
+                return Err(CloudError::Retryable(format!("operation {name} in {zone} is not done after 10 minutes")));
+            }
+            op = self
+                .zone_operations
+                .wait()
+                .set_project(&self.project)
+                .set_zone(zone)
+                .set_operation(&name)
+                .send()
+                .await
+                .map_err(|err| classify(&format!("waiting for operation {name} in {zone}"), &err))?;
+        }
+        Ok(op)
+    }
+
+    /// Waits until a global operation is `DONE`.
+    async fn wait_global(&self, mut op: Operation) -> Result<Operation, CloudError> {
+        let deadline = Instant::now() + OPERATION_DEADLINE;
+        let name = op.name.clone().unwrap_or_default();
+        while op.status != Some(operation::Status::Done) {
+            if Instant::now() > deadline {
+                return Err(CloudError::Retryable(format!("global operation {name} is not done after 10 minutes")));
+            }
+            op = self
+                .global_operations
+                .wait()
+                .set_project(&self.project)
+                .set_operation(&name)
+                .send()
+                .await
+                .map_err(|err| classify(&format!("waiting for global operation {name}"), &err))?;
+        }
+        Ok(op)
+    }
+
+    /// Reads a firewall rule by name; `None` when there is none.
+    async fn get_firewall(&self, name: &str) -> Result<Option<Firewall>, CloudError> {
+        match self.firewalls.get().set_project(&self.project).set_firewall(name).send().await {
+            Ok(rule) => Ok(Some(rule)),
+            Err(err) if err.http_status_code() == Some(404) => Ok(None),
+            Err(err) => Err(classify(&format!("reading firewall rule {name}"), &err)),
+        }
+    }
+
+    /// Inserts a firewall rule under `request_id` and waits for it; a name that exists is success.
+    async fn insert_firewall(&self, rule: &Firewall, request_id: &str) -> Result<(), CloudError> {
+        let name = rule.name.clone().unwrap_or_default();
+        let result = self
+            .firewalls
+            .insert()
+            .set_project(&self.project)
+            .set_request_id(request_id)
+            .set_body(rule.clone())
+            .send()
+            .await;
+        let op = match result {
+            Ok(op) => op,
+            Err(err) if err.http_status_code() == Some(409) => return Ok(()),
+            Err(err) => return Err(classify(&format!("inserting firewall rule {name}"), &err)),
+        };
+        let op = self.wait_global(op).await?;
+        match check_operation(&format!("inserting firewall rule {name}"), &op) {
+            Err(CloudError::Terminal(message)) if message.contains("ALREADY_EXISTS") => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Finds or creates one firewall rule.
+    async fn ensure_firewall(&self, cluster_id: &str, rule: Firewall) -> Result<(), CloudError> {
+        let name = rule.name.clone().unwrap_or_default();
+        if self.get_firewall(&name).await?.is_some() {
+            return Ok(());
+        }
+        self.insert_firewall(&rule, &request_id(cluster_id, &format!("firewall/{name}"))).await?;
+        if self.get_firewall(&name).await?.is_none() {
+            // The request id was remembered from an earlier life of this rule, deleted since.
+            self.insert_firewall(&rule, &uuid::Uuid::new_v4().to_string()).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes one firewall rule and waits; none is success.
+    async fn delete_firewall(&self, name: &str) -> Result<(), CloudError> {
+        let result = self.firewalls.delete().set_project(&self.project).set_firewall(name).send().await;
+        let op = match result {
+            Ok(op) => op,
+            Err(err) if err.http_status_code() == Some(404) => return Ok(()),
+            Err(err) => return Err(classify(&format!("deleting firewall rule {name}"), &err)),
+        };
+        let op = self.wait_global(op).await?;
+        match check_operation(&format!("deleting firewall rule {name}"), &op) {
+            Err(CloudError::Terminal(message)) if message.contains("NOT_FOUND") => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Every instance of the cluster in the zone, in every state.
+    async fn cluster_instances(&self, placement: &Placement) -> Result<Vec<Instance>, CloudError> {
+        let zone = Self::zone(placement)?;
+        let filter = format!("labels.{CLUSTER_TAG} = \"{}\"", placement.cluster_id);
+        let mut instances = Vec::new();
+        let mut page_token: Option<String> = None;
+        loop {
+            let list = self
+                .instances
+                .list()
+                .set_project(&self.project)
+                .set_zone(zone)
+                .set_filter(&filter)
+                .set_or_clear_page_token(page_token.take())
+                .send()
+                .await
+                .map_err(|err| classify(&format!("listing the instances of cluster {}", placement.cluster_id), &err))?;
+            instances.extend(list.items);
+            match list.next_page_token.filter(|t| !t.is_empty()) {
+                Some(token) => page_token = Some(token),
+                None => break,
+            }
+        }
+        // The filter is the cloud's; the label check is ours.
+        instances.retain(|i| i.labels.get(CLUSTER_TAG).map(String::as_str) == Some(placement.cluster_id.as_str()));
+        Ok(instances)
+    }
+
+    /// Asks for one instance's deletion; `None` when it is gone or its deletion is under way.
+    async fn delete_instance(&self, zone: &str, instance: &Instance) -> Result<Option<Operation>, CloudError> {
+        let name = instance.name.clone().unwrap_or_default();
+        let id = instance.id.map(|id| id.to_string()).unwrap_or_else(|| name.clone());
+        let result = self
+            .instances
+            .delete()
+            .set_project(&self.project)
+            .set_zone(zone)
+            .set_instance(&name)
+            .set_request_id(request_id(&id, "delete"))
+            .send()
+            .await;
+        match result {
+            Ok(op) => Ok(Some(op)),
+            Err(err) if err.http_status_code() == Some(404) => Ok(None),
+            // Another operation (an earlier delete) is under way on it.
+            Err(err) if err.http_status_code() == Some(400) && reasons(&err).contains("resourceNotReady") => Ok(None),
+            Err(err) => Err(classify(&format!("deleting instance {name} in {zone}"), &err)),
+        }
+    }
+
+    /// The instance as a [`Vm`]; name and role from its labels (or else its name).
+    fn vm(instance: &Instance) -> Vm {
+        let name = instance.labels.get(NAME_TAG).cloned().unwrap_or_else(|| {
+            let full = instance.name.clone().unwrap_or_default();
+            full.rsplit('-').next().unwrap_or_default().to_owned()
+        });
+        let role = instance.labels.get(ROLE_TAG).and_then(|r| Role::parse(r)).unwrap_or(if name == "cp" {
+            Role::ControlPlane
+        } else {
+            Role::Worker
+        });
+        let nic = instance.network_interfaces.first();
+        Vm {
+            provider_id: instance.id.map(|id| id.to_string()).unwrap_or_default(),
+            name,
+            role,
+            state: status_name(instance),
+            private_ip: nic.and_then(|n| n.network_ip.clone()).filter(|ip| !ip.is_empty()),
+            public_ip: nic
+                .and_then(|n| n.access_configs.first())
+                .and_then(|a| a.nat_ip.clone())
+                .filter(|ip| !ip.is_empty()),
+        }
+    }
+}
+
+#[async_trait]
+impl Cloud for GcpCloud {
+    async fn placement(&self, cluster_id: &str, region: &str, vm_type: &str) -> Result<Placement, CloudError> {
+        let mut zones = Vec::new();
+        let mut page_token: Option<String> = None;
+        loop {
+            let list = self
+                .zones
+                .list()
+                .set_project(&self.project)
+                .set_or_clear_page_token(page_token.take())
+                .send()
+                .await
+                .map_err(|err| classify(&format!("listing the zones of project {}", self.project), &err))?;
+            zones.extend(list.items);
+            match list.next_page_token.filter(|t| !t.is_empty()) {
+                Some(token) => page_token = Some(token),
+                None => break,
+            }
+        }
+        let region_of = |zone: &google_cloud_compute_v1::model::Zone| {
+            zone.region.as_deref().and_then(|r| r.rsplit('/').next()).unwrap_or_default().to_owned()
+        };
+        let suffix = format!("/regions/{region}");
+        let prefix = format!("{region}-");
+        let mut in_region: Vec<String> = zones
+            .iter()
+            .filter(|z| {
+                z.region.as_deref().is_some_and(|r| r.ends_with(&suffix) || r == region)
+                    || z.name.as_deref().is_some_and(|n| n.starts_with(&prefix))
+            })
+            .filter_map(|z| z.name.clone())
+            .collect();
+        in_region.sort();
+        let Some(zone) = in_region.into_iter().next() else {
+            let mut regions: Vec<String> = zones.iter().map(region_of).filter(|r| !r.is_empty()).collect();
+            regions.sort();
+            regions.dedup();
+            let some: Vec<&str> = regions.iter().take(10).map(String::as_str).collect();
+            return Err(CloudError::Terminal(format!(
+                "region {region} has no zone in project {}; available regions include: {}",
+                self.project,
+                if some.is_empty() { "(none)".to_owned() } else { some.join(", ") }
+            )));
+        };
+        let result =
+            self.machine_types.get().set_project(&self.project).set_zone(&zone).set_machine_type(vm_type).send().await;
+        match result {
+            Ok(_) => {}
+            Err(err) if matches!(err.http_status_code(), Some(404 | 400)) => {
+                return Err(CloudError::Terminal(format!(
+                    "machine type {vm_type} is not offered in zone {zone}; e.g. {EXAMPLE_VM_TYPE}"
+                )));
+            }
+            Err(err) => return Err(classify(&format!("reading machine type {vm_type} in {zone}"), &err)),
+        }
+        Ok(Placement {
+            cluster_id: cluster_id.to_owned(),
+            region: region.to_owned(),
+            zone: Some(zone),
+            vm_type: vm_type.to_owned(),
+            image: Some(IMAGE.to_owned()),
+        })
+    }
+
+    async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError> {
+        let prefix = cluster_prefix(&placement.cluster_id)?;
+        let description = format!("anycloud cluster {}", placement.cluster_id);
+        let ssh_api = Firewall::new()
+            .set_name(format!("{prefix}-ssh-api"))
+            .set_description(format!("{description}: SSH and the Kubernetes API from anywhere"))
+            .set_network(NETWORK)
+            .set_direction(firewall::Direction::Ingress)
+            .set_allowed([firewall::Allowed::new().set_ip_protocol("tcp").set_ports(["22", "6443"])])
+            .set_source_ranges(["0.0.0.0/0"])
+            .set_target_tags([prefix.clone()]);
+        let internal = Firewall::new()
+            .set_name(format!("{prefix}-internal"))
+            .set_description(format!("{description}: everything between the cluster's VMs"))
+            .set_network(NETWORK)
+            .set_direction(firewall::Direction::Ingress)
+            .set_allowed([firewall::Allowed::new().set_ip_protocol("all")])
+            .set_source_tags([prefix.clone()])
+            .set_target_tags([prefix.clone()]);
+        self.ensure_firewall(&placement.cluster_id, ssh_api).await?;
+        self.ensure_firewall(&placement.cluster_id, internal).await?;
+        Ok(Network { id: prefix })
+    }
+
+    async fn delete_network(&self, placement: &Placement) -> Result<(), CloudError> {
+        let prefix = cluster_prefix(&placement.cluster_id)?;
+        for rule in firewall_names(&prefix) {
+            self.delete_firewall(&rule).await?;
+        }
+        Ok(())
+    }
+
+    async fn network_exists(&self, placement: &Placement) -> Result<bool, CloudError> {
+        let prefix = cluster_prefix(&placement.cluster_id)?;
+        for rule in firewall_names(&prefix) {
+            if self.get_firewall(&rule).await?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Vm, CloudError> {
+        let placement = spec.placement;
+        let zone = Self::zone(placement)?;
+        let prefix = cluster_prefix(&placement.cluster_id)?;
+        let name = format!("{prefix}-{}", spec.name);
+        if !valid_name(&name) {
+            return Err(CloudError::Terminal(format!(
+                "VM name {} gives the GCE name {name}, which is not [a-z]([-a-z0-9]{{0,61}}[a-z0-9])?",
+                spec.name
+            )));
+        }
+        if !valid_label_value(&placement.cluster_id) || !valid_label_value(&spec.name) {
+            return Err(CloudError::Terminal(format!(
+                "cluster id {} or VM name {} cannot be a GCE label value ([a-z0-9_-]{{0,63}})",
+                placement.cluster_id, spec.name
+            )));
+        }
+        if let Some(existing) = self.get_instance(zone, &name).await? {
+            return self.existing(zone, &name, &existing).await;
+        }
+        let image = placement.image.clone().unwrap_or_else(|| IMAGE.to_owned());
+        let labels = HashMap::from([
+            (CLUSTER_TAG.to_owned(), placement.cluster_id.clone()),
+            (NAME_TAG.to_owned(), spec.name.clone()),
+            (ROLE_TAG.to_owned(), spec.role.as_str().to_owned()),
+        ]);
+        let body = Instance::new()
+            .set_name(&name)
+            .set_description(format!("anycloud cluster {} VM {}", placement.cluster_id, spec.name))
+            .set_machine_type(format!("zones/{zone}/machineTypes/{}", placement.vm_type))
+            .set_labels(labels)
+            .set_tags(Tags::new().set_items([spec.network.id.clone()]))
+            .set_disks([AttachedDisk::new()
+                .set_boot(true)
+                .set_auto_delete(true)
+                .set_initialize_params(AttachedDiskInitializeParams::new().set_source_image(image))])
+            .set_network_interfaces([NetworkInterface::new().set_network(NETWORK).set_access_configs([
+                AccessConfig::new().set_name("External NAT").set_type(access_config::Type::OneToOneNat),
+            ])])
+            .set_metadata(Metadata::new().set_items([
+                metadata::Items::new().set_key("user-data").set_value(&spec.user_data),
+                metadata::Items::new().set_key("startup-script").set_value(&spec.user_data),
+            ]));
+        let created = self.insert_instance(zone, &body, &spec.token.to_string()).await?;
+        let instance = match self.get_instance(zone, &name).await? {
+            Some(instance) => instance,
+            None if created => {
+                // GCE answered the request id with an earlier operation whose instance is gone.
+                self.insert_instance(zone, &body, &uuid::Uuid::new_v4().to_string()).await?;
+                self.get_instance(zone, &name).await?.ok_or_else(|| {
+                    CloudError::Retryable(format!("instance {name} in {zone} is missing after its insert"))
+                })?
+            }
+            None => return Err(CloudError::Retryable(format!("instance {name} in {zone} exists and is gone again"))),
+        };
+        self.existing(zone, &name, &instance).await
+    }
+
+    async fn list_vms(&self, placement: &Placement) -> Result<Vec<Vm>, CloudError> {
+        let mut vms: Vec<Vm> = self
+            .cluster_instances(placement)
+            .await?
+            .iter()
+            .filter(|i| status_name(i) != "TERMINATED")
+            .map(Self::vm)
+            .collect();
+        vms.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(vms)
+    }
+
+    async fn terminate(&self, placement: &Placement, provider_ids: &[String]) -> Result<(), CloudError> {
+        if provider_ids.is_empty() {
+            return Ok(());
+        }
+        let zone = Self::zone(placement)?;
+        let instances = self.cluster_instances(placement).await?;
+        let mut operations = Vec::new();
+        for instance in &instances {
+            let id = instance.id.map(|id| id.to_string()).unwrap_or_default();
+            if provider_ids.contains(&id)
+                && let Some(op) = self.delete_instance(zone, instance).await?
+            {
+                operations.push(op);
+            }
+        }
+        for op in operations {
+            let op = self.wait_zone(zone, op).await?;
+            match check_operation("deleting an instance", &op) {
+                Err(CloudError::Terminal(message)) if message.contains("NOT_FOUND") => {}
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GcpCloud {
+    /// What `launch` does with an instance of the VM's name that exists: returns it when it is
+    /// live, and otherwise (stopped, suspended, being deleted) asks for its deletion, so that a
+    /// retry of the launch creates it anew.
+    async fn existing(&self, zone: &str, name: &str, instance: &Instance) -> Result<Vm, CloudError> {
+        let status = status_name(instance);
+        if LIVE_STATES.contains(&status.as_str()) {
+            return Ok(Self::vm(instance));
+        }
+        if let Some(op) = self.delete_instance(zone, instance).await? {
+            let op = self.wait_zone(zone, op).await?;
+            check_operation(&format!("deleting instance {name}"), &op)?;
+        }
+        Err(CloudError::Retryable(format!("instance {name} in {zone} is {status}: deleted, to be launched again")))
+    }
+}
+
+/// `ac-<first 12 alphanumerics of the cluster id, lowercased>`: the network tag, and the prefix of
+/// every resource name of the cluster.
+pub fn cluster_prefix(cluster_id: &str) -> Result<String, CloudError> {
+    let short: String =
+        cluster_id.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).take(12).collect();
+    if short.is_empty() {
+        return Err(CloudError::Terminal(format!("cluster id `{cluster_id}` gives no GCE name prefix")));
+    }
+    Ok(format!("ac-{short}"))
+}
+
+/// The GCE name of a VM of a cluster: `ac-<12 hex>-<vm name>`.
+pub fn instance_name(cluster_id: &str, vm_name: &str) -> Result<String, CloudError> {
+    Ok(format!("{}-{vm_name}", cluster_prefix(cluster_id)?))
+}
+
+/// The names of the cluster's firewall rules.
+fn firewall_names(prefix: &str) -> [String; 2] {
+    [format!("{prefix}-ssh-api"), format!("{prefix}-internal")]
+}
+
+/// A deterministic request id: UUID v5 of `key` and `what`.
+fn request_id(key: &str, what: &str) -> String {
+    uuid::Uuid::new_v5(&REQUEST_ID_NAMESPACE, format!("{key}/{what}").as_bytes()).to_string()
+}
+
+/// Whether `name` is a GCE resource name: `[a-z]([-a-z0-9]{0,61}[a-z0-9])?`.
+fn valid_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_lowercase()
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.last() != Some(&b'-')
+}
+
+/// Whether `value` is a GCE label value: `[a-z0-9_-]{0,63}` (ASCII only here).
+fn valid_label_value(value: &str) -> bool {
+    value.len() <= 63 && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// The instance's status in GCE's words (`RUNNING`, ...).
+fn status_name(instance: &Instance) -> String {
+    instance.status.as_ref().and_then(|s| s.name()).unwrap_or("UNKNOWN").to_owned()
+}
+
+/// The `reason`s of a service error (`alreadyExists`, `quotaExceeded`, ...), as text to search.
+/// The details are google-cloud-gax types, which this crate does not name.
+fn reasons(err: &google_cloud_compute_v1::Error) -> String {
+    err.status().map(|status| format!("{:?}", status.details)).unwrap_or_default()
+}
+
+/// Retryable or terminal: 5xx, 429, rate limits, a resource busy with another operation, and
+/// transport failures are worth another attempt; quota, 400 and refusals are not.
+fn classify(context: &str, err: &google_cloud_compute_v1::Error) -> CloudError {
+    if let Some(code) = err.http_status_code() {
+        let reasons = reasons(err);
+        let message = err.status().map(|s| s.message.clone()).unwrap_or_else(|| err.to_string());
+        let text = format!("{context}: Compute Engine answered HTTP {code}: {message}");
+        let retryable = code == 429
+            || code >= 500
+            || (code == 403 && (reasons.contains("rateLimitExceeded") || reasons.contains("RateLimitExceeded")))
+            || (code == 400 && reasons.contains("resourceNotReady"));
+        let quota = reasons.contains("quotaExceeded") || message.to_ascii_lowercase().contains("quota");
+        return if retryable && !quota { CloudError::Retryable(text) } else { CloudError::Terminal(text) };
+    }
+    if err.is_binding() || err.is_serialization() || err.is_authentication() {
+        return CloudError::terminal(context, err);
+    }
+    CloudError::retryable(context, err)
+}
+
+/// The error a `DONE` operation carries, if any, as a [`CloudError`].
+fn check_operation(context: &str, op: &Operation) -> Result<(), CloudError> {
+    let Some(error) = op.error.as_ref().filter(|e| !e.errors.is_empty()) else {
+        return Ok(());
+    };
+    let codes: Vec<&str> = error.errors.iter().filter_map(|e| e.code.as_deref()).collect();
+    let messages: Vec<&str> = error.errors.iter().filter_map(|e| e.message.as_deref()).collect();
+    let http = op.http_error_status_code.unwrap_or(0);
+    let text = format!("{context}: operation failed ({}): {}", codes.join(", "), messages.join("; "));
+    let quota = codes.iter().any(|c| c.contains("QUOTA")) || text.to_ascii_lowercase().contains("quota");
+    let stockout = codes.iter().any(|c| c.contains("RESOURCE_POOL_EXHAUSTED") || c.contains("RESOURCE_NOT_READY"));
+    if !quota && (stockout || http == 429 || http >= 500) {
+        Err(CloudError::Retryable(text))
+    } else {
+        Err(CloudError::Terminal(text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let id = "3f2a9c1e-77b0-4d2e-9a8b-0c1d2e3f4a5b";
+        assert_eq!(cluster_prefix(id).ok().as_deref(), Some("ac-3f2a9c1e77b0"));
+        assert_eq!(instance_name(id, "w0").ok().as_deref(), Some("ac-3f2a9c1e77b0-w0"));
+        assert!(valid_name("ac-3f2a9c1e77b0-cp"));
+        assert!(!valid_name("ac-"));
+        assert!(!valid_name("1ac"));
+        assert!(!valid_name("Ac"));
+        assert!(valid_label_value(id));
+        assert_eq!(request_id(id, "x"), request_id(id, "x"));
+        assert_ne!(request_id(id, "x"), request_id(id, "y"));
+    }
+}
