@@ -223,10 +223,27 @@ pub struct Api {
     pub port: u16,
     /// `http://127.0.0.1:PORT`.
     pub url: String,
+    /// Runs as a hosted API (`--hosted-by sim`), which may create clusters.
+    pub hosted: bool,
+    /// Extra environment of the API process (test seams such as `ANYCLOUD_KUBE_URL_OVERRIDE`).
+    pub env: Vec<(String, String)>,
     dir: tempfile::TempDir,
     child: Option<Child>,
     pids: Vec<u32>,
     commands: Cell<u32>,
+}
+
+/// How [`Api::start_opts`] starts an API.
+#[derive(Debug, Clone, Default)]
+pub struct ApiOptions {
+    /// `--id`.
+    pub id: String,
+    /// PostgreSQL database, or `None` for SQLite.
+    pub database_url: Option<String>,
+    /// A hosted API (what `api serve --credentials sim` runs).
+    pub hosted: bool,
+    /// Extra environment of the API process.
+    pub env: Vec<(String, String)>,
 }
 
 impl Api {
@@ -237,6 +254,18 @@ impl Api {
 
     /// Starts an API on SQLite, or on the PostgreSQL database at `database_url`.
     pub fn start_with(id: &str, database_url: Option<String>) -> Self {
+        Self::start_opts(ApiOptions { id: id.to_owned(), database_url, ..ApiOptions::default() })
+    }
+
+    /// Starts a hosted API (the process `api serve --credentials sim` detaches) on SQLite.
+    pub fn start_hosted(id: &str) -> Self {
+        Self::start_opts(ApiOptions { id: id.to_owned(), hosted: true, ..ApiOptions::default() })
+    }
+
+    /// Starts an API as `options` say.
+    pub fn start_opts(options: ApiOptions) -> Self {
+        let ApiOptions { id, database_url, hosted, env } = options;
+        let id = id.as_str();
         let dir = tempfile::Builder::new().prefix("anycloud-e2e-").tempdir().unwrap();
         for sub in ["config", "xdg-config", "xdg-data", "logs"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
@@ -246,6 +275,8 @@ impl Api {
             database_url,
             port: 0,
             url: String::new(),
+            hosted,
+            env,
             dir,
             child: None,
             pids: Vec::new(),
@@ -307,6 +338,10 @@ impl Api {
         if let Some(url) = &self.database_url {
             command.args(["--database-url", url]);
         }
+        if self.hosted {
+            command.args(["--hosted-by", "sim"]);
+        }
+        command.envs(self.env.iter().map(|(name, value)| (name, value)));
         let mut child = command.spawn().expect("starting anycloud api serve");
         self.pids.push(child.id());
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -6,6 +6,7 @@
 
 pub mod e2e;
 pub mod fake_gce;
+pub mod fake_k3s;
 
 /// What the crash test (`tests/crash.rs`) and its child process (`src/bin/crash_child.rs`)
 /// share: the workflow's shape, the engine's settings, and the side-effect record.

@@ -188,13 +188,6 @@ pub trait Cloud: Send + Sync {
 
     /// The URL at which the control-plane VM's Kubernetes API answers.
     fn kube_url(&self, control_plane: &Vm) -> String {
-        match std::env::var(KUBE_URL_OVERRIDE) {
-            Ok(url) if !url.is_empty() => url,
-            _ => format!("https://{}:6443", control_plane.address().unwrap_or("0.0.0.0")),
-        }
+        format!("https://{}:6443", control_plane.address().unwrap_or("0.0.0.0"))
     }
 }
-
-/// Test seam for clouds whose VMs cannot boot here (moto, the fake Compute server): the URL of a
-/// stand-in Kubernetes API for every cluster of this process. Documented in docs/workflows.
-pub const KUBE_URL_OVERRIDE: &str = "ANYCLOUD_KUBE_URL_OVERRIDE";

@@ -214,6 +214,7 @@ async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepErr
         network: &network,
     };
     let vm = cloud.launch(&spec).await?;
+    deps.after_launch().await;
     clusters::upsert_vm(&deps.pool, &placement.cluster_id, &vm).await?;
     Ok(vm)
 }
@@ -234,7 +235,7 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
         return Ok(Check::NotYet(format!("control plane VM {} ({}) has no address yet", cp.provider_id, cp.state)));
     };
     let secrets = deps.secrets(&placement.cluster_id).await?;
-    let client = kube_api::client(&cloud.kube_url(&cp), &secrets).map_err(StepError::terminal)?;
+    let client = kube_api::client(&deps.kube_url(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
     match kube_api::version(&client).await {
         Ok(version) => {
             let endpoint = format!("https://{address}:6443");
@@ -275,6 +276,7 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
             network: &network,
         };
         let vm = cloud.launch(&spec).await?;
+        deps.after_launch().await;
         clusters::upsert_vm(&deps.pool, &placement.cluster_id, &vm).await?;
         workers.push(vm);
     }
@@ -292,7 +294,7 @@ async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, Ste
     }
     let cp = live.iter().find(|vm| vm.provider_id == launched.provider_id).cloned().unwrap_or(launched);
     let secrets = deps.secrets(&placement.cluster_id).await?;
-    let client = kube_api::client(&cloud.kube_url(&cp), &secrets).map_err(StepError::terminal)?;
+    let client = kube_api::client(&deps.kube_url(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
     let nodes = match kube_api::nodes(&client).await {
         Ok(nodes) => nodes,
         Err(err) => {

@@ -101,7 +101,7 @@ async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemove
         Some(_) => deps.secrets(&placement.cluster_id).await?,
         None => return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("the cluster has no secrets".into()) }),
     };
-    let client = kube_api::client(&cloud.kube_url(cp), &secrets).map_err(StepError::terminal)?;
+    let client = kube_api::client(&deps.kube_url(cloud.as_ref(), cp), &secrets).map_err(StepError::terminal)?;
     // Best effort: the VMs go next, and every workload with them; a control plane that does
     // not answer must not keep the cluster alive.
     match kube_api::delete_workloads(&client).await {
@@ -162,6 +162,7 @@ async fn mark_deleted(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
     clusters::mark_gone_vms(&deps.pool, id, &[]).await?;
     clusters::erase_secrets(&deps.pool, id).await?;
     clusters::set_endpoint(&deps.pool, id, None).await?;
+    clusters::set_network(&deps.pool, id, None, None).await?;
     clusters::set_phase(&deps.pool, id, Phase::Deleted, None).await?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 use anycloud_engine::StepError;
 use anycloud_engine::store::Pool;
 
-use crate::cloud::{Cloud, CloudError, Placement};
+use crate::cloud::{Cloud, CloudError, Placement, Vm};
 use crate::cluster_secrets::ClusterSecrets;
 use crate::clusters::{self, Cluster};
 use crate::providers::account;
@@ -20,6 +20,34 @@ pub struct ClusterDeps {
     pub sealer: SecretBox,
     /// The simulated cloud.
     pub sim: SimCloud,
+    /// Test seams; all off in production.
+    pub seams: TestSeams,
+}
+
+/// What tests may change in how the cluster workflows reach the world. The API reads them from
+/// the environment at start (docs/operations.md lists the variables); every one is off by default.
+#[derive(Clone, Debug, Default)]
+pub struct TestSeams {
+    /// `ANYCLOUD_KUBE_URL_OVERRIDE`: the URL of a stand-in Kubernetes API for every cluster, for
+    /// clouds whose VMs cannot boot here (moto, the fake Compute server). The Kubernetes calls
+    /// themselves are the production ones.
+    pub kube_url: Option<String>,
+    /// `ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS`: a pause between a launch call's answer and the
+    /// end of its step, so that a crash test can kill the API between the two.
+    pub pause_after_launch: Option<std::time::Duration>,
+}
+
+impl TestSeams {
+    /// The seams the environment asks for.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        Self {
+            kube_url: var("ANYCLOUD_KUBE_URL_OVERRIDE"),
+            pause_after_launch: var("ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS")
+                .and_then(|ms| ms.parse().ok())
+                .map(std::time::Duration::from_millis),
+        }
+    }
 }
 
 impl ClusterDeps {
@@ -33,6 +61,19 @@ impl ClusterDeps {
     /// The cloud account of `credential`.
     pub async fn cloud(&self, credential: &str, region: &str) -> Result<Box<dyn Cloud>, CloudError> {
         account::open(&self.pool, &self.sealer, &self.sim, credential, region).await
+    }
+
+    /// Where the Kubernetes API of the cluster whose control plane is `cp` answers.
+    pub fn kube_url(&self, cloud: &dyn Cloud, cp: &Vm) -> String {
+        self.seams.kube_url.clone().unwrap_or_else(|| cloud.kube_url(cp))
+    }
+
+    /// After a launch call answered (the crash-test seam; nothing in production).
+    pub async fn after_launch(&self) {
+        if let Some(pause) = self.seams.pause_after_launch {
+            tracing::warn!(?pause, "test seam: pausing between a launch and its checkpoint");
+            tokio::time::sleep(pause).await;
+        }
     }
 
     /// The cluster's secrets, opened.

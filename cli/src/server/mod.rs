@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use anycloud_engine::{Engine, EngineConfig, Registry, Store};
 use anycloud_workflows::cluster_create::CreateCluster;
 use anycloud_workflows::cluster_delete::DeleteCluster;
-use anycloud_workflows::cluster_deps::ClusterDeps;
+use anycloud_workflows::cluster_deps::{ClusterDeps, TestSeams};
 use anycloud_workflows::providers::sim::SimCloud;
 use anycloud_workflows::providers::sim_kube;
 use anycloud_workflows::secrets::SecretBox;
@@ -100,7 +100,12 @@ pub async fn serve(options: ServeOptions) -> CliResult {
     let url = format!("http://{address}");
 
     let sim = SimCloud::new(store.pool().clone(), url.clone());
-    let cluster_deps = ClusterDeps { pool: store.pool().clone(), sealer: sealer.clone(), sim: sim.clone() };
+    let cluster_deps = ClusterDeps {
+        pool: store.pool().clone(),
+        sealer: sealer.clone(),
+        sim: sim.clone(),
+        seams: TestSeams::from_env(),
+    };
     let registry = Registry::new()
         .with(Arc::new(VerifyCredential { pool: store.pool().clone(), sealer: sealer.clone(), sim: sim.clone() }))
         .with(Arc::new(CreateCluster { deps: cluster_deps.clone() }))
