@@ -271,6 +271,71 @@ pub async fn active_deployments_in(tx: &mut WriteTx, cluster_id: &str) -> Result
     })
 }
 
+/// Why a deployment cannot be placed on a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementRefused {
+    /// No live cluster of that name.
+    #[error("cluster `{0}` does not exist; `anycloud cluster list` shows the clusters")]
+    NoCluster(String),
+    /// The cluster is not ready (creating, failed) or is being deleted.
+    #[error("cluster `{name}` is {phase}{}; deployments need a ready cluster", if *.deleting { " and being deleted" } else { "" })]
+    NotReady {
+        /// The cluster.
+        name: String,
+        /// Its phase.
+        phase: Phase,
+        /// Whether a delete was accepted.
+        deleting: bool,
+    },
+    /// The database failed.
+    #[error("storing the deployment")]
+    Store(#[from] sqlx::Error),
+}
+
+/// A deployment to record on a cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct NewDeployment<'a> {
+    /// Its id.
+    pub id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// `job` or `service`.
+    pub kind: &'a str,
+}
+
+/// Records a deployment on a cluster inside the caller's transaction, holding the cluster's row
+/// like a delete does: a cluster that is not ready, or whose delete was accepted, is refused.
+pub async fn add_deployment_in(
+    tx: &mut WriteTx,
+    cluster_name: &str,
+    deployment: NewDeployment<'_>,
+    now: i64,
+) -> Result<Cluster, PlacementRefused> {
+    let cluster =
+        lock_live_in(tx, cluster_name).await?.ok_or_else(|| PlacementRefused::NoCluster(cluster_name.to_owned()))?;
+    if cluster.phase != Phase::Ready || cluster.delete_requested_at.is_some() {
+        return Err(PlacementRefused::NotReady {
+            name: cluster.name,
+            phase: cluster.phase,
+            deleting: cluster.delete_requested_at.is_some(),
+        });
+    }
+    with_tx!(tx, |tx| {
+        sqlx::query(
+            "INSERT INTO deployments (id, name, kind, cluster_id, status, created_at) VALUES ($1, $2, $3, $4, 'queued', $5)",
+        )
+        .bind(deployment.id)
+        .bind(deployment.name)
+        .bind(deployment.kind)
+        .bind(&cluster.id)
+        .bind(now)
+        .execute(&mut **tx)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    Ok(cluster)
+}
+
 /// The live cluster of this name, or else the most recently deleted one.
 pub async fn get_by_name(pool: &Pool, name: &str) -> Result<Option<Cluster>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!(
