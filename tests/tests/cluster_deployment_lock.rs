@@ -1,0 +1,102 @@
+//! A cluster delete and a new deployment on the same cluster cannot race: both take the
+//! cluster's row (PostgreSQL `FOR UPDATE`; SQLite's single writer) in the transaction that
+//! decides, so whichever commits second sees the first (on both stores).
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use anycloud_engine::Store;
+use anycloud_tests::e2e::PgDatabase;
+use anycloud_workflows::clusters::{self, Cluster, NewDeployment, Phase, PlacementRefused};
+use anycloud_workflows::providers::ProviderKind;
+
+async fn ready_cluster(store: &Store, name: &str) -> Cluster {
+    anycloud_workflows::migrate(store).await.unwrap();
+    let now = anycloud_workflows::now_ms();
+    let cluster = Cluster {
+        id: uuid::Uuid::new_v4().to_string(),
+        name: name.into(),
+        credential: "c".into(),
+        provider: ProviderKind::Sim,
+        region: "sim-east-1".into(),
+        zone: None,
+        vm_type: "sim.small".into(),
+        min_vms: 1,
+        max_vms: 1,
+        phase: Phase::Ready,
+        reason: None,
+        endpoint: None,
+        network_id: None,
+        workflow_id: None,
+        delete_requested_at: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let mut tx = store.begin_write().await.unwrap();
+    clusters::insert_in(&mut tx, &cluster).await.unwrap();
+    tx.commit().await.unwrap();
+    cluster
+}
+
+fn deployment(id: &str) -> NewDeployment<'_> {
+    NewDeployment { id, name: id, kind: "job" }
+}
+
+/// A delete holds the row; a deployment started meanwhile waits, then is refused.
+async fn delete_first_then_deployment(store: Store) {
+    let cluster = ready_cluster(&store, "shared").await;
+    let mut delete = store.begin_write().await.unwrap();
+    let locked = clusters::lock_live_in(&mut delete, "shared").await.unwrap().unwrap();
+    assert!(clusters::active_deployments_in(&mut delete, &locked.id).await.unwrap().is_empty());
+
+    let racing = store.clone();
+    let deploy = tokio::spawn(async move {
+        let mut tx = racing.begin_write().await.unwrap();
+        let result = clusters::add_deployment_in(&mut tx, "shared", deployment("job-1"), 1).await.map(|_| ());
+        if result.is_ok() {
+            tx.commit().await.unwrap();
+        }
+        result
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!deploy.is_finished(), "the deployment must wait for the delete's transaction");
+    clusters::request_delete_in(&mut delete, &cluster.id, "delete-run", 2).await.unwrap();
+    delete.commit().await.unwrap();
+
+    match deploy.await.unwrap() {
+        Err(PlacementRefused::NotReady { deleting: true, .. }) => {}
+        other => panic!("the deployment should be refused as the cluster is being deleted: {other:?}"),
+    }
+    let mut check = store.begin_write().await.unwrap();
+    assert!(clusters::active_deployments_in(&mut check, &cluster.id).await.unwrap().is_empty());
+}
+
+/// A deployment committed first is what the delete's check then sees.
+async fn deployment_first_then_delete(store: Store) {
+    let cluster = ready_cluster(&store, "busy").await;
+    let mut tx = store.begin_write().await.unwrap();
+    clusters::add_deployment_in(&mut tx, "busy", deployment("svc-1"), 1).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut delete = store.begin_write().await.unwrap();
+    clusters::lock_live_in(&mut delete, "busy").await.unwrap().unwrap();
+    assert_eq!(clusters::active_deployments_in(&mut delete, &cluster.id).await.unwrap(), ["svc-1"]);
+}
+
+#[tokio::test]
+async fn sqlite_delete_and_deployment_do_not_race() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("api.db").display());
+    delete_first_then_deployment(Store::connect(&url).await.unwrap()).await;
+    deployment_first_then_delete(Store::connect(&url).await.unwrap()).await;
+}
+
+#[test]
+fn postgres_delete_and_deployment_do_not_race() {
+    let database = PgDatabase::create();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        delete_first_then_deployment(Store::connect(&database.url).await.unwrap()).await;
+        deployment_first_then_delete(Store::connect(&database.url).await.unwrap()).await;
+    });
+}
