@@ -496,7 +496,7 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
         "WORKFLOW_NOT_FOUND",
     );
     check.http("an unknown credential", ("DELETE", "/v1/credentials/nope"), &auth, b"", 404, "CREDENTIAL_NOT_FOUND");
-    check.http("an unknown route", ("GET", "/v1/clusters"), &auth, b"", 404, "NOT_FOUND");
+    check.http("an unknown route", ("GET", "/v1/nodes"), &auth, b"", 404, "NOT_FOUND");
 
     // ---- Deleting a credential whose verification is still running: each call to the
     // simulated cloud takes 30 s. The heartbeat renews the run's lease meanwhile, so its
