@@ -204,15 +204,8 @@ struct NewCredentialArgs {
     /// Another endpoint for the provider's API (a private endpoint, or a local test peer).
     #[arg(long)]
     endpoint: Option<String>,
-    /// sim: the first N calls fail with a transient error.
-    #[arg(long)]
-    sim_fail_first: Option<u32>,
-    /// sim: every call is rejected with this message.
-    #[arg(long)]
-    sim_reject: Option<String>,
-    /// sim: each call takes this many milliseconds.
-    #[arg(long)]
-    sim_latency_ms: Option<u64>,
+    #[command(flatten)]
+    sim: commands::credentials::SimFlags,
     /// Follow the verification; exit 0 if the credential is valid, 1 if not.
     #[arg(long)]
     wait: bool,
@@ -356,9 +349,7 @@ async fn run(cli: Cli) -> CliResult {
                 service_account_file: args.service_account_file,
                 region: args.region,
                 endpoint: args.endpoint,
-                sim_fail_first: args.sim_fail_first,
-                sim_reject: args.sim_reject,
-                sim_latency_ms: args.sim_latency_ms,
+                sim: args.sim,
                 wait: args.wait,
             };
             commands::credentials::new(args, json).await

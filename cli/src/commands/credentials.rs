@@ -25,14 +25,62 @@ pub struct NewArgs {
     pub region: Option<String>,
     /// Endpoint override.
     pub endpoint: Option<String>,
-    /// sim faults.
-    pub sim_fail_first: Option<u32>,
-    /// sim rejection.
-    pub sim_reject: Option<String>,
-    /// sim latency.
-    pub sim_latency_ms: Option<u64>,
+    /// The simulated account's behaviour.
+    pub sim: SimFlags,
     /// Follow the verification.
     pub wait: bool,
+}
+
+/// `--sim-*`: how a simulated account behaves (all deterministic under `--sim-seed`).
+#[derive(Debug, Default, clap::Args)]
+pub struct SimFlags {
+    /// sim: the first N calls fail with a transient error.
+    #[arg(long)]
+    pub sim_fail_first: Option<u32>,
+    /// sim: every call is rejected with this message.
+    #[arg(long)]
+    pub sim_reject: Option<String>,
+    /// sim: each call takes this many milliseconds.
+    #[arg(long)]
+    pub sim_latency_ms: Option<u64>,
+    /// sim: this percentage (0-100) of calls fail with a transient error, chosen by --sim-seed.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub sim_error_rate: Option<u8>,
+    /// sim: the seed of transient errors, VM ids and addresses.
+    #[arg(long)]
+    pub sim_seed: Option<u64>,
+    /// sim: at most N live VMs in the account; launches beyond fail with a quota error.
+    #[arg(long)]
+    pub sim_quota_vms: Option<u32>,
+    /// sim: how long a VM takes to boot, and its node to become Ready [default: 300].
+    #[arg(long)]
+    pub sim_boot_ms: Option<u64>,
+    /// sim: VMs boot but their Kubernetes nodes never become Ready.
+    #[arg(long)]
+    pub sim_never_ready: bool,
+}
+
+impl SimFlags {
+    /// The `sim` settings the API takes; flags not given keep the simulated cloud's defaults.
+    fn settings(&self) -> Value {
+        let mut settings = serde_json::Map::new();
+        let mut set = |key: &str, value: Value| {
+            if !value.is_null() {
+                settings.insert(key.to_owned(), value);
+            }
+        };
+        set("fail_first", json!(self.sim_fail_first));
+        set("reject", json!(self.sim_reject));
+        set("latency_ms", json!(self.sim_latency_ms));
+        set("error_rate", json!(self.sim_error_rate));
+        set("seed", json!(self.sim_seed));
+        set("quota_vms", json!(self.sim_quota_vms));
+        set("boot_ms", json!(self.sim_boot_ms));
+        if self.sim_never_ready {
+            set("never_ready", json!(true));
+        }
+        Value::Object(settings)
+    }
 }
 
 /// Saves a credential; the API verifies it with the provider.
@@ -57,13 +105,7 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
                 body["service_account_json"] = json!(text);
             }
         }
-        "sim" => {
-            body["sim"] = json!({
-                "fail_first": args.sim_fail_first.unwrap_or(0),
-                "reject": args.sim_reject,
-                "latency_ms": args.sim_latency_ms.unwrap_or(0),
-            });
-        }
+        "sim" => body["sim"] = args.sim.settings(),
         _ => {}
     }
     if args.endpoint.is_some() {
