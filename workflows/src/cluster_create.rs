@@ -138,8 +138,19 @@ async fn placement_and_cloud(ctx: &StepCtx<CreateCluster>) -> Result<(Placement,
 }
 
 async fn store_intent(ctx: StepCtx<CreateCluster>) -> Result<Placement, StepError> {
+    let result = pin_placement(&ctx).await;
+    if let Err(err) = &result
+        && err.is_terminal()
+    {
+        // The first step has no completed step whose undo would mark the record: do it here.
+        mark_failed(ctx.clone(), ()).await?;
+    }
+    result
+}
+
+async fn pin_placement(ctx: &StepCtx<CreateCluster>) -> Result<Placement, StepError> {
     let deps = &ctx.workflow().deps;
-    let cluster = record(&ctx).await?;
+    let cluster = record(ctx).await?;
     let cloud = deps.cloud(&cluster.credential, &cluster.region).await?;
     let placement = cloud.placement(&cluster.id, &cluster.region, &cluster.vm_type).await?;
     clusters::set_network(&deps.pool, &cluster.id, placement.zone.as_deref(), None).await?;
@@ -147,7 +158,7 @@ async fn store_intent(ctx: StepCtx<CreateCluster>) -> Result<Placement, StepErro
     Ok(placement)
 }
 
-async fn mark_failed(ctx: StepCtx<CreateCluster>, _placement: Placement) -> Result<(), StepError> {
+async fn mark_failed<T: Send + 'static>(ctx: StepCtx<CreateCluster>, _placement: T) -> Result<(), StepError> {
     let reason = format!(
         "creation failed and was unwound: nothing is left at the provider; `anycloud workflow inspect {}` shows why",
         ctx.run_id()

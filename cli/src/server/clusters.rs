@@ -10,6 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
+use anycloud_engine::{Phase as RunPhase, RunRecord, RunStatus};
 use anycloud_workflows::cloud::CloudError;
 use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
 use anycloud_workflows::cluster_delete::{DeleteCluster, DeleteInput};
@@ -127,10 +128,28 @@ fn placement_error(name: &str, err: CloudError) -> ApiError {
     }
 }
 
+/// The cluster with its last run. A create that ended failed or cancelled before any of its
+/// undos could mark the record (a failure or cancel at its first step) still shows `failed`.
+async fn with_run(state: &AppState, mut cluster: Cluster) -> (Cluster, Option<RunRecord>) {
+    let run = match cluster.workflow_id.as_deref().and_then(|id| id.parse().ok()) {
+        Some(id) => state.engine.run(id).await.ok(),
+        None => None,
+    };
+    if let Some(run) = &run
+        && cluster.phase == Phase::Creating
+        && matches!(run.status, RunStatus::Failed | RunStatus::Cancelled)
+    {
+        cluster.phase = Phase::Failed;
+        cluster.reason = Some(format!("creation {}: {}", run.status, run.status_reason.clone().unwrap_or_default()));
+    }
+    (cluster, run)
+}
+
 /// Every cluster that is not deleted, with its VM counts.
 pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let mut out = Vec::new();
     for cluster in clusters::list(state.store.pool()).await? {
+        let (cluster, _) = with_run(&state, cluster).await;
         let vms = clusters::vms(state.store.pool(), &cluster.id).await?;
         let running = vms.iter().filter(|vm| !clusters::is_control_plane(vm) && is_running(&vm.state)).count();
         out.push(json!({
@@ -155,17 +174,27 @@ pub async fn show(State(state): State<AppState>, Path(name): Path<String>) -> Re
 async fn detail(state: &AppState, cluster: Cluster) -> Result<Value, ApiError> {
     let vms = clusters::vms(state.store.pool(), &cluster.id).await?;
     let running = vms.iter().filter(|vm| !clusters::is_control_plane(vm) && is_running(&vm.state)).count();
-    let run = match cluster.workflow_id.as_deref().and_then(|id| id.parse().ok()) {
-        Some(id) => state.engine.run(id).await.ok(),
-        None => None,
-    };
+    let (cluster, run) = with_run(state, cluster).await;
     let workflow = run.as_ref().map(|run| {
         json!({
             "id": run.id, "kind": run.kind, "status": run.status, "current_step": run.current_step,
             "attempt": run.attempt, "status_reason": run.status_reason, "next_at": run.next_at,
         })
     });
-    let last_error = run.as_ref().and_then(|run| run.error.as_ref()).map(|err| err.to_string());
+    let mut last_error = run.as_ref().and_then(|run| run.error.as_ref()).map(|err| err.to_string());
+    // A run that failed and unwound keeps the error of its last undo attempt (a sweep waiting for
+    // VMs to go, say); the cause is the error of the forward step that failed.
+    if let Some(run) = run.as_ref().filter(|run| run.status == RunStatus::Failed)
+        && let Ok(inspected) = state.engine.inspect(run.id).await
+        && let Some(cause) = inspected
+            .steps
+            .iter()
+            .rev()
+            .find(|step| step.phase == RunPhase::Forward && step.status == "failed")
+            .and_then(|step| step.error.as_ref())
+    {
+        last_error = Some(cause.to_string());
+    }
     Ok(json!({
         "cluster": cluster,
         "simulated": cluster.provider == ProviderKind::Sim,

@@ -1,0 +1,461 @@
+//! The engine's workflow-author helpers (`anycloud_engine::testing`) applied to `cluster.create`,
+//! in-process (no CLI binary), on the simulated cloud and on AWS (moto):
+//!
+//! - `action_failure_can_unwind`: failing each step in turn with a terminal error (every undo run
+//!   twice) ends the run `failed` and leaves the provider holding nothing of the cluster (no live
+//!   VM carrying its tag, no network rules), the record in phase `failed` with no sealed secrets
+//!   (but for the injected failure of the first step, which runs no workflow code at all: there
+//!   the record keeps the phase the API wrote; a real terminal error in that step marks it
+//!   `failed`, which `sim_terminal_error_in_store_intent_marks_failed` proves);
+//! - `actions_succeed_idempotently`: with every step run twice (the first output thrown away, as a
+//!   crash before the checkpoint would) the run still succeeds, and the provider holds exactly
+//!   N + 1 = 3 live VMs (`cp`, `w0`, `w1`, each once) and exactly one network.
+//!
+//! What the provider holds is read outside anycloud: the simulated cloud's tables directly, moto
+//! through a raw aws-sdk-ec2 client. moto ignores EC2 `ClientToken`, so on AWS it is the
+//! find-by-tag path of `launch` that keeps the twice-run at 3 instances.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently};
+use anycloud_engine::{Engine, EngineConfig, Pool, Registry, RunStatus, Store};
+use anycloud_tests::e2e::{Moto, block_on};
+use anycloud_tests::fake_k3s::{FakeK3s, FakeNode};
+use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
+use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
+use anycloud_workflows::cluster_deps::{ClusterDeps, TestSeams};
+use anycloud_workflows::clusters::{self, Cluster, Phase};
+use anycloud_workflows::credentials::{self, CredentialStatus, PublicPart, ValidCredential};
+use anycloud_workflows::providers::ProviderKind;
+use anycloud_workflows::providers::sim::{SimCloud, SimSettings};
+use anycloud_workflows::secrets::SecretBox;
+use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_ec2::types::{Filter, Instance};
+
+/// Capacity VMs of every cluster here (N); the provider then holds N + 1 VMs.
+const WORKERS: i64 = 2;
+const AWS_REGION: &str = "us-east-1";
+const CREDENTIAL: &str = "capacity";
+/// The first step of `cluster.create`.
+const FIRST_STEP: &str = "store_intent";
+
+/// A store, the workflow's dependencies and one cluster record, ready for the helpers.
+struct Harness {
+    store: Store,
+    workflow: Arc<CreateCluster>,
+    input: CreateInput,
+    _dir: tempfile::TempDir,
+}
+
+/// Where the cluster's capacity lives.
+enum Provider<'a> {
+    Sim,
+    Aws { moto: &'a Moto, kube_url: String },
+}
+
+impl Harness {
+    /// A fresh SQLite store with the domain's tables, a sealer, a valid credential for
+    /// `provider`, and a cluster record in phase `creating` (as the API writes it).
+    async fn new(provider: Provider<'_>, cluster_id: &str) -> Self {
+        let dir = tempfile::Builder::new().prefix("anycloud-cluster-steps-").tempdir().unwrap();
+        let store = Store::sqlite(&dir.path().join("anycloud.db")).await.unwrap();
+        anycloud_workflows::migrate(&store).await.unwrap();
+        let sealer = SecretBox::load_or_create(dir.path()).unwrap();
+
+        // The simulated cloud's Kubernetes APIs are served by the API that hosts it: serve them here.
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sim = SimCloud::new(store.pool().clone(), format!("http://{addr}"));
+        let app = anycloud_workflows::providers::sim_kube::router(sim.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let account = format!("acct-{}", uuid::Uuid::new_v4().simple());
+        let (credential, region, vm_type, seams) = match provider {
+            Provider::Sim => {
+                let public = PublicPart {
+                    identity: account,
+                    sim: Some(SimSettings { boot_ms: 50, ..SimSettings::default() }),
+                    ..PublicPart::default()
+                };
+                let credential = ValidCredential {
+                    name: CREDENTIAL.to_owned(),
+                    provider: ProviderKind::Sim,
+                    public,
+                    secret: "sim".to_owned(),
+                };
+                (credential, "sim-east-1", "sim.small", TestSeams::default())
+            }
+            Provider::Aws { moto, kube_url } => {
+                let public = PublicPart {
+                    identity: "AKIAANYCLOUDSTEPS001".to_owned(),
+                    region: Some(AWS_REGION.to_owned()),
+                    endpoint: Some(moto.endpoint.clone()),
+                    ..PublicPart::default()
+                };
+                let credential = ValidCredential {
+                    name: CREDENTIAL.to_owned(),
+                    provider: ProviderKind::Aws,
+                    public,
+                    secret: "moto-secret-access-key".to_owned(),
+                };
+                (credential, AWS_REGION, "t3.medium", TestSeams { kube_url: Some(kube_url), ..TestSeams::default() })
+            }
+        };
+
+        let now = anycloud_workflows::now_ms();
+        let cluster_id = cluster_id.to_owned();
+        let name = "steps".to_owned();
+        let cluster = Cluster {
+            id: cluster_id.clone(),
+            name: name.clone(),
+            credential: CREDENTIAL.to_owned(),
+            provider: credential.provider,
+            region: region.to_owned(),
+            zone: None,
+            vm_type: vm_type.to_owned(),
+            min_vms: WORKERS,
+            max_vms: WORKERS,
+            phase: Phase::Creating,
+            reason: None,
+            endpoint: None,
+            network_id: None,
+            workflow_id: None,
+            delete_requested_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let mut tx = store.begin_write().await.unwrap();
+        credentials::insert_in(&mut tx, &credential, &sealer, &uuid::Uuid::new_v4().to_string(), now).await.unwrap();
+        clusters::insert_in(&mut tx, &cluster).await.unwrap();
+        tx.commit().await.unwrap();
+        credentials::set_status(store.pool(), CREDENTIAL, CredentialStatus::Valid, None, now).await.unwrap();
+
+        let deps = ClusterDeps { pool: store.pool().clone(), sealer, sim, seams };
+        Self { store, workflow: Arc::new(CreateCluster { deps }), input: CreateInput { cluster_id, name }, _dir: dir }
+    }
+
+    fn cluster_id(&self) -> &str {
+        &self.input.cluster_id
+    }
+
+    /// The record's phase and whether it still holds sealed secrets.
+    async fn record(&self) -> (String, Option<String>) {
+        sqlx::query_as("SELECT phase, secrets FROM clusters WHERE id = $1")
+            .bind(self.cluster_id())
+            .fetch_one(sqlite(&self.store))
+            .await
+            .unwrap()
+    }
+
+    /// What `check_clean` requires of the record after the run failing at `step` unwound: phase
+    /// `failed`, no sealed secrets. The one exception is an injected failure of the first step:
+    /// the engine then fails the step without running it and no step completed whose undo could
+    /// run, so no code of the workflow runs at all and the record keeps the phase the API wrote
+    /// (`creating`); a real terminal error there does mark it (see
+    /// `sim_terminal_error_in_store_intent_marks_failed`).
+    async fn record_unwound(&self, step: &str) -> Result<(), String> {
+        let (phase, secrets) = self.record().await;
+        let want = if step == FIRST_STEP { Phase::Creating } else { Phase::Failed };
+        if phase != want.as_str() {
+            return Err(format!("the cluster record is in phase `{phase}`, not `{want}`"));
+        }
+        if secrets.is_some() {
+            return Err("the cluster record still holds sealed secrets".to_owned());
+        }
+        Ok(())
+    }
+
+    /// The simulated VMs with the cluster's tag and no `terminated_at`: (id, name tag, role tag).
+    async fn sim_live_vms(&self) -> Vec<(String, String, String)> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT id, tags FROM sim_vms WHERE terminated_at IS NULL AND json_extract(tags, '$.\"anycloud-cluster\"') = $1 \
+             ORDER BY id",
+        )
+        .bind(self.cluster_id())
+        .fetch_all(sqlite(&self.store))
+        .await
+        .unwrap();
+        rows.into_iter()
+            .map(|(id, tags)| {
+                let tags: BTreeMap<String, String> = serde_json::from_str(&tags).unwrap();
+                assert_eq!(tags.get(CLUSTER_TAG).map(String::as_str), Some(self.cluster_id()));
+                let get = |key: &str| tags.get(key).cloned().unwrap_or_default();
+                (id, get(NAME_TAG), get(ROLE_TAG))
+            })
+            .collect()
+    }
+
+    /// The ids of the cluster's simulated network rules that are not deleted.
+    async fn sim_live_networks(&self) -> Vec<String> {
+        sqlx::query_scalar("SELECT id FROM sim_networks WHERE cluster = $1 AND deleted_at IS NULL ORDER BY id")
+            .bind(self.cluster_id())
+            .fetch_all(sqlite(&self.store))
+            .await
+            .unwrap()
+    }
+}
+
+fn sqlite(store: &Store) -> &sqlx::SqlitePool {
+    match store.pool() {
+        Pool::Sqlite(pool) => pool,
+        Pool::Postgres(_) => unreachable!("these tests run on SQLite"),
+    }
+}
+
+/// `cp`, `w0`, `w1`, sorted, as the names every successful create must leave exactly once.
+fn expected_names() -> Vec<String> {
+    let mut names = vec!["cp".to_owned()];
+    names.extend((0..WORKERS).map(|i| format!("w{i}")));
+    names
+}
+
+// ---------------------------------------------------------------------------------------------
+// sim
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_failure_at_every_step_unwinds_to_nothing() {
+    let started = Instant::now();
+    let h = Harness::new(Provider::Sim, &uuid::Uuid::new_v4().to_string()).await;
+    let check_clean = |step: &'static str| {
+        let h = &h;
+        async move {
+            let vms = h.sim_live_vms().await;
+            if !vms.is_empty() {
+                return Err(format!("the simulated cloud still runs {vms:?}"));
+            }
+            let networks = h.sim_live_networks().await;
+            if !networks.is_empty() {
+                return Err(format!("the simulated cloud still holds network rules {networks:?}"));
+            }
+            h.record_unwound(step).await?;
+            eprintln!("failing at `{step}`: clean after {:?}", started.elapsed());
+            Ok(())
+        }
+    };
+    action_failure_can_unwind(&h.store, h.workflow.clone(), &h.input, check_clean).await.unwrap();
+    // The helper ran every step's failure: the simulated cloud did launch VMs along the way.
+    let launched: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM sim_vms WHERE json_extract(tags, '$.\"anycloud-cluster\"') = $1")
+            .bind(h.cluster_id())
+            .fetch_one(sqlite(&h.store))
+            .await
+            .unwrap();
+    assert!(launched >= 3, "the unwinding matrix launched only {launched} simulated VMs");
+    eprintln!("sim unwinding matrix took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_every_step_twice_still_makes_one_cluster() {
+    let started = Instant::now();
+    let h = Harness::new(Provider::Sim, &uuid::Uuid::new_v4().to_string()).await;
+    let output = actions_succeed_idempotently(&h.store, h.workflow.clone(), &h.input).await.unwrap();
+    assert_eq!(output.ready_nodes, WORKERS as usize, "{output:?}");
+
+    let vms = h.sim_live_vms().await;
+    assert_eq!(vms.len(), WORKERS as usize + 1, "live simulated VMs of the cluster: {vms:?}");
+    let mut names: Vec<String> = vms.iter().map(|(_, name, _)| name.clone()).collect();
+    names.sort();
+    assert_eq!(names, expected_names(), "{vms:?}");
+    for (id, name, role) in &vms {
+        let want = if name == "cp" { "control-plane" } else { "worker" };
+        assert_eq!(role, want, "VM {id} ({name})");
+    }
+    let networks = h.sim_live_networks().await;
+    assert_eq!(networks.len(), 1, "{networks:?}");
+    // Nothing was launched and thrown away either: every VM the cluster ever had is live.
+    let ever: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM sim_vms WHERE json_extract(tags, '$.\"anycloud-cluster\"') = $1")
+            .bind(h.cluster_id())
+            .fetch_one(sqlite(&h.store))
+            .await
+            .unwrap();
+    assert_eq!(ever, WORKERS + 1, "the simulated cloud launched {ever} VMs for the cluster");
+    let (phase, secrets) = h.record().await;
+    assert_eq!(phase, "ready");
+    assert!(secrets.is_some(), "a ready cluster keeps its sealed secrets");
+    eprintln!("sim twice-run took {:?}", started.elapsed());
+}
+
+/// A real terminal error in the first step (here: a VM type the simulated cloud does not have)
+/// leaves the record `failed`, though no undo runs for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_terminal_error_in_store_intent_marks_failed() {
+    let h = Harness::new(Provider::Sim, &uuid::Uuid::new_v4().to_string()).await;
+    sqlx::query("UPDATE clusters SET vm_type = 'sim.huge' WHERE id = $1")
+        .bind(h.cluster_id())
+        .execute(sqlite(&h.store))
+        .await
+        .unwrap();
+    let config = EngineConfig { poll_interval: Duration::from_millis(20), ..EngineConfig::named("cluster-steps") };
+    let engine = Engine::start(h.store.clone(), Registry::new().with(h.workflow.clone()), config).await.unwrap();
+    let id = engine.submit::<CreateCluster>(&h.input, None).await.unwrap();
+    let run = engine.wait(id, Duration::from_secs(60)).await.unwrap();
+    engine.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(run.status, RunStatus::Failed, "{:?}", run.status_reason);
+    let reason = run.status_reason.clone().unwrap_or_default();
+    assert!(reason.contains("sim.huge"), "{reason}");
+    let (phase, secrets) = h.record().await;
+    assert_eq!(phase, "failed");
+    assert_eq!(secrets, None);
+    assert!(h.sim_live_vms().await.is_empty());
+    assert!(h.sim_live_networks().await.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// aws (moto)
+
+/// An EC2 client of the test's own, to see what moto holds.
+fn raw_ec2(endpoint: &str) -> aws_sdk_ec2::Client {
+    let config = aws_sdk_ec2::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(AWS_REGION))
+        .credentials_provider(Credentials::new("AKIAANYCLOUDSTEPS002", "raw", None, None, "test"))
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_ec2::Client::from_conf(config)
+}
+
+fn filter(name: &str, value: &str) -> Filter {
+    Filter::builder().name(name).values(value).build()
+}
+
+/// The instances moto holds with the cluster's tag that are not terminated.
+async fn aws_live_instances(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<Instance> {
+    let states = Filter::builder()
+        .name("instance-state-name")
+        .set_values(Some(["pending", "running", "shutting-down", "stopping", "stopped"].map(str::to_owned).to_vec()))
+        .build();
+    let output = ec2
+        .describe_instances()
+        .filters(filter(&format!("tag:{CLUSTER_TAG}"), cluster_id))
+        .filters(states)
+        .send()
+        .await
+        .unwrap();
+    output.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
+}
+
+/// Every instance moto holds with the cluster's tag, terminated or not.
+async fn aws_all_instances(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<Instance> {
+    let output =
+        ec2.describe_instances().filters(filter(&format!("tag:{CLUSTER_TAG}"), cluster_id)).send().await.unwrap();
+    output.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
+}
+
+/// The ids of the security groups moto holds with the cluster's tag.
+async fn aws_groups(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<String> {
+    let output =
+        ec2.describe_security_groups().filters(filter(&format!("tag:{CLUSTER_TAG}"), cluster_id)).send().await.unwrap();
+    output.security_groups().iter().map(|g| g.group_id().unwrap_or_default().to_owned()).collect()
+}
+
+fn tag<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
+    instance.tags().iter().find(|t| t.key() == Some(key)).and_then(|t| t.value())
+}
+
+fn describe(instances: &[Instance]) -> Vec<String> {
+    instances
+        .iter()
+        .map(|i| {
+            format!(
+                "{} {} {}",
+                i.instance_id().unwrap_or_default(),
+                tag(i, NAME_TAG).unwrap_or("?"),
+                i.state().and_then(|s| s.name()).map(|s| s.as_str()).unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
+/// A stand-in k3s whose nodes are the running worker instances moto holds for the cluster, as
+/// their kubelets would register.
+fn fake_k3s(endpoint: String, cluster_id: String) -> FakeK3s {
+    FakeK3s::start(move || {
+        block_on(async {
+            let ec2 = raw_ec2(&endpoint);
+            let output = ec2
+                .describe_instances()
+                .filters(filter("instance-state-name", "running"))
+                .filters(filter(&format!("tag:{CLUSTER_TAG}"), &cluster_id))
+                .filters(filter(&format!("tag:{ROLE_TAG}"), "worker"))
+                .send()
+                .await;
+            let Ok(output) = output else { return Vec::new() };
+            output
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .map(|i| FakeNode {
+                    name: tag(i, NAME_TAG).unwrap_or_default().to_owned(),
+                    ready: true,
+                    control_plane: false,
+                })
+                .collect()
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_failure_at_every_step_unwinds_to_nothing() {
+    let started = Instant::now();
+    let moto = Moto::start();
+    let cluster_id = uuid::Uuid::new_v4().to_string();
+    let fake = fake_k3s(moto.endpoint.clone(), cluster_id.clone());
+    let h = Harness::new(Provider::Aws { moto: &moto, kube_url: fake.url() }, &cluster_id).await;
+    let ec2 = raw_ec2(&moto.endpoint);
+    let check_clean = |step: &'static str| {
+        let (h, ec2) = (&h, &ec2);
+        async move {
+            let live = aws_live_instances(ec2, h.cluster_id()).await;
+            if !live.is_empty() {
+                return Err(format!("moto still holds instances {:?}", describe(&live)));
+            }
+            let groups = aws_groups(ec2, h.cluster_id()).await;
+            if !groups.is_empty() {
+                return Err(format!("moto still holds security groups {groups:?}"));
+            }
+            h.record_unwound(step).await?;
+            eprintln!("failing at `{step}`: clean after {:?}", started.elapsed());
+            Ok(())
+        }
+    };
+    action_failure_can_unwind(&h.store, h.workflow.clone(), &h.input, check_clean).await.unwrap();
+    // The matrix did reach the provider: instances were launched (and are all terminated now).
+    let all = aws_all_instances(&ec2, h.cluster_id()).await;
+    assert!(all.len() >= 3, "the unwinding matrix launched only {:?}", describe(&all));
+    eprintln!("aws unwinding matrix took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_every_step_twice_still_makes_one_cluster() {
+    let started = Instant::now();
+    let moto = Moto::start();
+    let cluster_id = uuid::Uuid::new_v4().to_string();
+    let fake = fake_k3s(moto.endpoint.clone(), cluster_id.clone());
+    let h = Harness::new(Provider::Aws { moto: &moto, kube_url: fake.url() }, &cluster_id).await;
+    let ec2 = raw_ec2(&moto.endpoint);
+    let output = actions_succeed_idempotently(&h.store, h.workflow.clone(), &h.input).await.unwrap();
+    assert_eq!(output.ready_nodes, WORKERS as usize, "{output:?}");
+
+    let live = aws_live_instances(&ec2, h.cluster_id()).await;
+    assert_eq!(live.len(), WORKERS as usize + 1, "live instances of the cluster: {:?}", describe(&live));
+    let mut names: Vec<String> = live.iter().map(|i| tag(i, NAME_TAG).unwrap_or_default().to_owned()).collect();
+    names.sort();
+    assert_eq!(names, expected_names(), "{:?}", describe(&live));
+    for instance in &live {
+        let want = if tag(instance, NAME_TAG) == Some("cp") { "control-plane" } else { "worker" };
+        assert_eq!(tag(instance, ROLE_TAG), Some(want), "{:?}", describe(std::slice::from_ref(instance)));
+    }
+    // moto ignores ClientToken: had the find-by-tag missed, a second instance would exist (live or not).
+    let all = aws_all_instances(&ec2, h.cluster_id()).await;
+    assert_eq!(all.len(), WORKERS as usize + 1, "every instance ever launched: {:?}", describe(&all));
+    let groups = aws_groups(&ec2, h.cluster_id()).await;
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let (phase, secrets) = h.record().await;
+    assert_eq!(phase, "ready");
+    assert!(secrets.is_some(), "a ready cluster keeps its sealed secrets");
+    eprintln!("aws twice-run took {:?}", started.elapsed());
+}
