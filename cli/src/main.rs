@@ -172,7 +172,7 @@ struct ServeArgs {
 #[derive(Debug, Subcommand)]
 enum CredentialsCommand {
     /// Save a credential; the API verifies it with the provider (one cheap read call).
-    New(NewCredentialArgs),
+    New(Box<NewCredentialArgs>),
     /// List credentials (secrets are never shown).
     List,
     /// Delete a credential that nothing uses.

@@ -1,0 +1,503 @@
+//! Clusters end to end on the simulated cloud, through the real binary and a hosted API on
+//! SQLite, checked at the provider (the simulated cloud's own tables, `sim_vms` and
+//! `sim_networks`, read from the API's database file) and not only through what anycloud says:
+//!
+//! - `cluster create --wait` brings up a ready cluster: 1 control plane + 2 workers, all tagged
+//!   with the cluster's id, one network; `status` shows the VMs, endpoint and workflow; the
+//!   create run's 8 steps succeeded and neither `inspect` nor logs nor the engine's tables hold
+//!   the cluster's tokens, CA or user-data (the sealed `secrets` column holds no PEM in clear);
+//! - `cluster delete --wait` leaves the provider with no live VM and no network rule of the
+//!   cluster, the cluster disappears from `list`, `status` says deleted, and the name can be
+//!   used again;
+//! - a delete accepted while the create runs waits for it (same resource key `cluster/NAME`);
+//! - a terminal failure (a VM quota too small) and VMs that never become Ready both end
+//!   `failed`, with the reason, and leave nothing at the provider;
+//! - `wait cluster/NAME --timeout 1s` on a slow create exits 4.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anycloud_tests::e2e::{self, Api, ApiOptions, Output};
+use serde_json::{Value, json};
+
+/// Steps of `cluster.create`, in order.
+const CREATE_STEPS: [&str; 8] = [
+    "store_intent",
+    "ensure_network",
+    "generate_secrets",
+    "launch_control_plane",
+    "wait_for_api",
+    "launch_workers",
+    "wait_for_nodes",
+    "mark_ready",
+];
+
+/// Steps of `cluster.delete`, in order.
+const DELETE_STEPS: [&str; 6] =
+    ["mark_deleting", "remove_workloads", "terminate_vms", "delete_network", "wait_gone", "mark_deleted"];
+
+/// How long a `--wait` on the simulated cloud may take before the test fails.
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Saves a sim credential through the CLI and waits until it is valid.
+fn sim_credential(api: &Api, name: &str) {
+    api.cli(&["credentials", "new", name, "--provider", "sim", "--wait"]).expect_code(0);
+}
+
+/// Saves a sim credential with settings the CLI has no flag for (quota, never-ready nodes,
+/// latency), as a raw `POST /v1/credentials`, and waits until it is valid.
+fn sim_credential_with(api: &Api, name: &str, sim: Value) {
+    let body = json!({ "name": name, "provider": "sim", "sim": sim }).to_string();
+    let auth = format!("Bearer {}", api.token());
+    let answer = e2e::http(
+        &api.url,
+        "POST",
+        "/v1/credentials",
+        &[("Authorization", &auth), ("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(answer.status, 201, "saving credential {name}: {answer:?}");
+    e2e::wait_until(Duration::from_secs(30), &format!("credential {name} to be valid"), || {
+        let credential = api.credential(name);
+        assert_ne!(credential["status"], "invalid", "{credential}");
+        (credential["status"] == "valid").then_some(())
+    });
+}
+
+/// `cluster create NAME` with `vms` capacity VMs of sim.small in sim-east-1, plus `extra`.
+fn create(api: &Api, name: &str, credential: &str, vms: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "cluster",
+        "create",
+        name,
+        "--credentials",
+        credential,
+        "--region",
+        "sim-east-1",
+        "--vm-type",
+        "sim.small",
+        "--min-vms",
+        vms,
+        "--max-vms",
+        vms,
+    ];
+    args.extend(extra);
+    let child = api.spawn_cli(&args);
+    child.wait(WAIT)
+}
+
+/// `cluster status NAME --json`.
+fn status(api: &Api, name: &str) -> Value {
+    let out = api.cli(&["--json", "cluster", "status", name]);
+    out.expect_code(0);
+    out.json()
+}
+
+/// One VM as the simulated cloud holds it.
+#[derive(Debug, Clone)]
+struct ProviderVm {
+    id: String,
+    account: String,
+    tags: Value,
+    user_data: String,
+    live: bool,
+}
+
+/// Every VM the simulated cloud holds for `cluster_id` (by its `anycloud-cluster` tag), live
+/// (`terminated_at IS NULL`) or not, in launch order.
+fn provider_vms(api: &Api, cluster_id: &str) -> Vec<ProviderVm> {
+    api.query_strings(
+        "SELECT json_object('id', id, 'account', account, 'tags', json(tags), 'user_data', user_data, \
+         'live', terminated_at IS NULL) FROM sim_vms ORDER BY launched_at, id",
+    )
+    .iter()
+    .map(|row| serde_json::from_str::<Value>(row).unwrap())
+    .filter(|row| row["tags"]["anycloud-cluster"] == cluster_id)
+    .map(|row| ProviderVm {
+        id: row["id"].as_str().unwrap().to_owned(),
+        account: row["account"].as_str().unwrap().to_owned(),
+        tags: row["tags"].clone(),
+        user_data: row["user_data"].as_str().unwrap().to_owned(),
+        live: row["live"] == 1,
+    })
+    .collect()
+}
+
+/// The live VMs the simulated cloud holds for `cluster_id`.
+fn live_vms(api: &Api, cluster_id: &str) -> Vec<ProviderVm> {
+    provider_vms(api, cluster_id).into_iter().filter(|vm| vm.live).collect()
+}
+
+/// How many of the simulated cloud's network rules of `cluster_id` are not deleted, and how many
+/// it ever held.
+fn provider_networks(api: &Api, cluster_id: &str) -> (usize, usize) {
+    let sql = format!(
+        "SELECT CASE WHEN deleted_at IS NULL THEN 'live' ELSE 'deleted' END FROM sim_networks WHERE cluster = '{}'",
+        cluster_id.replace('\'', "''")
+    );
+    let rows = api.query_strings(&sql);
+    (rows.iter().filter(|row| *row == "live").count(), rows.len())
+}
+
+/// Fails the test unless the provider holds no live VM and no live network rule of `cluster_id`.
+#[track_caller]
+fn assert_provider_clean(api: &Api, cluster_id: &str) {
+    let live = live_vms(api, cluster_id);
+    assert!(live.is_empty(), "the provider still holds live VMs of cluster {cluster_id}: {live:#?}");
+    let (networks, _) = provider_networks(api, cluster_id);
+    assert_eq!(networks, 0, "the provider still holds network rules of cluster {cluster_id}");
+}
+
+/// The text after `key` up to the next `'` (or end of line) in `text`.
+fn after<'a>(text: &'a str, key: &str) -> &'a str {
+    let start = text.find(key).unwrap_or_else(|| panic!("{key:?} is not in {text:?}")) + key.len();
+    let rest = &text[start..];
+    &rest[..rest.find(['\'', ',', '\n']).unwrap_or(rest.len())]
+}
+
+/// Every text column of the engine's tables, joined (for searching for secrets).
+fn engine_text(api: &Api) -> String {
+    let mut text = String::new();
+    for sql in [
+        "SELECT json_array(id, kind, resource_key, input, output, status_reason, error) FROM engine_runs",
+        "SELECT json_array(run_id, name, output, error) FROM engine_steps",
+        "SELECT json_array(run_id, kind, step, message) FROM engine_events",
+    ] {
+        text.push_str(&api.query_strings(sql).join("\n"));
+    }
+    text
+}
+
+/// The names of the forward steps of an inspected run, and whether each succeeded.
+fn forward_steps(detail: &Value) -> Vec<(String, String)> {
+    detail["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|step| step["phase"] == "forward")
+        .map(|step| (step["name"].as_str().unwrap().to_owned(), step["status"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[test]
+fn create_reaches_ready_and_delete_leaves_nothing_at_the_provider() {
+    let started = Instant::now();
+    let api = Api::start_hosted("cluster-sim");
+    sim_credential(&api, "simc");
+
+    // ---- Create, following every step.
+    let created = create(&api, "c1", "simc", "2", &["--wait"]);
+    created.expect_code(0);
+    for step in CREATE_STEPS {
+        assert!(created.stdout.contains(&format!("[{step}]")), "step {step} is not shown\n{created}");
+    }
+    assert!(created.stdout.contains("cluster c1 accepted: 2 x sim.small in sim-east-1 (sim, simulated)"), "{created}");
+    assert!(created.stdout.contains("cluster c1 is ready"), "{created}");
+
+    // ---- What anycloud says.
+    let detail = status(&api, "c1");
+    let cluster = &detail["cluster"];
+    let id = cluster["id"].as_str().unwrap().to_owned();
+    let run = cluster["workflow_id"].as_str().unwrap().to_owned();
+    assert_eq!(cluster["phase"], "ready", "{detail:#}");
+    assert_eq!(cluster["provider"], "sim", "{detail:#}");
+    assert_eq!(detail["simulated"], true, "{detail:#}");
+    assert_eq!(detail["desired_vms"], 2, "{detail:#}");
+    assert_eq!(detail["running_vms"], 2, "{detail:#}");
+    assert!(detail["last_error"].is_null(), "{detail:#}");
+    let endpoint = cluster["endpoint"].as_str().unwrap_or_else(|| panic!("no endpoint: {detail:#}"));
+    assert!(endpoint.starts_with("https://203.0.113.") && endpoint.ends_with(":6443"), "{detail:#}");
+    assert!(cluster["network_id"].as_str().is_some_and(|n| n.starts_with("sg-sim-")), "{detail:#}");
+    assert_eq!(detail["workflow"]["id"], run.as_str(), "{detail:#}");
+    assert_eq!(detail["workflow"]["kind"], "cluster.create", "{detail:#}");
+    assert_eq!(detail["workflow"]["status"], "succeeded", "{detail:#}");
+    let vms = detail["vms"].as_array().unwrap();
+    assert_eq!(vms.len(), 3, "{detail:#}");
+    let workers: Vec<&Value> = vms.iter().filter(|vm| vm["role"] == "worker").collect();
+    assert_eq!(workers.len(), 2, "{detail:#}");
+    assert_eq!(vms.iter().filter(|vm| vm["role"] == "control-plane").count(), 1, "{detail:#}");
+    for vm in vms {
+        assert!(vm["provider_id"].as_str().unwrap().starts_with("sim-"), "{vm}");
+        assert_eq!(vm["state"], "running", "{vm}");
+        assert!(vm["private_ip"].as_str().unwrap().starts_with("10.77."), "{vm}");
+        assert!(vm["public_ip"].as_str().unwrap().starts_with("203.0.113."), "{vm}");
+    }
+    let shown: BTreeSet<String> = vms.iter().map(|vm| vm["provider_id"].as_str().unwrap().to_owned()).collect();
+
+    // ---- What the provider holds: exactly these 3 VMs, tagged, and one network.
+    let live = live_vms(&api, &id);
+    assert_eq!(live.len(), 3, "{live:#?}");
+    assert_eq!(provider_vms(&api, &id).len(), 3, "a VM was launched twice");
+    let all_live = api.query_strings("SELECT id FROM sim_vms WHERE terminated_at IS NULL");
+    assert_eq!(all_live.len(), 3, "the provider holds VMs of no cluster: {all_live:?}");
+    let held: BTreeSet<String> = live.iter().map(|vm| vm.id.clone()).collect();
+    assert_eq!(held, shown, "status shows other VMs than the provider holds");
+    let roles: Vec<&str> = live.iter().map(|vm| vm.tags["anycloud-role"].as_str().unwrap()).collect();
+    assert_eq!(roles.iter().filter(|role| **role == "control-plane").count(), 1, "{live:#?}");
+    assert_eq!(roles.iter().filter(|role| **role == "worker").count(), 2, "{live:#?}");
+    for vm in &live {
+        assert_eq!(vm.tags["anycloud-cluster"], id.as_str(), "{vm:#?}");
+        assert_eq!(vm.account, "sim-account-simc", "{vm:#?}");
+    }
+    let names: BTreeSet<&str> = live.iter().map(|vm| vm.tags["anycloud-vm"].as_str().unwrap()).collect();
+    assert_eq!(names, BTreeSet::from(["cp", "w0", "w1"]), "{live:#?}");
+    assert_eq!(provider_networks(&api, &id), (1, 1), "the provider should hold one network rule");
+
+    // ---- The run: 8 steps succeeded, and no secret anywhere it shows.
+    let inspected = api.inspect(&run, true);
+    assert_eq!(inspected["run"]["status"], "succeeded", "{inspected:#}");
+    assert_eq!(inspected["run"]["kind"], "cluster.create", "{inspected:#}");
+    let expected: Vec<(String, String)> =
+        CREATE_STEPS.iter().map(|step| ((*step).to_owned(), "succeeded".to_owned())).collect();
+    assert_eq!(forward_steps(&inspected), expected, "{inspected:#}");
+    assert_eq!(inspected["run"]["output"]["endpoint"], endpoint, "{inspected:#}");
+    assert_eq!(inspected["run"]["output"]["ready_nodes"], 2, "{inspected:#}");
+
+    // The secrets, as the provider received them in the control plane's user-data.
+    let cp = live.iter().find(|vm| vm.tags["anycloud-role"] == "control-plane").unwrap();
+    let join_token = after(&cp.user_data, "K3S_TOKEN='").to_owned();
+    let api_token = after(&cp.user_data, "anycloud-tokens.csv <<'ANYCLOUD_EOF'\n").to_owned();
+    assert!(join_token.len() >= 32 && api_token.len() >= 32, "{}", cp.user_data);
+    assert!(cp.user_data.contains("-----BEGIN PRIVATE KEY-----"), "{}", cp.user_data);
+    let plain_inspect = api.cli(&["workflow", "inspect", &run, "--events"]);
+    plain_inspect.expect_code(0);
+    let status_text = api.cli(&["cluster", "status", "c1"]);
+    status_text.expect_code(0);
+    let shown_text = [
+        inspected.to_string(),
+        plain_inspect.stdout.clone(),
+        detail.to_string(),
+        status_text.stdout.clone(),
+        created.stdout.clone(),
+    ]
+    .join("\n");
+    for (what, secret) in [
+        ("K3S_TOKEN", "K3S_TOKEN"),
+        ("the user-data", "#!/bin/sh"),
+        ("a PEM", "-----BEGIN"),
+        ("the join token", &join_token),
+        ("the API token", &api_token),
+    ] {
+        assert!(!shown_text.contains(secret), "{what} appears in inspect or status output:\n{shown_text}");
+        assert!(!engine_text(&api).contains(secret), "{what} is in the engine's tables");
+        assert!(!api.logs().contains(secret), "{what} is in the API's logs\n{}", api.logs());
+        assert!(!api.transcript().contains(secret), "{what} is in CLI output\n{}", api.transcript());
+    }
+    let sealed = api.query_strings(&format!("SELECT secrets FROM clusters WHERE id = '{id}'"));
+    assert_eq!(sealed.len(), 1, "the cluster has no sealed secrets");
+    for secret in ["BEGIN", "K3S_TOKEN", join_token.as_str(), api_token.as_str()] {
+        assert!(!sealed[0].contains(secret), "{secret:?} is in the sealed secrets column in clear: {}", sealed[0]);
+    }
+
+    // ---- The list.
+    let list = api.cli(&["cluster", "list"]);
+    list.expect_code(0);
+    let row = list.stdout.lines().find(|line| line.starts_with("c1 ")).unwrap_or_else(|| panic!("{list}"));
+    assert!(row.contains("ready") && row.contains("sim (simulated)") && row.contains("2/2"), "{list}");
+
+    // ---- Delete.
+    let deleted = api.spawn_cli(&["cluster", "delete", "c1", "--wait"]).wait(WAIT);
+    deleted.expect_code(0);
+    assert!(deleted.stdout.contains("cluster c1 is deleted"), "{deleted}");
+    for step in DELETE_STEPS {
+        assert!(deleted.stdout.contains(&format!("[{step}]")), "step {step} is not shown\n{deleted}");
+    }
+    assert_provider_clean(&api, &id);
+    assert_eq!(provider_vms(&api, &id).len(), 3, "the VMs' rows are gone, not terminated");
+    assert_eq!(provider_networks(&api, &id), (0, 1));
+    let list = api.cli(&["cluster", "list"]);
+    list.expect_code(0);
+    assert!(!list.stdout.lines().any(|line| line.starts_with("c1 ")), "{list}");
+    let list = api.cli(&["--json", "cluster", "list"]);
+    list.expect_code(0);
+    assert_eq!(list.json()["clusters"], json!([]), "{list}");
+    let gone = status(&api, "c1");
+    assert_eq!(gone["cluster"]["phase"], "deleted", "{gone:#}");
+    assert_eq!(gone["cluster"]["id"], id.as_str(), "{gone:#}");
+    assert_eq!(gone["workflow"]["kind"], "cluster.delete", "{gone:#}");
+    assert_eq!(gone["workflow"]["status"], "succeeded", "{gone:#}");
+    assert_eq!(gone["running_vms"], 0, "{gone:#}");
+    assert!(gone["vms"].as_array().unwrap().iter().all(|vm| vm["state"] == "terminated"), "{gone:#}");
+    assert!(gone["cluster"]["endpoint"].is_null(), "{gone:#}");
+    let delete_run = gone["workflow"]["id"].as_str().unwrap().to_owned();
+    let inspected = api.inspect(&delete_run, false);
+    let expected: Vec<(String, String)> =
+        DELETE_STEPS.iter().map(|step| ((*step).to_owned(), "succeeded".to_owned())).collect();
+    assert_eq!(forward_steps(&inspected), expected, "{inspected:#}");
+    let erased = api.query_strings(&format!("SELECT coalesce(secrets, 'erased') FROM clusters WHERE id = '{id}'"));
+    assert_eq!(erased, ["erased"], "a deleted cluster keeps its secrets");
+
+    // ---- The name is free again: a new cluster, with a new id and its own VMs.
+    let again = create(&api, "c1", "simc", "1", &["--wait"]);
+    again.expect_code(0);
+    let detail = status(&api, "c1");
+    assert_eq!(detail["cluster"]["phase"], "ready", "{detail:#}");
+    let new_id = detail["cluster"]["id"].as_str().unwrap().to_owned();
+    assert_ne!(new_id, id);
+    assert_eq!(live_vms(&api, &new_id).len(), 2, "{:#?}", provider_vms(&api, &new_id));
+    assert_provider_clean(&api, &id);
+    let list = api.cli(&["--json", "cluster", "list"]);
+    list.expect_code(0);
+    let listed = list.json();
+    assert_eq!(listed["clusters"].as_array().unwrap().len(), 1, "{listed:#}");
+    assert_eq!(listed["clusters"][0]["cluster"]["id"], new_id.as_str(), "{listed:#}");
+    eprintln!("create, delete and reuse took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_delete_accepted_during_the_create_waits_for_it() {
+    let api = Api::start_hosted("cluster-queue");
+    sim_credential(&api, "simq");
+
+    let created = create(&api, "c2", "simq", "2", &["--json"]);
+    created.expect_code(0);
+    let created = created.json();
+    let id = created["cluster"]["id"].as_str().unwrap().to_owned();
+    let create_run = created["workflow_id"].as_str().unwrap().to_owned();
+    let deleted = api.cli(&["cluster", "delete", "c2"]);
+    deleted.expect_code(0);
+    assert!(deleted.stdout.contains("cluster c2 deletion accepted"), "{deleted}");
+    assert!(deleted.stdout.contains("anycloud wait cluster/c2"), "{deleted}");
+
+    // The delete is queued: the create has not ended, the delete has not started.
+    let list = api.cli(&["--json", "workflow", "list", "--resource", "cluster/c2"]);
+    list.expect_code(0);
+    let runs = list.json();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let create_now = runs.iter().find(|run| run["kind"] == "cluster.create").unwrap();
+    let delete_now = runs.iter().find(|run| run["kind"] == "cluster.delete").unwrap();
+    assert!(create_now["finished_at"].is_null(), "the create ended before the delete was asked: {runs:#?}");
+    assert_eq!(delete_now["status"], "pending", "{runs:#?}");
+    let delete_run = delete_now["id"].as_str().unwrap().to_owned();
+
+    let waited = api.spawn_cli(&["wait", "cluster/c2"]).wait(WAIT);
+    waited.expect_code(0);
+    assert!(waited.stdout.contains(&format!("following workflow {delete_run}")), "{waited}");
+    assert!(waited.stdout.contains("cluster c2 is deleted"), "{waited}");
+
+    // The create went all the way (it was not cut short), then the delete removed everything.
+    assert_provider_clean(&api, &id);
+    let launched = provider_vms(&api, &id);
+    assert_eq!(launched.len(), 3, "the create should have launched 3 VMs: {launched:#?}");
+    assert_eq!(provider_networks(&api, &id), (0, 1));
+    assert_eq!(status(&api, "c2")["cluster"]["phase"], "deleted");
+
+    let list = api.cli(&["--json", "workflow", "list", "--resource", "cluster/c2"]);
+    list.expect_code(0);
+    let runs = list.json();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let create = runs.iter().find(|run| run["kind"] == "cluster.create").unwrap();
+    let delete = runs.iter().find(|run| run["kind"] == "cluster.delete").unwrap();
+    assert_eq!(create["id"], create_run.as_str());
+    assert_eq!(create["status"], "succeeded", "{runs:#?}");
+    assert_eq!(delete["status"], "succeeded", "{runs:#?}");
+    let create_ended = create["finished_at"].as_i64().unwrap();
+    let delete_asked = delete["created_at"].as_i64().unwrap();
+    assert!(delete_asked < create_ended, "the delete was asked after the create ended: {runs:#?}");
+    let detail = api.inspect(&delete_run, true);
+    let first_step = detail["steps"].as_array().unwrap().iter().filter_map(|step| step["started_at"].as_i64()).min();
+    let first_claim = e2e::events(&detail)
+        .iter()
+        .filter(|event| event["kind"] == "claimed")
+        .filter_map(|event| event["at"].as_i64())
+        .min();
+    let delete_started = first_step.unwrap().min(first_claim.unwrap());
+    assert!(
+        create_ended <= delete_started,
+        "the delete started at {delete_started}, before the create ended at {create_ended}: {runs:#?}\n{detail:#}"
+    );
+}
+
+#[test]
+fn a_vm_quota_too_small_ends_failed_and_unwinds() {
+    let api = Api::start_hosted("cluster-quota");
+    // 2 capacity VMs need 3: the second worker's launch hits the quota.
+    sim_credential_with(&api, "tight", json!({ "quota_vms": 2 }));
+    let out = create(&api, "q1", "tight", "2", &["--wait"]);
+    out.expect_code(1);
+    assert!(out.stdout.contains("cluster q1 is failed"), "{out}");
+
+    let detail = status(&api, "q1");
+    let id = detail["cluster"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(detail["cluster"]["phase"], "failed", "{detail:#}");
+    let reason = detail["cluster"]["reason"].as_str().unwrap_or_else(|| panic!("no reason: {detail:#}"));
+    assert!(reason.contains("creation failed") && reason.contains("workflow inspect"), "{detail:#}");
+    let error = detail["last_error"].as_str().unwrap_or_else(|| panic!("no last error: {detail:#}"));
+    assert!(error.contains("quota of 2 VMs"), "{detail:#}");
+    assert_eq!(detail["workflow"]["status"], "failed", "{detail:#}");
+    let text = api.cli(&["cluster", "status", "q1"]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("phase        failed") && text.stdout.contains("quota"), "{text}");
+
+    // The control plane and the first worker were launched, then swept; the network is gone.
+    let launched = provider_vms(&api, &id);
+    assert_eq!(launched.len(), 2, "{launched:#?}");
+    assert_provider_clean(&api, &id);
+    assert_eq!(provider_networks(&api, &id), (0, 1));
+    assert!(api.query_strings("SELECT id FROM sim_vms WHERE terminated_at IS NULL").is_empty());
+    let erased = api.query_strings(&format!("SELECT coalesce(secrets, 'erased') FROM clusters WHERE id = '{id}'"));
+    assert_eq!(erased, ["erased"], "a failed cluster keeps its secrets");
+    let run = detail["workflow"]["id"].as_str().unwrap();
+    let inspected = api.inspect(run, false);
+    let undone: Vec<&str> = inspected["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|step| step["phase"] == "undo")
+        .map(|step| step["name"].as_str().unwrap())
+        .collect();
+    assert!(undone.contains(&"launch_control_plane") && undone.contains(&"ensure_network"), "{inspected:#}");
+    // A failed cluster still holds its name until it is deleted; the delete has nothing to remove.
+    let list = api.cli(&["cluster", "list"]);
+    assert!(list.stdout.lines().any(|line| line.starts_with("q1 ") && line.contains("failed")), "{list}");
+    api.spawn_cli(&["cluster", "delete", "q1", "--wait"]).wait(WAIT).expect_code(0);
+    assert_provider_clean(&api, &id);
+}
+
+#[test]
+fn vms_that_never_become_ready_end_failed_and_unwind() {
+    let api = Api::start_opts(ApiOptions {
+        id: "cluster-never-ready".into(),
+        hosted: true,
+        env: vec![("ANYCLOUD_CLUSTER_READY_TIMEOUT_SECS".into(), "5".into())],
+        ..ApiOptions::default()
+    });
+    sim_credential_with(&api, "stuck", json!({ "never_ready": true }));
+    let started = Instant::now();
+    let out = create(&api, "n1", "stuck", "2", &["--wait"]);
+    out.expect_code(1);
+    assert!(started.elapsed() >= Duration::from_secs(5), "failed before the ready timeout: {out}");
+    assert!(out.stdout.contains("cluster n1 is failed"), "{out}");
+
+    let detail = status(&api, "n1");
+    let id = detail["cluster"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(detail["cluster"]["phase"], "failed", "{detail:#}");
+    assert!(detail["cluster"]["reason"].as_str().is_some_and(|r| r.contains("creation failed")), "{detail:#}");
+    let error = detail["last_error"].as_str().unwrap_or_else(|| panic!("no last error: {detail:#}"));
+    assert!(error.contains("wait_for_nodes") || error.contains("capacity nodes Ready"), "{detail:#}");
+
+    // All three VMs were launched (they booted, their nodes never got Ready), then swept.
+    let launched = provider_vms(&api, &id);
+    assert_eq!(launched.len(), 3, "{launched:#?}");
+    assert_provider_clean(&api, &id);
+    assert_eq!(provider_networks(&api, &id), (0, 1));
+    assert!(api.query_strings("SELECT id FROM sim_vms WHERE terminated_at IS NULL").is_empty());
+}
+
+#[test]
+fn waiting_on_a_slow_create_times_out_with_exit_4() {
+    let api = Api::start_hosted("cluster-slow");
+    sim_credential_with(&api, "slow", json!({ "latency_ms": 1500 }));
+    create(&api, "s1", "slow", "1", &[]).expect_code(0);
+    let started = Instant::now();
+    let out = api.cli(&["wait", "cluster/s1", "--timeout", "1s"]);
+    out.expect_code(4);
+    assert!(out.stderr.contains("did not end within"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(15), "the 1 s wait took {:?}", started.elapsed());
+    assert_eq!(status(&api, "s1")["cluster"]["phase"], "creating");
+    let out = api.cli(&["--json", "wait", "cluster/s1", "--timeout", "1s"]);
+    out.expect_code(4);
+}
