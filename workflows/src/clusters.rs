@@ -35,15 +35,19 @@ impl Phase {
             Self::Deleted => "deleted",
         }
     }
+}
 
-    fn parse(s: &str) -> Result<Self, sqlx::Error> {
-        Ok(match s {
+impl TryFrom<String> for Phase {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        Ok(match s.as_str() {
             "creating" => Self::Creating,
             "ready" => Self::Ready,
             "failed" => Self::Failed,
             "deleting" => Self::Deleting,
             "deleted" => Self::Deleted,
-            other => return Err(sqlx::Error::Decode(format!("unknown cluster phase `{other}`").into())),
+            other => return Err(format!("unknown cluster phase `{other}`")),
         })
     }
 }
@@ -103,7 +107,7 @@ impl NewCluster {
 }
 
 /// A cluster record.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
 pub struct Cluster {
     /// Stable id; the value of the cluster tag on everything it owns.
     pub id: String,
@@ -112,6 +116,7 @@ pub struct Cluster {
     /// The credential of the capacity account.
     pub credential: String,
     /// Its provider.
+    #[sqlx(try_from = "String")]
     pub provider: ProviderKind,
     /// Region.
     pub region: String,
@@ -124,6 +129,7 @@ pub struct Cluster {
     /// Capacity VMs (max).
     pub max_vms: i64,
     /// Where it stands.
+    #[sqlx(try_from = "String")]
     pub phase: Phase,
     /// Why it failed, when it did.
     pub reason: Option<String>,
@@ -148,53 +154,6 @@ impl Cluster {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct ClusterRow {
-    id: String,
-    name: String,
-    credential: String,
-    provider: String,
-    region: String,
-    zone: Option<String>,
-    vm_type: String,
-    min_vms: i64,
-    max_vms: i64,
-    phase: String,
-    reason: Option<String>,
-    endpoint: Option<String>,
-    network_id: Option<String>,
-    workflow_id: Option<String>,
-    delete_requested_at: Option<i64>,
-    created_at: i64,
-    updated_at: i64,
-}
-
-impl TryFrom<ClusterRow> for Cluster {
-    type Error = sqlx::Error;
-
-    fn try_from(row: ClusterRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            provider: row.provider.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))?,
-            phase: Phase::parse(&row.phase)?,
-            id: row.id,
-            name: row.name,
-            credential: row.credential,
-            region: row.region,
-            zone: row.zone,
-            vm_type: row.vm_type,
-            min_vms: row.min_vms,
-            max_vms: row.max_vms,
-            reason: row.reason,
-            endpoint: row.endpoint,
-            network_id: row.network_id,
-            workflow_id: row.workflow_id,
-            delete_requested_at: row.delete_requested_at,
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-        })
-    }
-}
-
 const COLUMNS: &str = "id, name, credential, provider, region, zone, vm_type, min_vms, max_vms, phase, reason, \
                        endpoint, network_id, workflow_id, delete_requested_at, created_at, updated_at";
 
@@ -202,20 +161,19 @@ const COLUMNS: &str = "id, name, credential, provider, region, zone, vm_type, mi
 /// PostgreSQL the row stays locked until the transaction ends, so that a delete and a new
 /// deployment on the same cluster cannot interleave (SQLite has one writer at a time).
 pub async fn lock_live_in(tx: &mut WriteTx, name: &str) -> Result<Option<Cluster>, sqlx::Error> {
-    let row: Option<ClusterRow> = match tx {
+    match tx {
         WriteTx::Sqlite(tx) => {
             let sql =
                 sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM clusters WHERE name = $1 AND phase <> 'deleted'"));
-            sqlx::query_as(sql).bind(name).fetch_optional(&mut **tx).await?
+            sqlx::query_as(sql).bind(name).fetch_optional(&mut **tx).await
         }
         WriteTx::Postgres(tx) => {
             let sql = sqlx::AssertSqlSafe(format!(
                 "SELECT {COLUMNS} FROM clusters WHERE name = $1 AND phase <> 'deleted' FOR UPDATE"
             ));
-            sqlx::query_as(sql).bind(name).fetch_optional(&mut **tx).await?
+            sqlx::query_as(sql).bind(name).fetch_optional(&mut **tx).await
         }
-    };
-    row.map(Cluster::try_from).transpose()
+    }
 }
 
 /// Inserts a new cluster inside the caller's transaction.
@@ -341,15 +299,13 @@ pub async fn get_by_name(pool: &Pool, name: &str) -> Result<Option<Cluster>, sql
     let sql = sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM clusters WHERE name = $1 ORDER BY (phase = 'deleted'), created_at DESC LIMIT 1"
     ));
-    let row: Option<ClusterRow> = with_pool!(pool, |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
-    row.map(Cluster::try_from).transpose()
+    with_pool!(pool, |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)
 }
 
 /// One cluster by id.
 pub async fn get(pool: &Pool, id: &str) -> Result<Option<Cluster>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM clusters WHERE id = $1"));
-    let row: Option<ClusterRow> = with_pool!(pool, |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?;
-    row.map(Cluster::try_from).transpose()
+    with_pool!(pool, |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)
 }
 
 /// Every cluster that is not deleted, by name.
@@ -357,8 +313,7 @@ pub async fn list(pool: &Pool) -> Result<Vec<Cluster>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM clusters WHERE phase <> 'deleted' ORDER BY name, created_at"
     ));
-    let rows: Vec<ClusterRow> = with_pool!(pool, |pool| sqlx::query_as(sql).fetch_all(pool).await)?;
-    rows.into_iter().map(Cluster::try_from).collect()
+    with_pool!(pool, |pool| sqlx::query_as(sql).fetch_all(pool).await)
 }
 
 /// Sets the phase and its reason.

@@ -47,6 +47,14 @@ impl std::str::FromStr for ProviderKind {
     }
 }
 
+impl TryFrom<String> for ProviderKind {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
 impl std::fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

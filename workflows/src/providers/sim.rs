@@ -136,10 +136,9 @@ impl SimCloud {
     pub async fn live_vms(&self) -> Result<Vec<SimVm>, sqlx::Error> {
         let now = crate::now_ms();
         let rows: Vec<SimVmRow> = with_pool!(&self.pool, |pool| {
-            sqlx::query_as(
-                "SELECT id, account, tags, user_data, private_ip, public_ip, boot_ms, never_ready, launched_at, \
-                 terminated_at FROM sim_vms WHERE terminated_at IS NULL OR terminated_at > $1 ORDER BY launched_at, id",
-            )
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{SELECT_VMS} WHERE terminated_at IS NULL OR terminated_at > $1 ORDER BY launched_at, id"
+            )))
             .bind(now - SHUTDOWN_MS)
             .fetch_all(pool)
             .await
@@ -150,13 +149,10 @@ impl SimCloud {
     /// One simulated VM by id, whatever its state.
     pub async fn vm(&self, id: &str) -> Result<Option<SimVm>, sqlx::Error> {
         let row: Option<SimVmRow> = with_pool!(&self.pool, |pool| {
-            sqlx::query_as(
-                "SELECT id, account, tags, user_data, private_ip, public_ip, boot_ms, never_ready, launched_at, \
-                 terminated_at FROM sim_vms WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_optional(pool)
-            .await
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_VMS} WHERE id = $1")))
+                .bind(id)
+                .fetch_optional(pool)
+                .await
         })?;
         Ok(row.map(|row| row.into_vm(crate::now_ms())))
     }
@@ -168,6 +164,10 @@ impl SimCloud {
         })
     }
 }
+
+/// The columns of a simulated VM, as [`SimVmRow`] reads them.
+const SELECT_VMS: &str = "SELECT id, account, tags, user_data, private_ip, public_ip, boot_ms, never_ready, \
+                          launched_at, terminated_at FROM sim_vms";
 
 /// How long a terminated VM is listed as `shutting-down`.
 const SHUTDOWN_MS: i64 = 300;
@@ -283,11 +283,10 @@ impl SimAccount {
     async fn live_rows(&self, cluster_id: &str) -> Result<Vec<SimVmRow>, sqlx::Error> {
         let now = crate::now_ms();
         let rows: Vec<SimVmRow> = with_pool!(&self.cloud.pool, |pool| {
-            sqlx::query_as(
-                "SELECT id, account, tags, user_data, private_ip, public_ip, boot_ms, never_ready, launched_at, \
-                 terminated_at FROM sim_vms WHERE account = $1 AND (terminated_at IS NULL OR terminated_at > $2) \
-                 ORDER BY launched_at, id",
-            )
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{SELECT_VMS} WHERE account = $1 AND (terminated_at IS NULL OR terminated_at > $2) \
+                 ORDER BY launched_at, id"
+            )))
             .bind(&self.account)
             .bind(now - SHUTDOWN_MS)
             .fetch_all(pool)
@@ -458,14 +457,11 @@ impl Cloud for SimAccount {
         })
         .map_err(SimError::from)?;
         let row: SimVmRow = with_pool!(&self.cloud.pool, |pool| {
-            sqlx::query_as(
-                "SELECT id, account, tags, user_data, private_ip, public_ip, boot_ms, never_ready, launched_at, \
-                 terminated_at FROM sim_vms WHERE account = $1 AND client_token = $2",
-            )
-            .bind(&self.account)
-            .bind(&token)
-            .fetch_one(pool)
-            .await
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_VMS} WHERE account = $1 AND client_token = $2")))
+                .bind(&self.account)
+                .bind(&token)
+                .fetch_one(pool)
+                .await
         })
         .map_err(SimError::from)?;
         Ok(row.into_vm(crate::now_ms()).to_vm())
