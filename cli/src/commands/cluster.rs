@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::print_json;
 use super::workflow::follow;
+use super::{items, print_json};
 use crate::client::Client;
 use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NOT_OBSERVED, OK};
 use crate::render;
@@ -134,7 +134,7 @@ pub async fn status(name: &str, json: bool) -> CliResult {
     if let Some(error) = detail["last_error"].as_str() {
         println!("last error   {error}");
     }
-    let vms = runs(&detail["vms"]);
+    let vms = items(&detail["vms"]);
     if !vms.is_empty() {
         println!();
         let rows: Vec<Vec<String>> = vms
@@ -162,7 +162,7 @@ pub async fn list(json: bool) -> CliResult {
         print_json(&answer);
         return Ok(OK);
     }
-    let all = runs(&answer["clusters"]);
+    let all = items(&answer["clusters"]);
     if all.is_empty() {
         println!(
             "no clusters yet: `anycloud cluster create NAME --credentials C --region R --vm-type T --min-vms N --max-vms N`"
@@ -207,10 +207,6 @@ pub async fn delete(name: &str, wait: bool, timeout: Duration, json: bool) -> Cl
         return Ok(OK);
     }
     finish(&client, name, &run, timeout, json).await
-}
-
-fn runs(value: &Value) -> &[Value] {
-    value.as_array().map_or(&[], Vec::as_slice)
 }
 
 fn text(value: &Value) -> String {

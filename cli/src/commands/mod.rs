@@ -12,3 +12,8 @@ pub fn print_json(value: &impl serde::Serialize) {
         Err(err) => eprintln!("error: could not encode the answer as JSON: {err}"),
     }
 }
+
+/// The elements of a JSON array, or none.
+pub fn items(value: &serde_json::Value) -> &[serde_json::Value] {
+    value.as_array().map(Vec::as_slice).unwrap_or_default()
+}

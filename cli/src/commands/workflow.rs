@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::print_json;
+use super::{items, print_json};
 use crate::client::Client;
 use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, OK, TIMEOUT};
 use crate::render;
@@ -39,7 +39,7 @@ pub async fn list(args: ListArgs, json: bool) -> CliResult {
         return Ok(OK);
     }
     let now = anycloud_workflows::now_ms();
-    let rows: Vec<Vec<String>> = runs(&answer["workflows"])
+    let rows: Vec<Vec<String>> = items(&answer["workflows"])
         .iter()
         .map(|run| {
             vec![
@@ -81,7 +81,7 @@ pub async fn inspect(id: &str, events: bool, follow: bool, json: bool) -> CliRes
     print_detail(&answer["workflow"], answer["now"].as_i64().unwrap_or_else(anycloud_workflows::now_ms));
     if let Some(timeline) = timeline {
         println!("\nevents");
-        for event in runs(&timeline["events"]) {
+        for event in items(&timeline["events"]) {
             println!("  {}", event_line(event));
         }
     }
@@ -106,7 +106,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
                 if unreachable_since.take().is_some() && !json {
                     println!("  (API reachable again)");
                 }
-                for event in runs(&events["events"]) {
+                for event in items(&events["events"]) {
                     after = after.max(event["seq"].as_i64().unwrap_or(after));
                     if json {
                         println!("{}", serde_json::to_string(event).unwrap_or_default());
@@ -228,7 +228,7 @@ fn print_detail(detail: &Value, now: i64) {
     }
     println!("\nsteps");
     let mut rows = Vec::new();
-    for record in runs(&detail["steps"]) {
+    for record in items(&detail["steps"]) {
         let undo = record["phase"] == "undo";
         let name = if undo { format!("undo {}", text(&record["name"])) } else { text(&record["name"]) };
         let took = record["finished_at"]
@@ -249,7 +249,7 @@ fn print_detail(detail: &Value, now: i64) {
         ]);
     }
     // The step in hand and the ones not reached yet, from the definition's plan.
-    let done = runs(&detail["steps"]).iter().filter(|s| s["phase"] == "forward").count();
+    let done = items(&detail["steps"]).iter().filter(|s| s["phase"] == "forward").count();
     if let Some(plan) = detail["plan"].as_array()
         && run["phase"] == "forward"
         && !matches!(status.as_str(), "succeeded" | "failed" | "cancelled")
@@ -289,10 +289,6 @@ fn event_line(event: &Value) -> String {
 fn summary(value: &Value) -> String {
     let text = value.to_string();
     if text.chars().count() > 80 { format!("{}…", text.chars().take(79).collect::<String>()) } else { text }
-}
-
-fn runs(value: &Value) -> &[Value] {
-    value.as_array().map(Vec::as_slice).unwrap_or_default()
 }
 
 fn text(value: &Value) -> String {
