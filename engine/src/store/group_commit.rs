@@ -57,17 +57,36 @@ impl GroupCommit {
 
     /// Commits a checkpoint: at once when no other is being committed (no queue to wait
     /// for, no hand-off to the task), else through the queue. Returns after COMMIT.
-    pub(crate) async fn commit(&self, args: CommitArgs) -> Answer {
+    pub(crate) async fn commit(&self, args: CommitArgs, advance: bool) -> Answer {
         let _in_flight = InFlight::enter(&self.in_flight);
         if _in_flight.alone {
-            let mut tx = self.pool.begin_write().await?;
-            let answer = bind_commit!(args).fetch_optional(&mut *tx).await?;
-            tx.commit().await?;
-            return Ok(answer);
+            return self.commit_alone(args, advance).await;
         }
         let (answer, answered) = oneshot::channel();
         self.jobs.send(Job { args, answer }).map_err(|_| stopped())?;
         answered.await.map_err(|_| stopped())?
+    }
+}
+
+impl GroupCommit {
+    /// The whole transaction as one batch, in one round trip. It runs in a task of its own: a
+    /// driver cancelled mid-way (a fenced driver is aborted) must not stop the batch between its
+    /// BEGIN and its COMMIT and hand the writer connection back inside a transaction.
+    async fn commit_alone(&self, mut args: CommitArgs, advance: bool) -> Answer {
+        args.sql = super::SQLITE_SELF_COMMIT[usize::from(advance)].as_str();
+        let pool = self.pool.clone();
+        let task = tokio::spawn(async move {
+            let mut conn = pool.acquire().await?;
+            match bind_commit!(args).fetch_all(&mut *conn).await {
+                Ok(rows) => Ok(rows.into_iter().next()),
+                Err(err) => {
+                    // The batch stopped at a failing statement: end its transaction, if it began.
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                    Err(err)
+                }
+            }
+        });
+        task.await.map_err(|err| sqlx::Error::Protocol(format!("the commit task ended early: {err}")))?
     }
 }
 
