@@ -130,11 +130,12 @@ async fn record(ctx: &StepCtx<CreateCluster>) -> Result<Cluster, StepError> {
     ctx.workflow().deps.cluster(&ctx.input().cluster_id).await
 }
 
-async fn placement_and_cloud(ctx: &StepCtx<CreateCluster>) -> Result<(Placement, Box<dyn Cloud>), StepError> {
+/// The pinned placement and the cloud account; the record too, for the steps that read it.
+async fn placement_and_cloud(ctx: &StepCtx<CreateCluster>) -> Result<(Placement, Box<dyn Cloud>, Cluster), StepError> {
     let placement: Placement = ctx.output("store_intent")?;
     let cluster = record(ctx).await?;
     let cloud = ctx.workflow().deps.cloud(&cluster.credential, &placement.region).await?;
-    Ok((placement, cloud))
+    Ok((placement, cloud, cluster))
 }
 
 async fn store_intent(ctx: StepCtx<CreateCluster>) -> Result<Placement, StepError> {
@@ -168,7 +169,7 @@ async fn mark_failed<T: Send + 'static>(ctx: StepCtx<CreateCluster>, _placement:
 }
 
 async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepError> {
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
     let network = cloud.ensure_network(&placement).await?;
     clusters::set_network(
         &ctx.workflow().deps.pool,
@@ -181,7 +182,7 @@ async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepErro
 }
 
 async fn sweep_and_delete_network(ctx: StepCtx<CreateCluster>, _network: Network) -> Result<(), StepError> {
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
     ctx.workflow().deps.sweep(cloud.as_ref(), &placement).await?;
     cloud.delete_network(&placement).await?;
     if cloud.network_exists(&placement).await? {
@@ -192,7 +193,7 @@ async fn sweep_and_delete_network(ctx: StepCtx<CreateCluster>, _network: Network
 }
 
 async fn sweep_vms<T: Send + 'static>(ctx: StepCtx<CreateCluster>, _launched: T) -> Result<(), StepError> {
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
     ctx.workflow().deps.sweep(cloud.as_ref(), &placement).await
 }
 
@@ -213,7 +214,7 @@ async fn erase_secrets(ctx: StepCtx<CreateCluster>, _stored: SecretsStored) -> R
 
 async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepError> {
     let deps = &ctx.workflow().deps;
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
     let network: Network = ctx.output("ensure_network")?;
     let secrets = deps.secrets(&placement.cluster_id).await?;
     let spec = LaunchSpec {
@@ -238,7 +239,7 @@ async fn current_control_plane(cloud: &dyn Cloud, placement: &Placement, launche
 
 async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, StepError> {
     let deps = &ctx.workflow().deps;
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
     let launched: Vm = ctx.output("launch_control_plane")?;
     let cp = current_control_plane(cloud.as_ref(), &placement, &launched).await?;
     clusters::upsert_vm(&deps.pool, &placement.cluster_id, &cp).await?;
@@ -265,7 +266,7 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
 
 async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepError> {
     let deps = &ctx.workflow().deps;
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
     let network: Network = ctx.output("ensure_network")?;
     let launched: Vm = ctx.output("launch_control_plane")?;
     let cp = current_control_plane(cloud.as_ref(), &placement, &launched).await?;
@@ -273,7 +274,6 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
         StepError::retryable_msg(format!("control plane VM {} has no address to join", cp.provider_id))
     })?;
     let secrets = deps.secrets(&placement.cluster_id).await?;
-    let cluster = record(&ctx).await?;
     let mut workers = Vec::new();
     for index in 0..cluster.min_vms {
         let name = format!("w{index}");
@@ -296,9 +296,9 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
 
 async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, StepError> {
     let deps = &ctx.workflow().deps;
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
     let launched: Vm = ctx.output("launch_control_plane")?;
-    let wanted = record(&ctx).await?.min_vms as usize;
+    let wanted = cluster.min_vms as usize;
     let live = cloud.list_vms(&placement).await?;
     for vm in &live {
         clusters::upsert_vm(&deps.pool, &placement.cluster_id, vm).await?;

@@ -365,8 +365,8 @@ pub async fn set_endpoint(pool: &Pool, id: &str, endpoint: Option<&str>) -> Resu
     Ok(())
 }
 
-/// Stores the sealed secrets unless some are stored already; returns the stored ones.
-pub async fn keep_secrets(pool: &Pool, id: &str, sealed: &str) -> Result<String, sqlx::Error> {
+/// Stores the sealed secrets unless some are stored already (a rerun keeps the first ones).
+pub async fn keep_secrets(pool: &Pool, id: &str, sealed: &str) -> Result<(), sqlx::Error> {
     with_pool!(pool, |pool| {
         sqlx::query("UPDATE clusters SET secrets = $2 WHERE id = $1 AND secrets IS NULL")
             .bind(id)
@@ -375,7 +375,7 @@ pub async fn keep_secrets(pool: &Pool, id: &str, sealed: &str) -> Result<String,
             .await
             .map(|done| done.rows_affected())
     })?;
-    sealed_secrets(pool, id).await?.ok_or(sqlx::Error::RowNotFound)
+    Ok(())
 }
 
 /// The sealed secrets, when generated.
