@@ -467,12 +467,12 @@ impl Cloud for GcpCloud {
             .set_name(&name)
             .set_description(format!("anycloud cluster {} VM {}", placement.cluster_id, spec.name))
             .set_machine_type(format!("zones/{zone}/machineTypes/{}", placement.vm_type))
-            .set_labels(labels)
+            .set_labels(labels.clone())
             .set_tags(Tags::new().set_items([spec.network.id.clone()]))
-            .set_disks([AttachedDisk::new()
-                .set_boot(true)
-                .set_auto_delete(true)
-                .set_initialize_params(AttachedDiskInitializeParams::new().set_source_image(image))])
+            .set_disks([AttachedDisk::new().set_boot(true).set_auto_delete(true).set_initialize_params(
+                // The boot disk carries the cluster's labels too (it is deleted with the VM).
+                AttachedDiskInitializeParams::new().set_source_image(image).set_labels(labels),
+            )])
             .set_network_interfaces([NetworkInterface::new().set_network(NETWORK).set_access_configs([
                 AccessConfig::new().set_name("External NAT").set_type(access_config::Type::OneToOneNat),
             ])])
