@@ -1,0 +1,88 @@
+//! `anycloud api serve --credentials sim` starts a hosted API as a detached process that outlives
+//! the command, makes it the active API (which may then create clusters), and `anycloud api stop`
+//! stops it; hosting on other credentials, or with cloud-only flags, is refused clearly.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use anycloud_tests::e2e::{Api, wait_until};
+
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+}
+
+/// Kills the detached API if the test ends before stopping it.
+struct Reap(u64);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if alive(self.0) {
+            let _ = std::process::Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
+        }
+    }
+}
+
+#[test]
+fn a_sim_hosted_api_runs_detached_creates_clusters_and_stops() {
+    // The harness's local API gives this test its own config and data directories.
+    let api = Api::start("harness");
+
+    let out = api.cli(&["--json", "api", "serve", "--id", "dev", "--credentials", "SIM", "--use"]);
+    out.expect_code(0);
+    let started = out.json();
+    assert_eq!(started["kind"], "hosted (simulated)", "{out}");
+    let pid = started["pid"].as_u64().unwrap();
+    let _reap = Reap(pid);
+    assert!(alive(pid), "the hosted API must outlive the command that started it");
+
+    let status = api.cli(&["--json", "api", "status"]);
+    status.expect_code(0);
+    assert_eq!(status.json()["kind"], "hosted (simulated)", "{status}");
+
+    // Hosted: it creates clusters (the local harness API refuses them).
+    api.cli(&["credentials", "new", "acct", "--provider", "sim", "--sim-boot-ms", "50", "--wait"]).expect_code(0);
+    let created = api.cli(&[
+        "cluster",
+        "create",
+        "c1",
+        "--credentials",
+        "acct",
+        "--region",
+        "sim-east-1",
+        "--vm-type",
+        "sim.small",
+        "--min-vms",
+        "1",
+        "--max-vms",
+        "1",
+        "--wait",
+    ]);
+    created.expect_code(0);
+
+    // A second start while it runs is refused.
+    api.cli(&["api", "serve", "--id", "dev", "--credentials", "sim"]).expect_code(3).expect_stderr("already running");
+
+    let stopped = api.cli(&["api", "stop", "dev"]);
+    stopped.expect_code(0);
+    wait_until(Duration::from_secs(10), "the hosted API to exit", || (!alive(pid)).then_some(()));
+    api.cli(&["api", "stop", "dev"]).expect_code(2).expect_stderr("not running");
+    // It is no longer the active API.
+    api.cli(&["api", "status"]).expect_code(2);
+}
+
+#[test]
+fn hosting_anywhere_but_the_simulated_cloud_is_refused_clearly() {
+    let api = Api::start("harness");
+    api.cli(&["api", "serve", "--id", "prod", "--credentials", "aws-host", "--use"])
+        .expect_code(3)
+        .expect_stderr("not implemented yet");
+    api.cli(&["api", "serve", "--id", "prod", "--credentials", "sim", "--checkpoint-bucket", "b"])
+        .expect_code(3)
+        .expect_stderr("apply to hosting on AWS or GCP");
+    // Nothing was started or stored: the harness is still the active API.
+    let status = api.cli(&["--json", "api", "status"]);
+    status.expect_code(0);
+    assert_eq!(status.json()["kind"], "local", "{status}");
+}
