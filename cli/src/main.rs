@@ -7,6 +7,7 @@ mod client;
 mod commands;
 mod config;
 mod exit;
+mod output;
 mod render;
 mod server;
 

@@ -1,5 +1,7 @@
 //! Output for people: aligned tables, times, durations.
 
+use crate::output::say;
+
 /// Prints rows under a header, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
@@ -10,7 +12,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
     }
     let line = |cells: Vec<&str>| {
         let padded: Vec<String> = cells.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
-        println!("{}", padded.join("  ").trim_end());
+        say!("{}", padded.join("  ").trim_end());
     };
     line(header.to_vec());
     for row in rows {

@@ -1,5 +1,6 @@
 //! `anycloud api list | use | status | stop`, and hosting an API (`api serve --credentials`).
 
+use crate::output::say;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
@@ -29,7 +30,7 @@ pub fn list(json: bool) -> CliResult {
         return Ok(OK);
     }
     if config.apis.is_empty() {
-        println!("no APIs yet: start a local one with `anycloud api serve --use`");
+        say!("no APIs yet: start a local one with `anycloud api serve --use`");
         return Ok(OK);
     }
     let rows: Vec<Vec<String>> = config
@@ -59,7 +60,7 @@ pub fn use_api(name: &str) -> CliResult {
     }
     config.active = Some(name.to_owned());
     config.save()?;
-    println!("active API: {name}");
+    say!("active API: {name}");
     Ok(OK)
 }
 
@@ -70,11 +71,11 @@ pub async fn status(json: bool) -> CliResult {
     if json {
         print_json(&status);
     } else {
-        println!("active API  {} ({})", client.name(), client.kind());
-        println!("url         {}", client.url());
-        println!("answers     yes, version {}", status["version"].as_str().unwrap_or("?"));
-        println!("store       {}", status["store"].as_str().unwrap_or("?"));
-        println!("engine      {}", status["engine_owner"].as_str().unwrap_or("?"));
+        say!("active API  {} ({})", client.name(), client.kind());
+        say!("url         {}", client.url());
+        say!("answers     yes, version {}", status["version"].as_str().unwrap_or("?"));
+        say!("store       {}", status["store"].as_str().unwrap_or("?"));
+        say!("engine      {}", status["engine_owner"].as_str().unwrap_or("?"));
     }
     Ok(OK)
 }
@@ -171,13 +172,13 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
             "log": log_path, "active": args.use_it,
         }));
     } else {
-        println!(
+        say!(
             "anycloud API `{}` (hosted on the simulated cloud) listening on {url}, pid {}{}",
             args.id,
             child.id(),
             if args.use_it { "; it is the active API" } else { "" }
         );
-        println!("logs: {}; stop it with `anycloud api stop {}`", log_path.display(), args.id);
+        say!("logs: {}; stop it with `anycloud api stop {}`", log_path.display(), args.id);
     }
     Ok(OK)
 }
@@ -212,7 +213,7 @@ pub async fn stop(id: &str, data_dir: Option<PathBuf>, json: bool) -> CliResult 
     if json {
         print_json(&serde_json::json!({ "stopped": id, "pid": pid }));
     } else {
-        println!("stopped API `{id}` (pid {pid})");
+        say!("stopped API `{id}` (pid {pid})");
     }
     Ok(OK)
 }

@@ -1,5 +1,6 @@
 //! `anycloud cluster create | status | list | delete` and `anycloud wait cluster/NAME`.
 
+use crate::output::say;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -45,7 +46,7 @@ pub async fn create(args: CreateArgs, json: bool) -> CliResult {
     }
     if !json {
         let cluster = &created["cluster"];
-        println!(
+        say!(
             "cluster {} accepted: {} x {} in {} ({}{}); workflow {run}",
             args.name,
             args.min_vms,
@@ -56,7 +57,7 @@ pub async fn create(args: CreateArgs, json: bool) -> CliResult {
         );
     }
     if !args.wait {
-        println!("follow it with `anycloud wait cluster/{}` or `anycloud cluster status {}`", args.name, args.name);
+        say!("follow it with `anycloud wait cluster/{}` or `anycloud cluster status {}`", args.name, args.name);
         return Ok(OK);
     }
     finish(&client, &args.name, &run, args.timeout, json).await
@@ -69,7 +70,7 @@ async fn finish(client: &Client, name: &str, run: &str, timeout: Duration, json:
     let detail: Value = client.get(&format!("/v1/clusters/{name}")).await?;
     let phase = text(&detail["cluster"]["phase"]);
     if !json {
-        println!("cluster {name} is {phase}");
+        say!("cluster {name} is {phase}");
     }
     match phase.as_str() {
         "ready" | "deleted" if followed == OK => Ok(OK),
@@ -85,7 +86,7 @@ pub async fn wait(name: &str, timeout: Duration, json: bool) -> CliResult {
         return Err(CliError::new(NOT_OBSERVED, format!("cluster {name} has no workflow to wait for")));
     };
     if !json {
-        println!("cluster {name} is {}; following workflow {run}", text(&detail["cluster"]["phase"]));
+        say!("cluster {name} is {}; following workflow {run}", text(&detail["cluster"]["phase"]));
     }
     finish(&client, name, run, timeout, json).await
 }
@@ -100,43 +101,43 @@ pub async fn status(name: &str, json: bool) -> CliResult {
     }
     let cluster = &detail["cluster"];
     let simulated = detail["simulated"].as_bool() == Some(true);
-    println!("cluster      {}{}", text(&cluster["name"]), if simulated { "  (simulated cloud)" } else { "" });
-    println!("phase        {}", text(&cluster["phase"]));
+    say!("cluster      {}{}", text(&cluster["name"]), if simulated { "  (simulated cloud)" } else { "" });
+    say!("phase        {}", text(&cluster["phase"]));
     if let Some(reason) = cluster["reason"].as_str() {
-        println!("reason       {reason}");
+        say!("reason       {reason}");
     }
     let zone = cluster["zone"].as_str().map(|zone| format!(" ({zone})")).unwrap_or_default();
-    println!(
+    say!(
         "placement    {} / {}{zone} / {}",
         text(&cluster["provider"]),
         text(&cluster["region"]),
         text(&cluster["vm_type"])
     );
-    println!("credentials  {}", text(&cluster["credential"]));
-    println!("capacity     {} of {} VMs running", detail["running_vms"], detail["desired_vms"]);
-    println!("endpoint     {}", cluster["endpoint"].as_str().unwrap_or("-"));
+    say!("credentials  {}", text(&cluster["credential"]));
+    say!("capacity     {} of {} VMs running", detail["running_vms"], detail["desired_vms"]);
+    say!("endpoint     {}", cluster["endpoint"].as_str().unwrap_or("-"));
     if let Some(network) = cluster["network_id"].as_str() {
-        println!("network      {network}");
+        say!("network      {network}");
     }
     let workflow = &detail["workflow"];
     if workflow.is_object() {
         let step = workflow["current_step"].as_str().map(|step| format!(", step {step}")).unwrap_or_default();
-        println!(
+        say!(
             "workflow     {} {} ({}{step})",
             text(&workflow["kind"]),
             text(&workflow["id"]),
             text(&workflow["status"])
         );
         if let Some(reason) = workflow["status_reason"].as_str() {
-            println!("             {reason}");
+            say!("             {reason}");
         }
     }
     if let Some(error) = detail["last_error"].as_str() {
-        println!("last error   {error}");
+        say!("last error   {error}");
     }
     let vms = items(&detail["vms"]);
     if !vms.is_empty() {
-        println!();
+        say!();
         let rows: Vec<Vec<String>> = vms
             .iter()
             .map(|vm| {
@@ -164,7 +165,7 @@ pub async fn list(json: bool) -> CliResult {
     }
     let all = items(&answer["clusters"]);
     if all.is_empty() {
-        println!(
+        say!(
             "no clusters yet: `anycloud cluster create NAME --credentials C --region R --vm-type T --min-vms N --max-vms N`"
         );
         return Ok(OK);
@@ -200,10 +201,10 @@ pub async fn delete(name: &str, wait: bool, timeout: Duration, json: bool) -> Cl
         return Ok(OK);
     }
     if !json {
-        println!("cluster {name} deletion accepted; workflow {run}");
+        say!("cluster {name} deletion accepted; workflow {run}");
     }
     if !wait {
-        println!("follow it with `anycloud wait cluster/{name}`");
+        say!("follow it with `anycloud wait cluster/{name}`");
         return Ok(OK);
     }
     finish(&client, name, &run, timeout, json).await

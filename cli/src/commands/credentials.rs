@@ -1,5 +1,6 @@
 //! `anycloud credentials new | list | delete`.
 
+use crate::output::say;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -118,10 +119,10 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
         return Ok(OK);
     }
     if !json {
-        println!("credential {} ({}) saved; verifying it with workflow {run}", args.name, args.provider);
+        say!("credential {} ({}) saved; verifying it with workflow {run}", args.name, args.provider);
     }
     if !args.wait {
-        println!("  follow it:  anycloud workflow inspect {run} --follow");
+        say!("  follow it:  anycloud workflow inspect {run} --follow");
         return Ok(OK);
     }
     let code = super::workflow::follow(&client, &run, Duration::from_secs(15 * 60), json).await?;
@@ -130,7 +131,7 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
     if json {
         print_json(&shown);
     } else {
-        println!(
+        say!(
             "credential {} is {}: {}",
             args.name,
             credential["status"].as_str().unwrap_or("?"),
@@ -163,7 +164,7 @@ pub async fn list(json: bool) -> CliResult {
         })
         .collect();
     if rows.is_empty() {
-        println!("no credentials yet: `anycloud credentials new NAME --provider aws|gcp|sim`");
+        say!("no credentials yet: `anycloud credentials new NAME --provider aws|gcp|sim`");
     } else {
         render::table(&["NAME", "PROVIDER", "IDENTITY", "STATUS", "DETAIL"], &rows);
     }
@@ -177,7 +178,7 @@ pub async fn delete(name: &str, json: bool) -> CliResult {
     if json {
         print_json(&answer);
     } else {
-        println!("credential {name} deleted");
+        say!("credential {name} deleted");
     }
     Ok(OK)
 }

@@ -1,5 +1,6 @@
 //! One module per command group.
 
+use crate::output::say;
 pub mod api;
 pub mod cluster;
 pub mod credentials;
@@ -8,7 +9,7 @@ pub mod workflow;
 /// Prints a value as pretty JSON (for `--json`).
 pub fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
+        Ok(text) => say!("{text}"),
         Err(err) => eprintln!("error: could not encode the answer as JSON: {err}"),
     }
 }

@@ -3,6 +3,7 @@
 //! `inspect` is written for someone debugging a stuck operation at 3 a.m.: its first lines say
 //! what the run is doing, what is wrong and when it will next try, then every step follows.
 
+use crate::output::say;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -53,7 +54,7 @@ pub async fn list(args: ListArgs, json: bool) -> CliResult {
         })
         .collect();
     if rows.is_empty() {
-        println!("no workflows match");
+        say!("no workflows match");
     } else {
         render::table(&["ID", "KIND", "STATUS", "STEP", "RESOURCE", "UPDATED"], &rows);
     }
@@ -80,9 +81,9 @@ pub async fn inspect(id: &str, events: bool, follow: bool, json: bool) -> CliRes
     }
     print_detail(&answer["workflow"], answer["now"].as_i64().unwrap_or_else(anycloud_workflows::now_ms));
     if let Some(timeline) = timeline {
-        println!("\nevents");
+        say!("\nevents");
         for event in items(&timeline["events"]) {
-            println!("  {}", event_line(event));
+            say!("  {}", event_line(event));
         }
     }
     Ok(OK)
@@ -104,14 +105,14 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
         match polled {
             Ok((events, run)) => {
                 if unreachable_since.take().is_some() && !json {
-                    println!("  (API reachable again)");
+                    say!("  (API reachable again)");
                 }
                 for event in items(&events["events"]) {
                     after = after.max(event["seq"].as_i64().unwrap_or(after));
                     if json {
-                        println!("{}", serde_json::to_string(event).unwrap_or_default());
+                        say!("{}", serde_json::to_string(event).unwrap_or_default());
                     } else {
-                        println!("  {}", event_line(event));
+                        say!("  {}", event_line(event));
                     }
                 }
                 let status = text(&run["workflow"]["run"]["status"]);
@@ -120,7 +121,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
                     "failed" | "cancelled" => {
                         if !json {
                             let reason = text(&run["workflow"]["run"]["status_reason"]);
-                            println!("workflow {id} {status}: {reason}");
+                            say!("workflow {id} {status}: {reason}");
                         }
                         return Ok(ENDED_OTHERWISE);
                     }
@@ -131,7 +132,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
             Err(err) if err.error_code.as_deref() == Some("API_UNREACHABLE") => {
                 let since = *unreachable_since.get_or_insert_with(|| {
                     if !json {
-                        println!("  (API unreachable; waiting for it to come back)");
+                        say!("  (API unreachable; waiting for it to come back)");
                     }
                     Instant::now()
                 });
@@ -164,7 +165,7 @@ pub async fn act(id: &str, action: &str, json: bool) -> CliResult {
             "resume" => "resumed with a fresh retry budget",
             _ => "cancel requested: completed steps will be undone",
         };
-        println!("workflow {id} {done} (status: {})", text(&answer["status"]));
+        say!("workflow {id} {done} (status: {})", text(&answer["status"]));
     }
     Ok(OK)
 }
@@ -174,7 +175,7 @@ fn print_detail(detail: &Value, now: i64) {
     let status = text(&run["status"]);
     let step = text(&run["current_step"]);
     let attempt = run["attempt"].as_u64().unwrap_or(0);
-    println!(
+    say!(
         "workflow {}  {} v{}{}",
         text(&run["id"]),
         text(&run["kind"]),
@@ -189,44 +190,44 @@ fn print_detail(detail: &Value, now: i64) {
         "unwinding" => format!("unwinding: undoing `{step}`"),
         other => other.to_owned(),
     };
-    println!("status    {headline}");
+    say!("status    {headline}");
     if let Some(reason) = run["status_reason"].as_str() {
-        println!("why       {reason}");
+        say!("why       {reason}");
     }
     if let Some(chain) = run["error"]["chain"].as_array() {
         for (i, cause) in chain.iter().enumerate() {
             let label = if i == 0 { "error" } else { "  caused by" };
-            println!("{label:<9} {}", cause.as_str().unwrap_or(""));
+            say!("{label:<9} {}", cause.as_str().unwrap_or(""));
         }
     }
     if let Some(next) =
         run["next_at"].as_i64().filter(|_| !matches!(status.as_str(), "succeeded" | "failed" | "cancelled"))
     {
         let what = if status == "waiting" { "next check" } else { "next try" };
-        println!("{what:<9} {} ({})", render::relative(next, now), render::time(next));
+        say!("{what:<9} {} ({})", render::relative(next, now), render::time(next));
     }
     match run["lease"].as_object() {
-        Some(lease) => println!(
+        Some(lease) => say!(
             "lease     held by {} until {} (generation {})",
             lease["owner"].as_str().unwrap_or("?"),
             lease["expires_at"].as_i64().map(render::time).unwrap_or_default(),
             run["lease_generation"]
         ),
         None if !matches!(status.as_str(), "succeeded" | "failed" | "cancelled") => {
-            println!("lease     none: no engine is running a step of it now")
+            say!("lease     none: no engine is running a step of it now")
         }
         None => {}
     }
-    println!(
+    say!(
         "created   {}   updated {}{}",
         run["created_at"].as_i64().map(render::time).unwrap_or_default(),
         run["updated_at"].as_i64().map(render::time).unwrap_or_default(),
         run["finished_at"].as_i64().map(|t| format!("   ended {}", render::time(t))).unwrap_or_default()
     );
     if let Some(output) = run.get("output").filter(|o| !o.is_null()) {
-        println!("output    {}", summary(output));
+        say!("output    {}", summary(output));
     }
-    println!("\nsteps");
+    say!("\nsteps");
     let mut rows = Vec::new();
     for record in items(&detail["steps"]) {
         let undo = record["phase"] == "undo";
