@@ -10,7 +10,7 @@
 //! 2. inserts the finished runs directly with SQL, in multi-row `INSERT`s of 1,000 runs and
 //!    transactions of 10,000: kinds `credentials.verify` and `cluster.create`, statuses
 //!    succeeded, failed and cancelled, 1,000 resource keys, and for each run the step rows and
-//!    events the engine would have written (2–3 steps and 5–7 events);
+//!    events the engine would have written (2–3 steps and 3–6 events);
 //! 3. starts the API again and sends, one at a time over one keep-alive connection, a warm-up
 //!    and then N requests of each kind: inspect a random run (`GET /v1/workflows/{id}`), its
 //!    timeline (`.../events`, what `inspect --events` adds), the newest 50
@@ -258,12 +258,22 @@ impl Generator {
                     at
                 }
             };
+            // The run's timeline positions, as the engine numbers them: each event, and each
+            // forward step that succeeded (its row is its `step-succeeded` entry).
+            let entries = std::cell::Cell::new(0_i64);
+            let next_entry = || {
+                entries.set(entries.get() + 1);
+                entries.get()
+            };
             let event = |events: &mut Vec<String>, at: i64, kind: &str, step: Option<&str>, message: &str| {
-                events.push(format!("({}, {at}, {}, {}, {})", lit(&id), lit(kind), opt(step), lit(message)));
+                let n = next_entry();
+                events.push(format!("({}, {n}, {at}, {}, {}, {})", lit(&id), lit(kind), opt(step), lit(message)));
             };
             let step_row = |steps: &mut Vec<String>, phase: &str, idx: usize, status: &str, row: StepRow| {
+                let n =
+                    if phase == "forward" && status == "succeeded" { next_entry().to_string() } else { "NULL".into() };
                 steps.push(format!(
-                    "({}, {}, {idx}, {}, {}, {}, {}, {}, {}, {})",
+                    "({}, {}, {idx}, {}, {}, {}, {}, {}, {}, {}, {n})",
                     lit(&id),
                     lit(phase),
                     lit(names[idx]),
@@ -291,13 +301,6 @@ impl Generator {
                         let done = clock();
                         let output = step_output(step, &mut self.rng);
                         step_row(&mut steps, "forward", idx, "succeeded", StepRow::ok(started, done, output));
-                        event(
-                            &mut events,
-                            done,
-                            "step-succeeded",
-                            Some(step),
-                            &format!("attempt 1 succeeded after {} ms", done - started),
-                        );
                     }
                     event(&mut events, finished, "succeeded", None, "every step succeeded");
                     let output = if cluster {
@@ -310,14 +313,13 @@ impl Generator {
                 "failed" => {
                     let (started, done) = (clock(), clock());
                     step_row(&mut steps, "forward", 0, "succeeded", StepRow::ok(started, done, first_output));
-                    event(&mut events, done, "step-succeeded", Some(names[0]), "attempt 1 succeeded after 812 ms");
                     let message = format!("step `{}` failed: the provider refused: quota exceeded", names[1]);
                     let error = format!(
                         r#"{{"kind":"terminal","chain":["{message}","InstanceLimitExceeded: You have requested more instances than your current limit allows"]}}"#
                     );
                     let (started, done) = (clock(), clock());
                     steps.push(format!(
-                        "({}, 'forward', 1, {}, 'failed', 3, NULL, {}, {started}, {done})",
+                        "({}, 'forward', 1, {}, 'failed', 3, NULL, {}, {started}, {done}, NULL)",
                         lit(&id),
                         lit(names[1]),
                         lit(&error)
@@ -339,7 +341,6 @@ impl Generator {
                 _ => {
                     let (started, done) = (clock(), clock());
                     step_row(&mut steps, "forward", 0, "succeeded", StepRow::ok(started, done, first_output));
-                    event(&mut events, done, "step-succeeded", Some(names[0]), "attempt 1 succeeded after 640 ms");
                     let asked = clock();
                     event(
                         &mut events,
@@ -356,7 +357,7 @@ impl Generator {
                 }
             };
             runs.push(format!(
-                "({}, {}, 1, {}, {}, {}, {}, {}, {step_index}, NULL, 0, {NEVER}, {}, {}, {}, 1, {created}, {finished}, {finished})",
+                "({}, {}, 1, {}, {}, {}, {}, {}, {step_index}, NULL, 0, {NEVER}, {}, {}, {}, 1, {created}, {finished}, {finished}, {})",
                 lit(&id),
                 lit(kind),
                 lit(&key),
@@ -367,6 +368,7 @@ impl Generator {
                 opt(reason.as_deref()),
                 opt(error.as_deref()),
                 if cancel { "TRUE" } else { "FALSE" },
+                entries.get(),
             ));
             ids.push(id);
         }
@@ -375,16 +377,16 @@ impl Generator {
             runs: format!(
                 "INSERT INTO engine_runs (id, kind, version, resource_key, input, output, status, phase, step_index, \
                  current_step, attempt, next_at, status_reason, error, cancel_requested, lease_generation, \
-                 created_at, updated_at, finished_at) VALUES {}",
+                 created_at, updated_at, finished_at, events) VALUES {}",
                 runs.join(",\n")
             ),
             steps: format!(
                 "INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, \
-                 finished_at) VALUES {}",
+                 finished_at, n) VALUES {}",
                 steps.join(",\n")
             ),
             events: format!(
-                "INSERT INTO engine_events (run_id, at, kind, step, message) VALUES {}",
+                "INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES {}",
                 events.join(",\n")
             ),
             step_rows,
@@ -955,8 +957,12 @@ fn plan_queries(data: &Dataset) -> Vec<Plan> {
         ),
         plan(
             "inspect --events: the timeline",
-            "SELECT seq, run_id, at, kind, step, message FROM engine_events \
-             WHERE run_id = $1 AND seq > $2 ORDER BY seq"
+            "SELECT n, at, kind, step, message, NULL AS attempts, NULL AS took FROM engine_events \
+             WHERE run_id = $1 AND n > $2 \
+             UNION ALL \
+             SELECT n, finished_at, 'step-succeeded', name, NULL, attempts, finished_at - started_at \
+             FROM engine_steps WHERE run_id = $1 AND n > $2 \
+             ORDER BY 1"
                 .to_owned(),
             vec![id.clone(), "0".to_owned()],
             vec![id, "0".to_owned()],

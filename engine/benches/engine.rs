@@ -16,9 +16,13 @@
 //! (10,000 tasks, a grown heap) do not weigh on the next. The parent prints the children's
 //! lines as they come and a summary at the end.
 //!
-//! Options, after `--`: `--store sqlite|postgres|both` (default both), `--seconds N` per
-//! measurement (default 5), `--runs N` for the memory and claim parts (default 10000),
-//! `--quick` (1 s, 1000 runs: a smoke run), `--pg-pool N` (default 16, as `Store::connect`),
+//! Throughput is measured in rounds that alternate bare commits and the engine (so that both
+//! see the same stretch of this shared machine's disk), and the ratio is that of the totals.
+//!
+//! Options, after `--`: `--store sqlite|postgres|both` (default both), `--seconds N` measured
+//! per figure (default 10), `--rounds N` that split them (default 10), `--concurrency N` (only
+//! that level), `--runs N` for the memory and claim parts (default 10000), `--quick` (1 s in
+//! one round, 1000 runs: a smoke run), `--pg-pool N` (default 16, as `Store::connect`),
 //! `--dir PATH` (where the SQLite files go; default the temporary directory). PostgreSQL is
 //! `ANYCLOUD_TEST_DATABASE_URL`, or `postgres://postgres@127.0.0.1:5432/test`; each part uses
 //! a fresh schema, dropped at its end. Without `--bench` in its arguments (as `cargo test
@@ -171,6 +175,10 @@ struct Options {
     quick: bool,
     pg_pool: u32,
     dir: PathBuf,
+    /// Rounds of bare commits and engine workflows, alternating, per throughput level.
+    rounds: usize,
+    /// Only this concurrency in the throughput part.
+    concurrency: Option<usize>,
     /// Set in a child: the one part it runs (on the first store).
     part: Option<Part>,
 }
@@ -179,6 +187,7 @@ impl Options {
     fn parse(args: &[String]) -> Res<Self> {
         let mut stores = vec![Kind::Sqlite, Kind::Postgres];
         let (mut seconds, mut runs, mut quick, mut pg_pool, mut part) = (None, None, false, 16, None);
+        let (mut rounds, mut concurrency) = (None, None);
         let mut dir = std::env::temp_dir();
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -198,6 +207,8 @@ impl Options {
                 "--runs" => runs = Some(value("--runs")?.parse::<usize>()?),
                 "--pg-pool" => pg_pool = value("--pg-pool")?.parse::<u32>()?,
                 "--dir" => dir = PathBuf::from(value("--dir")?),
+                "--rounds" => rounds = Some(value("--rounds")?.parse::<usize>()?.max(1)),
+                "--concurrency" => concurrency = Some(value("--concurrency")?.parse::<usize>()?),
                 "--part" => {
                     let name = value("--part")?;
                     part = Some(
@@ -215,22 +226,25 @@ impl Options {
         }
         Ok(Self {
             stores,
-            seconds: seconds.unwrap_or(if quick { 1.0 } else { 5.0 }),
+            seconds: seconds.unwrap_or(if quick { 1.0 } else { 10.0 }),
             runs: runs.unwrap_or(if quick { 1_000 } else { 10_000 }),
             quick,
             pg_pool,
             dir,
+            rounds: rounds.unwrap_or(if quick { 1 } else { 10 }),
+            concurrency,
             part,
         })
     }
 
-    fn measure(&self) -> Duration {
-        Duration::from_secs_f64(self.seconds)
+    /// One measured window of the throughput part: `--seconds` split over the rounds.
+    fn window(&self) -> Duration {
+        Duration::from_secs_f64(self.seconds / self.rounds as f64)
     }
 
     /// Warm-up before each measured window.
     fn warmup(&self) -> Duration {
-        Duration::from_secs_f64((self.seconds / 5.0).min(1.0))
+        Duration::from_secs_f64((self.seconds / self.rounds as f64 / 5.0).min(1.0))
     }
 
     /// The arguments of a child that runs `part` on `kind`.
@@ -249,7 +263,12 @@ impl Options {
             self.pg_pool.to_string(),
             "--dir".into(),
             self.dir.display().to_string(),
+            "--rounds".into(),
+            self.rounds.to_string(),
         ]
+        .into_iter()
+        .chain(self.concurrency.iter().flat_map(|only| ["--concurrency".into(), only.to_string()]))
+        .collect()
     }
 }
 
@@ -329,12 +348,12 @@ async fn count_held(store: &Store, owner: &str) -> Res<i64> {
     .await?))
 }
 
-/// Runs taken over from a lapsed or expired lease (a `recovered` event) after event `after_seq`.
-async fn count_recovered(store: &Store, after_seq: i64) -> Res<i64> {
+/// Runs taken over from a lapsed or expired lease (a `recovered` event) at or after `since` (ms).
+async fn count_recovered(store: &Store, since: i64) -> Res<i64> {
     on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(
-        "SELECT count(DISTINCT run_id) FROM engine_events WHERE kind = 'recovered' AND seq > $1"
+        "SELECT count(DISTINCT run_id) FROM engine_events WHERE kind = 'recovered' AND at >= $1"
     )
-    .bind(after_seq)
+    .bind(since)
     .fetch_one(pool)
     .await?))
 }
@@ -430,6 +449,8 @@ struct Level {
     target: f64,
     bare: Figures,
     engine: Figures,
+    /// The ratio in each round, in order.
+    round_ratios: Vec<f64>,
 }
 
 impl Level {
@@ -439,6 +460,11 @@ impl Level {
 
     fn ratio(&self) -> f64 {
         self.steps_per_sec() / self.bare.per_sec
+    }
+
+    fn rounds(&self) -> String {
+        let ratios: Vec<String> = self.round_ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
+        ratios.join(" ")
     }
 }
 
@@ -476,17 +502,27 @@ enum Outcome {
 // ---------------------------------------------------------------------------------------------
 // Measurements
 
-/// Runs `op` in a loop on `concurrency` tasks through a warm-up and a measured window; counts
-/// the operations that end inside the window. Each task finishes the operation it is in when
-/// the window closes (not counted).
-async fn measure<F, Fut>(concurrency: usize, options: &Options, op: F) -> Res<Figures>
+/// What ended inside one measured window.
+struct Sample {
+    latencies: Vec<Duration>,
+    window: Duration,
+    /// Cores this process used during the window.
+    cpu_process: f64,
+    /// Cores the whole machine was busy during the window.
+    cpu_machine: f64,
+}
+
+/// Runs `op` in a loop on `concurrency` tasks through a warm-up and a measured window; keeps
+/// the latencies of the operations that end inside the window. Each task finishes the operation
+/// it is in when the window closes (not counted).
+async fn measure<F, Fut>(concurrency: usize, options: &Options, op: F) -> Res<Sample>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Res<()>> + Send + 'static,
 {
     let op = Arc::new(op);
     let start = Instant::now() + options.warmup();
-    let end = start + options.measure();
+    let end = start + options.window();
     let sampler = tokio::spawn(async move {
         tokio::time::sleep_until(tokio::time::Instant::from_std(start)).await;
         let first = Cpu::now();
@@ -518,28 +554,38 @@ where
         latencies.extend(task.await??);
     }
     let (cpu_process, cpu_machine) = sampler.await?;
-    latencies.sort_unstable();
-    let percentile = |p: f64| {
-        if latencies.is_empty() {
-            return f64::NAN;
+    Ok(Sample { latencies, window: end - start, cpu_process, cpu_machine })
+}
+
+impl Figures {
+    /// The figures of several windows taken together.
+    fn of(samples: &[Sample]) -> Self {
+        let mut latencies: Vec<Duration> = samples.iter().flat_map(|sample| sample.latencies.iter().copied()).collect();
+        latencies.sort_unstable();
+        let percentile = |p: f64| {
+            if latencies.is_empty() {
+                return f64::NAN;
+            }
+            let rank = ((p * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
+            latencies[rank - 1].as_secs_f64() * 1e3
+        };
+        let window: f64 = samples.iter().map(|sample| sample.window.as_secs_f64()).sum();
+        let mean = |field: fn(&Sample) -> f64| samples.iter().map(field).sum::<f64>() / samples.len().max(1) as f64;
+        Figures {
+            count: latencies.len(),
+            per_sec: latencies.len() as f64 / window,
+            p50_ms: percentile(0.5),
+            p99_ms: percentile(0.99),
+            cpu_process: mean(|sample| sample.cpu_process),
+            cpu_machine: mean(|sample| sample.cpu_machine),
         }
-        let rank = ((p * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
-        latencies[rank - 1].as_secs_f64() * 1e3
-    };
-    Ok(Figures {
-        count: latencies.len(),
-        per_sec: latencies.len() as f64 / (end - start).as_secs_f64(),
-        p50_ms: percentile(0.5),
-        p99_ms: percentile(0.99),
-        cpu_process,
-        cpu_machine,
-    })
+    }
 }
 
 /// Bare commits: `BEGIN`, one single-row insert, `COMMIT`, in a loop on each task, through the
 /// store's own pool (so the same file or schema, the same connection settings, the same pool
 /// size). SQLite begins with `BEGIN IMMEDIATE`, as every write transaction of the engine does.
-async fn bare_commits(store: &Store, concurrency: usize, options: &Options) -> Res<Figures> {
+async fn bare_commits(store: &Store, concurrency: usize, options: &Options) -> Res<Sample> {
     const PAYLOAD: &str = "a bare commit: one short row per transaction, nothing else";
     if let Some(pool) = store.sqlite_pool() {
         sqlx::query("CREATE TABLE IF NOT EXISTS bench_commits (id INTEGER PRIMARY KEY, payload TEXT)")
@@ -576,16 +622,20 @@ async fn bare_commits(store: &Store, concurrency: usize, options: &Options) -> R
     }
 }
 
-/// Workflows of ten no-op steps: each client submits one, waits for its end, and repeats.
-async fn engine_throughput(store: &Store, concurrency: usize, options: &Options) -> Res<Figures> {
+/// The engine of a throughput level: one for all its rounds.
+async fn throughput_engine(store: &Store, concurrency: usize) -> Res<Arc<Engine>> {
     let config = EngineConfig {
         max_concurrency: 64.max(concurrency),
         ..EngineConfig::named(format!("bench-throughput-{concurrency}"))
     };
     let registry = Registry::new().with(Arc::new(Noop));
-    let engine = Arc::new(Engine::start(store.clone(), registry, config).await?);
+    Ok(Arc::new(Engine::start(store.clone(), registry, config).await?))
+}
+
+/// Workflows of ten no-op steps: each client submits one, waits for its end, and repeats.
+async fn engine_throughput(engine: &Arc<Engine>, concurrency: usize, options: &Options) -> Res<Sample> {
     let clients = engine.clone();
-    let figures = measure(concurrency, options, move |n| {
+    measure(concurrency, options, move |n| {
         let engine = clients.clone();
         async move {
             let id = engine.submit::<Noop>(&(n as u64), None).await?;
@@ -596,12 +646,7 @@ async fn engine_throughput(store: &Store, concurrency: usize, options: &Options)
             Ok(())
         }
     })
-    .await?;
-    match Arc::try_unwrap(engine) {
-        Ok(engine) => engine.shutdown(Duration::from_secs(10)).await,
-        Err(_) => return Err("the engine is still shared after the clients ended".into()),
-    }
-    Ok(figures)
+    .await
 }
 
 /// Submits `runs` runs of `W` from [`SUBMITTERS`] tasks; returns how long it took.
@@ -624,20 +669,40 @@ async fn submit_many<W: Workflow<Input = ()>>(engine: &Arc<Engine>, runs: usize)
     Ok(started.elapsed())
 }
 
+/// Each level alternates rounds of bare commits and of the engine, so that both figures are
+/// taken over the same stretch of this shared machine's time (its disk's fsync rate drifts by
+/// a factor of two within minutes): the ratio is that of the totals over all rounds.
 async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
     let mut levels = Vec::new();
     for (concurrency, target) in LEVELS {
-        let bare = bare_commits(&db.store, concurrency, options).await?;
-        println!("[{name}] c={concurrency:<2} bare commits: {}", bare.line("commits/s"));
-        let engine = engine_throughput(&db.store, concurrency, options).await?;
-        println!("[{name}] c={concurrency:<2} engine:       {}", engine.line("workflows/s"));
-        let level = Level { concurrency, target, bare, engine };
+        if options.concurrency.is_some_and(|only| only != concurrency) {
+            continue;
+        }
+        let engine = throughput_engine(&db.store, concurrency).await?;
+        let (mut bare, mut driven, mut round_ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..options.rounds {
+            let commits = bare_commits(&db.store, concurrency, options).await?;
+            let workflows = engine_throughput(&engine, concurrency, options).await?;
+            let steps = (workflows.latencies.len() * STEPS) as f64 / workflows.window.as_secs_f64();
+            round_ratios.push(steps / (commits.latencies.len() as f64 / commits.window.as_secs_f64()));
+            bare.push(commits);
+            driven.push(workflows);
+        }
+        match Arc::try_unwrap(engine) {
+            Ok(engine) => engine.shutdown(Duration::from_secs(10)).await,
+            Err(_) => return Err("the engine is still shared after the clients ended".into()),
+        }
+        let level = Level { concurrency, target, bare: Figures::of(&bare), engine: Figures::of(&driven), round_ratios };
+        println!("[{name}] c={concurrency:<2} bare commits: {}", level.bare.line("commits/s"));
+        println!("[{name}] c={concurrency:<2} engine:       {}", level.engine.line("workflows/s"));
         println!(
-            "[{name}] c={concurrency:<2} => {:.0} durable steps/s ÷ {:.0} bare commits/s = {:.3} (target >= {target}) {}",
+            "[{name}] c={concurrency:<2} => {:.0} durable steps/s ÷ {:.0} bare commits/s = {:.3} (target >= {target}) {}; \
+             round by round: {}",
             level.steps_per_sec(),
             level.bare.per_sec,
             level.ratio(),
-            verdict(level.ratio() >= target)
+            verdict(level.ratio() >= target),
+            level.rounds()
         );
         levels.push(level);
     }
@@ -723,10 +788,10 @@ async fn part_claim(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
 
     // A fresh engine, bench-b, with room for every run and otherwise the defaults.
     let fresh_config = EngineConfig { max_concurrency: runs, ..EngineConfig::named("bench-b") };
-    let after_seq = max_column(store, "SELECT max(seq) FROM engine_events").await?;
+    let since = now_ms();
     let started = Instant::now();
     let fresh_engine = Engine::start(store.clone(), registry.clone(), fresh_config.clone()).await?;
-    let fresh_claimed = until_count(runs, PATIENCE, || count_recovered(store, after_seq)).await?;
+    let fresh_claimed = until_count(runs, PATIENCE, || count_recovered(store, since)).await?;
     let fresh = started.elapsed();
     let rss_in_flight = proc_mb("VmRSS");
     println!(
@@ -741,10 +806,10 @@ async fn part_claim(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
     // Killed again; this time the same name comes back and takes its runs back at once.
     drop(fresh_engine);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let after_seq = max_column(store, "SELECT max(seq) FROM engine_events").await?;
+    let since = now_ms();
     let started = Instant::now();
     let restarted = Engine::start(store.clone(), registry, fresh_config).await?;
-    let restart_claimed = until_count(runs, PATIENCE, || count_recovered(store, after_seq)).await?;
+    let restart_claimed = until_count(runs, PATIENCE, || count_recovered(store, since)).await?;
     let restart = started.elapsed();
     println!(
         "[{name}] claim: bench-b killed and restarted under the same name: claimed {restart_claimed} of {runs} in {:.2} s{}",
@@ -832,21 +897,23 @@ struct Report {
 fn summary(reports: &[Report], options: &Options) {
     println!("\n== summary ==");
     println!(
-        "{} s measured per figure after {} s of warm-up; {} runs in the memory and claim parts{}",
+        "{} s measured per figure, in {} rounds that alternate bare commits and the engine, each window \
+         after {} s of warm-up; {} runs in the memory and claim parts{}",
         options.seconds,
+        options.rounds,
         options.warmup().as_secs_f64(),
         options.runs,
         if options.quick { " (--quick: a smoke run)" } else { "" }
     );
     println!();
     println!(
-        "| store | concurrency | bare commits/s | workflows/s | durable steps/s | p50 workflow latency | p99 workflow latency | steps/s ÷ bare commits/s | target | machine CPU busy, bare / engine |"
+        "| store | concurrency | bare commits/s | workflows/s | durable steps/s | p50 workflow latency | p99 workflow latency | steps/s ÷ bare commits/s | target | round by round | machine CPU busy, bare / engine |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for report in reports {
         for level in &report.levels {
             println!(
-                "| {} | {} | {:.0} | {:.1} | {:.0} | {:.2} ms | {:.2} ms | {:.3} | >= {} {} | {:.2} / {:.2} of {} cores |",
+                "| {} | {} | {:.0} | {:.1} | {:.0} | {:.2} ms | {:.2} ms | {:.3} | >= {} {} | {} | {:.2} / {:.2} of {} cores |",
                 report.kind.name(),
                 level.concurrency,
                 level.bare.per_sec,
@@ -857,6 +924,7 @@ fn summary(reports: &[Report], options: &Options) {
                 level.ratio(),
                 level.target,
                 verdict(level.ratio() >= level.target),
+                level.rounds(),
                 level.bare.cpu_machine,
                 level.engine.cpu_machine,
                 cores()

@@ -44,7 +44,9 @@ pub(crate) struct Inner {
     slots: Arc<Semaphore>,
     wake: Notify,
     stop: watch::Sender<bool>,
-    finished: broadcast::Sender<(Uuid, RunStatus)>,
+    /// A run's driver here has stopped, with the run as committed if it ended; or (`None`) a
+    /// run was cancelled before it started.
+    finished: broadcast::Sender<(Uuid, Option<Arc<RunRecord>>)>,
     drivers: Mutex<HashMap<Uuid, AbortHandle>>,
     /// The last claim filled every free slot: more runs may be due, so a slot that frees up
     /// should be used at once rather than at the next poll.
@@ -136,9 +138,15 @@ impl Engine {
         let lease = permit
             .as_ref()
             .map(|_| Lease { owner: inner.config.owner.clone(), expires_at: after(now, inner.config.lease_ttl) });
-        let mut tx = inner.store.begin_write().await?;
-        let run = self.insert(&mut tx, kind, version, &input, resource_key, lease.as_ref(), now).await?;
-        tx.commit().await?;
+        let new_run = self.new_run(kind, version, &input, resource_key, now)?;
+        let run = if resource_key.is_none() {
+            inner.store.submit_run(&new_run, lease.as_ref()).await?
+        } else {
+            let mut tx = inner.store.begin_write().await?;
+            let run = Store::insert_run(&mut tx, &new_run, lease.as_ref()).await?;
+            tx.commit().await?;
+            run
+        };
         let id = run.id;
         match (permit, run.lease.is_some()) {
             (Some(permit), true) => inner.spawn_driver(Claimed { run, outputs: Vec::new(), recovered: false }, permit),
@@ -156,8 +164,8 @@ impl Engine {
         resource_key: Option<&str>,
     ) -> Result<Uuid, EngineError> {
         let input = serde_json::to_value(input).map_err(EngineError::Json)?;
-        let run = self.insert(tx, W::KIND, W::VERSION, &input, resource_key, None, now_ms()).await?;
-        Ok(run.id)
+        let run = self.new_run(W::KIND, W::VERSION, &input, resource_key, now_ms())?;
+        Ok(Store::insert_run(tx, &run, None).await?.id)
     }
 
     /// Tells the claim loop that runs may be due (after a [`Engine::submit_in`] commits).
@@ -165,37 +173,39 @@ impl Engine {
         self.inner.wake.notify_one();
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn insert(
+    /// A new run of a registered kind and version, unless the engine is stopping.
+    fn new_run<'a>(
         &self,
-        tx: &mut WriteTx,
-        kind: &str,
+        kind: &'a str,
         version: u32,
-        input: &Value,
-        resource_key: Option<&str>,
-        lease: Option<&Lease>,
+        input: &'a Value,
+        resource_key: Option<&'a str>,
         now: Millis,
-    ) -> Result<RunRecord, EngineError> {
+    ) -> Result<NewRun<'a>, EngineError> {
         if self.inner.stopping() {
             return Err(EngineError::ShuttingDown);
         }
         let names =
             self.inner.registry.step_names(kind, version).ok_or_else(|| EngineError::UnknownKind(kind.into()))?;
-        let run =
-            NewRun { id: Uuid::new_v4(), kind, version, resource_key, input, first_step: names.first().copied(), now };
-        Ok(Store::insert_run(tx, &run, lease).await?)
+        Ok(NewRun { id: Uuid::new_v4(), kind, version, resource_key, input, first_step: names.first().copied(), now })
     }
 
     /// Waits until the run has ended and returns it.
+    ///
+    /// A run this engine is driving is not read from the store while it runs: its driver hands
+    /// over the run as committed when it stops (see `Inner::spawn_driver`). Other runs are read,
+    /// and read again every 500 ms.
     pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<RunRecord, EngineError> {
         let mut finished = self.inner.finished.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let run = self.run(id).await?;
-            if run.status.is_final() {
-                return Ok(run);
+            // Subscribed first, so that a driver present now tells us when it stops.
+            if !self.inner.drives(id) {
+                let run = self.run(id).await?;
+                if run.status.is_final() {
+                    return Ok(run);
+                }
             }
-            // Runs driven here announce their end; runs driven elsewhere are seen by polling.
             let poll = tokio::time::sleep(Duration::from_millis(500));
             tokio::pin!(poll);
             loop {
@@ -204,6 +214,9 @@ impl Engine {
                     _ = tokio::time::sleep_until(deadline) => return Err(EngineError::Timeout(id)),
                     message = finished.recv() => match message {
                         Ok((done, _)) if done != id => continue,
+                        Ok((_, Some(run))) => return Ok(Arc::unwrap_or_clone(run)),
+                        // Its driver stopped short of the end, it was cancelled, or messages
+                        // were missed: look again.
                         _ => break,
                     },
                 }
@@ -282,7 +295,7 @@ impl Engine {
             ActionOutcome::Done(status) => {
                 self.inner.wake.notify_one();
                 if status == RunStatus::Cancelled {
-                    let _ = self.inner.finished.send((id, status));
+                    let _ = self.inner.finished.send((id, None));
                 }
                 Ok(status)
             }
@@ -331,8 +344,9 @@ impl Inner {
         *self.stop.borrow()
     }
 
-    pub(crate) fn announce(&self, id: Uuid, status: RunStatus) {
-        let _ = self.finished.send((id, status));
+    /// Whether a driver of this engine is driving the run now.
+    fn drives(&self, id: Uuid) -> bool {
+        self.drivers.lock().is_ok_and(|drivers| drivers.contains_key(&id))
     }
 
     fn spawn_driver(self: &Arc<Self>, claimed: Claimed, permit: OwnedSemaphorePermit) {
@@ -343,11 +357,14 @@ impl Inner {
         let Ok(mut drivers) = self.drivers.lock() else { return };
         let handle = tokio::spawn(
             async move {
-                worker::drive(&inner, claimed).await;
+                let ended = worker::drive(&inner, claimed).await;
                 if let Ok(mut drivers) = inner.drivers.lock()
                     && drivers.get(&id).is_some_and(|driver| driver.id() == tokio::task::id())
                 {
                     drivers.remove(&id);
+                    // Under the lock: a waiter that found this driver in the map was
+                    // subscribed by then, and gets this message.
+                    let _ = inner.finished.send((id, ended.map(Arc::new)));
                 }
                 drop(permit);
                 if inner.backlog.load(Ordering::Relaxed) {

@@ -18,17 +18,21 @@ use crate::store::{Claimed, Commit, CommitOutcome, NewEvent, RunRecord, StepReco
 enum Next {
     /// Keep driving the run.
     Continue,
-    /// The run waits, is parked, has ended, or was taken over: stop driving it.
+    /// The run waits, is parked, or was taken over: stop driving it.
     Stop,
+    /// The run has ended (succeeded, failed or cancelled), and that is committed.
+    Ended,
 }
 
-pub(crate) async fn drive(inner: &Inner, claimed: Claimed) {
+///
+/// Returns the run as committed if it ended here.
+pub(crate) async fn drive(inner: &Inner, claimed: Claimed) -> Option<RunRecord> {
     let Claimed { mut run, outputs, recovered } = claimed;
     let mut driver = match prepare(inner, &run, &outputs) {
         Ok(instance) => Driver { inner, instance, recovered },
         Err(reason) => {
             park(inner, &mut run, reason).await;
-            return;
+            return None;
         }
     };
     loop {
@@ -36,7 +40,7 @@ pub(crate) async fn drive(inner: &Inner, claimed: Claimed) {
             if let Err(err) = inner.store.release(&run, &inner.config.owner).await {
                 warn!(error = %error_chain(&err), "could not release the run on shutdown; its lease will lapse");
             }
-            return;
+            return None;
         }
         let next = match run.phase {
             Phase::Forward if run.cancel_requested => driver.unwind_for_cancel(&mut run).await,
@@ -45,11 +49,12 @@ pub(crate) async fn drive(inner: &Inner, claimed: Claimed) {
         };
         match next {
             Ok(Next::Continue) => {}
-            Ok(Next::Stop) => return,
+            Ok(Next::Stop) => return None,
+            Ok(Next::Ended) => return Some(run),
             Err(err) => {
                 // The database failed: stop; the lease lapses and the run is claimed again.
                 warn!(error = %error_chain(&err), "committing the run's progress failed; it will be retried");
-                return;
+                return None;
             }
         }
     }
@@ -193,11 +198,7 @@ impl Driver<'_> {
                 started_at: started,
                 finished_at: now,
             };
-            events.push(NewEvent::new(
-                "step-succeeded",
-                Some(name),
-                format!("attempt {} succeeded after {} ms", run.attempt + 1, now - started),
-            ));
+            // The step's row is its `step-succeeded` entry in the timeline: no event row.
             self.instance.completed(index, output);
             record
         });
@@ -230,12 +231,15 @@ impl Driver<'_> {
             run.current_step = Some(next.to_owned());
             run.step_started_at = Some(now);
         }
-        let outcome = self.commit(run, finished, step.as_ref(), &events).await?;
-        if finished && outcome {
-            info!("run succeeded");
-            self.inner.announce(run.id, RunStatus::Succeeded);
-        }
-        Ok(if outcome && !finished { Next::Continue } else { Next::Stop })
+        let kept = self.commit(run, finished, step.as_ref(), &events).await?;
+        Ok(match (kept, finished) {
+            (true, false) => Next::Continue,
+            (true, true) => {
+                info!("run succeeded");
+                Next::Ended
+            }
+            (false, _) => Next::Stop,
+        })
     }
 
     /// The step is not done yet: wait (as a row) until `next_at`.
@@ -372,7 +376,7 @@ impl Driver<'_> {
             let events = [NewEvent::new(status.as_str(), None, "every completed step was undone")];
             if self.commit(run, true, None, &events).await? {
                 info!(%status, "run ended");
-                self.inner.announce(run.id, status);
+                return Ok(Next::Ended);
             }
             return Ok(Next::Stop);
         }
@@ -449,10 +453,16 @@ impl Driver<'_> {
     ) -> Result<bool, sqlx::Error> {
         // A step that succeeded and is not the last one, on a running run: the hot path.
         let advance = !release && run.phase == Phase::Forward && run.status == RunStatus::Running && step.is_some();
-        let commit = Commit { run, owner: &self.inner.config.owner, now: now_ms(), release, advance, step, events };
+        let now = now_ms();
+        let commit = Commit { run, owner: &self.inner.config.owner, now, release, advance, step, events };
         match self.inner.store.commit(&commit).await? {
             CommitOutcome::Committed { cancel_requested } => {
+                // The run in memory is now the run as stored.
                 run.cancel_requested = cancel_requested;
+                run.updated_at = now;
+                if release {
+                    run.lease = None;
+                }
                 Ok(true)
             }
             CommitOutcome::Fenced => {

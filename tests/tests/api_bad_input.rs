@@ -133,7 +133,10 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
     let before = e2e::sqlite_snapshot(&api.sqlite_path(), &[]);
     assert_eq!(before["credentials"].0, 2, "{before:#?}");
     assert_eq!(before["engine_runs"].0, 2, "{before:#?}");
-    assert!(before["engine_events"].0 >= 8, "{before:#?}");
+    // Two finished runs: each has at least submitted, claimed and succeeded (its steps'
+    // successes are entries read from engine_steps).
+    assert!(before["engine_events"].0 >= 6, "{before:#?}");
+    assert_eq!(before["engine_steps"].0, 4, "{before:#?}");
     let mut check = Checker { api: &api, before, masked: &[], answers: Vec::new() };
 
     // ---- Through the CLI.

@@ -2,9 +2,10 @@
 //! one place they are bound to the commit statement (same parameter numbers on both databases).
 
 use super::records::{Commit, NEVER, to_json};
+use crate::status::Phase;
 
 /// Everything a commit statement binds: run state $1-$13, fence $14-$16, step $17-$26 ($17:
-/// whether there is one), events $27.
+/// whether there is one), events $27, timeline entries $28-$29.
 pub(crate) struct CommitArgs {
     pub(crate) sql: &'static str,
     pub(crate) status: &'static str,
@@ -34,6 +35,10 @@ pub(crate) struct CommitArgs {
     pub(crate) step_started: Option<i64>,
     pub(crate) step_finished: Option<i64>,
     pub(crate) events: String,
+    /// Timeline entries this commit adds: its events, plus the step row if it is one.
+    pub(crate) entries: i64,
+    /// The step row is a timeline entry: a forward step that succeeded.
+    pub(crate) step_entry: bool,
 }
 
 impl CommitArgs {
@@ -45,6 +50,7 @@ impl CommitArgs {
             .iter()
             .map(|event| serde_json::json!({ "kind": event.kind, "step": event.step, "message": event.message }))
             .collect();
+        let step_entry = step.is_some_and(|step| step.phase == Phase::Forward && step.status == "succeeded");
         Self {
             sql,
             status: run.status.as_str(),
@@ -74,6 +80,8 @@ impl CommitArgs {
             step_started: step.map(|step| step.started_at),
             step_finished: step.map(|step| step.finished_at),
             events: to_json(&events),
+            entries: events.len() as i64 + i64::from(step_entry),
+            step_entry,
         }
     }
 }
@@ -112,6 +120,8 @@ macro_rules! bind_commit {
             .bind(args.step_started)
             .bind(args.step_finished)
             .bind(args.events.as_str())
+            .bind(args.entries)
+            .bind(args.step_entry)
     }};
 }
 pub(crate) use bind_commit;

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::BeginWrite;
 use super::commit_args::{CommitArgs, bind_commit};
+use super::self_commit::self_commit;
 
 /// Most checkpoints in one transaction.
 const MAX_GROUP: usize = 64;
@@ -69,24 +70,13 @@ impl GroupCommit {
 }
 
 impl GroupCommit {
-    /// The whole transaction as one batch, in one round trip. It runs in a task of its own: a
-    /// driver cancelled mid-way (a fenced driver is aborted) must not stop the batch between its
-    /// BEGIN and its COMMIT and hand the writer connection back inside a transaction.
+    /// The whole transaction as one batch, in one round trip.
     async fn commit_alone(&self, mut args: CommitArgs, advance: bool) -> Answer {
         args.sql = super::SQLITE_SELF_COMMIT[usize::from(advance)].as_str();
-        let pool = self.pool.clone();
-        let task = tokio::spawn(async move {
-            let mut conn = pool.acquire().await?;
-            match bind_commit!(args).fetch_all(&mut *conn).await {
-                Ok(rows) => Ok(rows.into_iter().next()),
-                Err(err) => {
-                    // The batch stopped at a failing statement: end its transaction, if it began.
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                    Err(err)
-                }
-            }
-        });
-        task.await.map_err(|err| sqlx::Error::Protocol(format!("the commit task ended early: {err}")))?
+        self_commit(&self.pool, move |conn| {
+            Box::pin(async move { Ok(bind_commit!(args).fetch_all(conn).await?.into_iter().next()) })
+        })
+        .await
     }
 }
 

@@ -8,6 +8,7 @@
 mod commit_args;
 mod group_commit;
 mod records;
+mod self_commit;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -24,6 +25,7 @@ use group_commit::GroupCommit;
 pub(crate) use records::{Claimed, Commit, CommitOutcome, NewEvent};
 pub use records::{EventRecord, Lease, Millis, RunFilter, RunRecord, StepRecord};
 use records::{EventRow, RUN_COLUMNS, RunRow, StepRow, parse_json, parse_status, to_json};
+use self_commit::self_commit;
 
 use crate::error::EngineError;
 use crate::status::{Phase, RunStatus};
@@ -150,6 +152,56 @@ pub(crate) enum ActionOutcome {
     NotFound,
 }
 
+/// Inserts a run and returns it; its `submitted` event is to be entry 1 of its timeline. Parameters: $1 id, $2 kind, $3 version, $4 resource key,
+/// $5 input, $6 status, $7 first step, $8 now, $9-$10 lease owner and expiry, $11 generation.
+static INSERT_RUN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT INTO engine_runs (id, kind, version, resource_key, input, status, phase, step_index, \
+           current_step, attempt, next_at, lease_owner, lease_expires_at, lease_generation, \
+           created_at, updated_at, events) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'forward', 0, $7, 0, $8, $9, $10, $11, $8, $8, 1) \
+         RETURNING {RUN_COLUMNS}"
+    )
+});
+
+/// [`INSERT_RUN`] and its `submitted` event ($12: the message) in one round trip:
+/// [PostgreSQL (one statement), SQLite (one self-committing batch)].
+static SUBMIT_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+    let insert = INSERT_RUN.as_str();
+    [
+        format!(
+            "WITH run AS ({insert}), \
+             submitted AS (INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+                           SELECT id, 1, $8, 'submitted', NULL, $12 FROM run) \
+             SELECT {RUN_COLUMNS} FROM run"
+        ),
+        format!(
+            "BEGIN IMMEDIATE; {insert}; \
+             INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES ($1, 1, $8, 'submitted', NULL, $12); \
+             COMMIT"
+        ),
+    ]
+});
+
+/// Binds a [`NewRun`] and its lease to the parameters of [`INSERT_RUN`].
+macro_rules! bind_new_run {
+    ($query:expr, $run:expr, $lease:expr) => {{
+        let (run, lease): (&NewRun<'_>, Option<&Lease>) = ($run, $lease);
+        $query
+            .bind(run.id.to_string())
+            .bind(run.kind.to_owned())
+            .bind(i64::from(run.version))
+            .bind(run.resource_key.map(str::to_owned))
+            .bind(to_json(run.input))
+            .bind(if lease.is_some() { RunStatus::Running } else { RunStatus::Pending }.as_str())
+            .bind(run.first_step.map(str::to_owned))
+            .bind(run.now)
+            .bind(lease.map(|lease| lease.owner.clone()))
+            .bind(lease.map(|lease| lease.expires_at))
+            .bind(i64::from(lease.is_some()))
+    }};
+}
+
 const CLAIM_CANDIDATES: &str = "SELECT seq, lease_owner FROM engine_runs r \
      WHERE r.finished_at IS NULL AND r.status <> 'needs-attention' AND r.next_at <= $1 \
        AND (r.lease_owner IS NULL OR r.lease_expires_at < $1) \
@@ -159,7 +211,7 @@ const CLAIM_CANDIDATES: &str = "SELECT seq, lease_owner FROM engine_runs r \
      ORDER BY r.next_at, r.seq LIMIT $2";
 
 /// The columns a commit sets. Parameters: run state $1-$13, fence $14-$16, step $17-$26 ($17:
-/// whether there is one), events $27.
+/// whether there is one), events $27, timeline entries $28-$29.
 const SET_ALL: &str = "status = $1, phase = $2, step_index = $3, current_step = $4, attempt = $5, \
      step_started_at = $6, next_at = $7, status_reason = $8, error = $9, output = $10, finished_at = $11, \
      updated_at = $12, lease_owner = CASE WHEN $13 THEN NULL ELSE lease_owner END, \
@@ -172,23 +224,28 @@ const SET_ADVANCE: &str = "step_index = $3, current_step = $4, attempt = $5, ste
      status_reason = $8, error = $9, updated_at = $12";
 
 /// The commit on PostgreSQL: data-modifying CTEs run as one atomic statement, in one round
-/// trip; the step row and the events are written only if the fenced UPDATE matched.
+/// trip; the step row and the events are written only if the fenced UPDATE matched. The run's
+/// timeline counter grows by the entries written ($28: the events, plus the step row when $29,
+/// a forward step that succeeded, which is its own `step-succeeded` entry); `base` is the
+/// counter before them.
 fn commit_postgres(set: &str) -> String {
     format!(
         "WITH run AS ( \
-           UPDATE engine_runs SET {set} \
+           UPDATE engine_runs SET {set}, events = events + $28 \
            WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16 \
-           RETURNING id, cancel_requested), \
+           RETURNING id, cancel_requested, events - $28 AS base), \
          step AS ( \
-           INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, finished_at) \
-           SELECT run.id, $18, $19, $20, $21, $22, $23, $24, $25, $26 FROM run WHERE $17 \
+           INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, finished_at, n) \
+           SELECT run.id, $18, $19, $20, $21, $22, $23, $24, $25, $26, CASE WHEN $29 THEN run.base + 1 END \
+           FROM run WHERE $17 \
            ON CONFLICT (run_id, phase, idx) DO UPDATE SET name = excluded.name, status = excluded.status, \
              attempts = excluded.attempts, output = excluded.output, error = excluded.error, \
-             started_at = excluded.started_at, finished_at = excluded.finished_at), \
+             started_at = excluded.started_at, finished_at = excluded.finished_at, n = excluded.n), \
          events AS ( \
-           INSERT INTO engine_events (run_id, at, kind, step, message) \
-           SELECT run.id, $12, e.value ->> 'kind', e.value ->> 'step', e.value ->> 'message' \
-           FROM run, jsonb_array_elements($27::jsonb) WITH ORDINALITY AS e(value, position) ORDER BY e.position) \
+           INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+           SELECT run.id, run.base + CASE WHEN $29 THEN 1 ELSE 0 END + e.position, $12, \
+             e.value ->> 'kind', e.value ->> 'step', e.value ->> 'message' \
+           FROM run, jsonb_array_elements($27::jsonb) WITH ORDINALITY AS e(value, position)) \
          SELECT cancel_requested FROM run"
     )
 }
@@ -196,19 +253,23 @@ fn commit_postgres(set: &str) -> String {
 /// The same commit on SQLite, as one batch inside a `BEGIN IMMEDIATE` transaction: the fenced
 /// UPDATE, then the step row and the events only if it matched. After the UPDATE (which may
 /// release the lease) "it matched" reads as: the row still has the claimed generation (every
-/// claim increments it) and carries this commit's `updated_at`.
+/// claim increments it) and carries this commit's `updated_at`. The timeline counter before
+/// this commit's entries is `events - $28`.
 fn commit_sqlite(set: &str) -> String {
     format!(
-        "UPDATE engine_runs SET {set} WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16; \
-         INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, finished_at) \
-         SELECT $14, $18, $19, $20, $21, $22, $23, $24, $25, $26 WHERE $17 AND changes() = 1 \
+        "UPDATE engine_runs SET {set}, events = events + $28 \
+         WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16; \
+         INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, finished_at, n) \
+         SELECT $14, $18, $19, $20, $21, $22, $23, $24, $25, $26, CASE WHEN $29 THEN r.events - $28 + 1 END \
+         FROM engine_runs r WHERE $17 AND changes() = 1 AND r.id = $14 \
          ON CONFLICT (run_id, phase, idx) DO UPDATE SET name = excluded.name, status = excluded.status, \
            attempts = excluded.attempts, output = excluded.output, error = excluded.error, \
-           started_at = excluded.started_at, finished_at = excluded.finished_at; \
-         INSERT INTO engine_events (run_id, at, kind, step, message) \
-         SELECT $14, $12, e.value ->> 'kind', e.value ->> 'step', e.value ->> 'message' FROM json_each($27) AS e \
-         WHERE EXISTS (SELECT 1 FROM engine_runs WHERE id = $14 AND lease_generation = $15 AND updated_at = $12) \
-         ORDER BY e.key; \
+           started_at = excluded.started_at, finished_at = excluded.finished_at, n = excluded.n; \
+         INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+         SELECT $14, r.events - $28 + CASE WHEN $29 THEN 1 ELSE 0 END + e.key + 1, $12, \
+           e.value ->> 'kind', e.value ->> 'step', e.value ->> 'message' \
+         FROM engine_runs r, json_each($27) AS e \
+         WHERE r.id = $14 AND r.lease_generation = $15 AND r.updated_at = $12; \
          SELECT cancel_requested FROM engine_runs WHERE id = $14 AND lease_generation = $15 AND updated_at = $12"
     )
 }
@@ -362,30 +423,42 @@ impl Store {
                     lease = None;
                 }
             }
-            let sql = format!(
-                "INSERT INTO engine_runs (id, kind, version, resource_key, input, status, phase, step_index, \
-                   current_step, attempt, next_at, lease_owner, lease_expires_at, lease_generation, \
-                   created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 'forward', 0, $7, 0, $8, $9, $10, $11, $8, $8) \
-                 RETURNING {RUN_COLUMNS}"
-            );
-            let row: RunRow = sqlx::query_as(AssertSqlSafe(sql))
-                .bind(run.id.to_string())
-                .bind(run.kind)
-                .bind(i64::from(run.version))
-                .bind(run.resource_key)
-                .bind(to_json(run.input))
-                .bind(if lease.is_some() { RunStatus::Running } else { RunStatus::Pending }.as_str())
-                .bind(run.first_step)
-                .bind(run.now)
-                .bind(lease.map(|lease| lease.owner.as_str()))
-                .bind(lease.map(|lease| lease.expires_at))
-                .bind(i64::from(lease.is_some()))
-                .fetch_one(&mut **tx)
-                .await?;
-            insert_event(tx, run.id, run.now, &NewEvent::new("submitted", None, submitted_message(run, lease))).await?;
+            let row: RunRow =
+                bind_new_run!(sqlx::query_as(INSERT_RUN.as_str()), run, lease).fetch_one(&mut **tx).await?;
+            sqlx::query(
+                "INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES ($1, 1, $2, 'submitted', NULL, $3)",
+            )
+            .bind(run.id.to_string())
+            .bind(run.now)
+            .bind(submitted_message(run, lease))
+            .execute(&mut **tx)
+            .await?;
             row.try_into()
         })
+    }
+
+    /// Submits a run with no resource key in one round trip: the run and its `submitted`
+    /// event in one statement on PostgreSQL, one self-committing batch on SQLite. With `lease`,
+    /// the run is claimed by that owner at once.
+    pub(crate) async fn submit_run(&self, run: &NewRun<'_>, lease: Option<&Lease>) -> Result<RunRecord, sqlx::Error> {
+        debug_assert!(run.resource_key.is_none(), "a run with a resource key is inserted with insert_run");
+        let message = submitted_message(run, lease);
+        let row: RunRow = match &self.pool {
+            Pool::Postgres(pool) => {
+                bind_new_run!(sqlx::query_as(SUBMIT_SQL[0].as_str()), run, lease).bind(message).fetch_one(pool).await?
+            }
+            Pool::Sqlite(pool) => {
+                let submit = bind_new_run!(sqlx::query_as(SUBMIT_SQL[1].as_str()), run, lease).bind(message);
+                self_commit(pool, move |conn| {
+                    Box::pin(async move {
+                        let rows: Vec<RunRow> = submit.fetch_all(conn).await?;
+                        rows.into_iter().next().ok_or(sqlx::Error::RowNotFound)
+                    })
+                })
+                .await?
+            }
+        };
+        row.try_into()
     }
 
     /// Unfinished runs under `resource_key`, oldest first, read inside the caller's transaction
@@ -636,19 +709,24 @@ impl Store {
         rows.into_iter().map(StepRecord::try_from).collect()
     }
 
-    /// The run's timeline after event `after_seq`, oldest first.
-    pub async fn events(&self, id: Uuid, after_seq: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
+    /// The run's timeline after entry `after`, oldest first: its events, and the rows of its
+    /// forward steps that succeeded, each read as that step's `step-succeeded` entry.
+    pub async fn events(&self, id: Uuid, after: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
         let rows: Vec<EventRow> = with_pool!(&self.reader, |pool| {
             sqlx::query_as(
-                "SELECT seq, run_id, at, kind, step, message FROM engine_events \
-                 WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+                "SELECT n, at, kind, step, message, NULL AS attempts, NULL AS took FROM engine_events \
+                 WHERE run_id = $1 AND n > $2 \
+                 UNION ALL \
+                 SELECT n, finished_at, 'step-succeeded', name, NULL, attempts, finished_at - started_at \
+                 FROM engine_steps WHERE run_id = $1 AND n > $2 \
+                 ORDER BY 1",
             )
             .bind(id.to_string())
-            .bind(after_seq)
+            .bind(after)
             .fetch_all(pool)
             .await
         })?;
-        rows.into_iter().map(EventRecord::try_from).collect()
+        Ok(rows.into_iter().map(|row| row.into_record(id)).collect())
     }
 
     /// The latest payload of signal `name` sent to the run.
@@ -797,6 +875,7 @@ impl Store {
     }
 }
 
+/// Appends an event to the run's timeline, as its next entry.
 async fn insert_event<DB: sqlx::Database>(
     tx: &mut Transaction<'static, DB>,
     run: Uuid,
@@ -811,7 +890,17 @@ where
     for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     for<'q> <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
 {
-    sqlx::query("INSERT INTO engine_events (run_id, at, kind, step, message) VALUES ($1, $2, $3, $4, $5)")
+    // PostgreSQL runs one statement (the counter's UPDATE locks the run's row until the
+    // transaction ends, so two writers never take the same number); SQLite runs both in order.
+    let sql = if DB::NAME == "PostgreSQL" {
+        "WITH run AS (UPDATE engine_runs SET events = events + 1 WHERE id = $1 RETURNING events) \
+         INSERT INTO engine_events (run_id, n, at, kind, step, message) SELECT $1, events, $2, $3, $4, $5 FROM run"
+    } else {
+        "UPDATE engine_runs SET events = events + 1 WHERE id = $1; \
+         INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+         SELECT $1, events, $2, $3, $4, $5 FROM engine_runs WHERE id = $1"
+    };
+    sqlx::query(sql)
         .bind(run.to_string())
         .bind(now)
         .bind(event.kind)

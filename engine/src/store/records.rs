@@ -97,7 +97,7 @@ pub struct StepRecord {
 /// One entry of a run's append-only timeline.
 #[derive(Debug, Clone, Serialize)]
 pub struct EventRecord {
-    /// Order across all runs.
+    /// Position in the run's timeline: 1 for `submitted`, then 2, 3, ...
     pub seq: i64,
     /// The run.
     pub run_id: Uuid,
@@ -266,28 +266,25 @@ impl TryFrom<StepRow> for StepRecord {
     }
 }
 
+/// A timeline entry: an event, or the row of a forward step that succeeded (`message` is
+/// then made from its attempts and how long it `took`).
 #[derive(sqlx::FromRow)]
 pub(crate) struct EventRow {
-    seq: i64,
-    run_id: String,
+    n: i64,
     at: i64,
     kind: String,
     step: Option<String>,
-    message: String,
+    message: Option<String>,
+    attempts: Option<i64>,
+    took: Option<i64>,
 }
 
-impl TryFrom<EventRow> for EventRecord {
-    type Error = sqlx::Error;
-
-    fn try_from(row: EventRow) -> Result<Self, Self::Error> {
-        Ok(Self {
-            seq: row.seq,
-            run_id: parse_uuid(&row.run_id)?,
-            at: row.at,
-            kind: row.kind,
-            step: row.step,
-            message: row.message,
-        })
+impl EventRow {
+    pub(crate) fn into_record(self, run_id: Uuid) -> EventRecord {
+        let message = self.message.unwrap_or_else(|| {
+            format!("attempt {} succeeded after {} ms", self.attempts.unwrap_or(1), self.took.unwrap_or(0))
+        });
+        EventRecord { seq: self.n, run_id, at: self.at, kind: self.kind, step: self.step, message }
     }
 }
 

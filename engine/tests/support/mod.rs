@@ -62,6 +62,26 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// A pool on the database that runs no migration.
+    pub async fn raw_pool(&self) -> anycloud_engine::Pool {
+        match &self.schema {
+            None => {
+                let options = sqlx::sqlite::SqliteConnectOptions::from_str(&self.url)
+                    .expect("sqlite url")
+                    .create_if_missing(true);
+                anycloud_engine::Pool::Sqlite(sqlx::SqlitePool::connect_with(options).await.expect("sqlite pool"))
+            }
+            Some(schema) => {
+                let options = PgConnectOptions::from_str(&self.url)
+                    .expect("postgres url")
+                    .options([("search_path", schema.as_str())]);
+                anycloud_engine::Pool::Postgres(sqlx::PgPool::connect_with(options).await.expect("postgres pool"))
+            }
+        }
+    }
+}
+
 pub fn postgres_url() -> String {
     std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
