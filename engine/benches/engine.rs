@@ -348,6 +348,18 @@ async fn count_held(store: &Store, owner: &str) -> Res<i64> {
     .await?))
 }
 
+/// Runs claimed at or after `since` (ms): their lease runs from then. A claim writes the lease
+/// and the run's `claimed` or `recovered` event in one transaction; this count reads the runs'
+/// table only, so that polling it does not scan every event while the claims are timed.
+async fn count_claimed(store: &Store, since: i64) -> Res<i64> {
+    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM engine_runs WHERE lease_expires_at >= $1"
+    )
+    .bind(since)
+    .fetch_one(pool)
+    .await?))
+}
+
 /// Runs taken over from a lapsed or expired lease (a `recovered` event) at or after `since` (ms).
 async fn count_recovered(store: &Store, since: i64) -> Res<i64> {
     on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(
@@ -791,8 +803,12 @@ async fn part_claim(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
     let since = now_ms();
     let started = Instant::now();
     let fresh_engine = Engine::start(store.clone(), registry.clone(), fresh_config.clone()).await?;
-    let fresh_claimed = until_count(runs, PATIENCE, || count_recovered(store, since)).await?;
+    let fresh_claimed = until_count(runs, PATIENCE, || count_claimed(store, since)).await?;
     let fresh = started.elapsed();
+    let fresh_recovered = count_recovered(store, since).await? as usize;
+    if fresh_recovered != fresh_claimed {
+        return Err(format!("{fresh_claimed} runs were claimed, but {fresh_recovered} have a `recovered` event").into());
+    }
     let rss_in_flight = proc_mb("VmRSS");
     println!(
         "[{name}] claim: a fresh engine (bench-b: claim_batch {}, poll {} ms, lease_ttl {} s) claimed {fresh_claimed} \
@@ -809,8 +825,15 @@ async fn part_claim(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
     let since = now_ms();
     let started = Instant::now();
     let restarted = Engine::start(store.clone(), registry, fresh_config).await?;
-    let restart_claimed = until_count(runs, PATIENCE, || count_recovered(store, since)).await?;
+    let restart_claimed = until_count(runs, PATIENCE, || count_claimed(store, since)).await?;
     let restart = started.elapsed();
+    let restart_recovered = count_recovered(store, since).await? as usize;
+    if restart_recovered != restart_claimed {
+        return Err(format!(
+            "{restart_claimed} runs were claimed again, but {restart_recovered} have a `recovered` event"
+        )
+        .into());
+    }
     println!(
         "[{name}] claim: bench-b killed and restarted under the same name: claimed {restart_claimed} of {runs} in {:.2} s{}",
         restart.as_secs_f64(),

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{AssertSqlSafe, Postgres, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, FromRow, Postgres, Row, Sqlite, Transaction};
 use uuid::Uuid;
 
 use commit_args::{CommitArgs, bind_commit};
@@ -505,8 +505,8 @@ impl Store {
                lease_generation = lease_generation + 1, \
                status = CASE WHEN status IN ('pending', 'waiting', 'retrying') THEN 'running' ELSE status END, \
                attempt = CASE WHEN lease_owner IS NOT NULL THEN attempt + 1 ELSE attempt END, \
-               updated_at = $3 \
-             WHERE seq = $4 RETURNING {RUN_COLUMNS}"
+               updated_at = $3, events = events + 1 \
+             WHERE seq = $4 RETURNING {RUN_COLUMNS}, events"
         );
         let runs = with_pool!(&self.pool, |pool| {
             let mut tx = pool.begin_write().await?;
@@ -514,14 +514,16 @@ impl Store {
                 sqlx::query_as(candidates_sql).bind(now).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
             let mut runs = Vec::with_capacity(candidates.len());
             for (seq, previous_owner) in candidates {
-                let row: RunRow = sqlx::query_as(AssertSqlSafe(update_sql.as_str()))
+                // The claim's event is the run's next timeline entry: its number comes with the row.
+                let row = sqlx::query(AssertSqlSafe(update_sql.as_str()))
                     .bind(owner)
                     .bind(lease_until)
                     .bind(now)
                     .bind(seq)
                     .fetch_one(&mut *tx)
                     .await?;
-                let run = RunRecord::try_from(row)?;
+                let entry: i64 = row.try_get("events")?;
+                let run = RunRecord::try_from(RunRow::from_row(&row)?)?;
                 let recovered = previous_owner.is_some();
                 let step = run.current_step.as_deref();
                 let event = match previous_owner {
@@ -536,7 +538,17 @@ impl Store {
                     ),
                     None => NewEvent::new("claimed", step, format!("claimed by {label}")),
                 };
-                insert_event(&mut tx, run.id, now, &event).await?;
+                sqlx::query(
+                    "INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(run.id.to_string())
+                .bind(entry)
+                .bind(now)
+                .bind(event.kind)
+                .bind(event.step.as_deref())
+                .bind(event.message.as_str())
+                .execute(&mut *tx)
+                .await?;
                 runs.push((run, recovered));
             }
             tx.commit().await?;
