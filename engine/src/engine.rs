@@ -258,10 +258,11 @@ impl Engine {
         Ok(RunDetail { run, steps, plan })
     }
 
-    /// The run's timeline after event `after_seq` (0 for all).
-    pub async fn events(&self, id: Uuid, after_seq: i64) -> Result<Vec<EventRecord>, EngineError> {
+    /// The run's timeline after entry `after` (0 for all); entries are numbered 1, 2, ... within
+    /// the run (`EventRecord::seq`).
+    pub async fn events(&self, id: Uuid, after: i64) -> Result<Vec<EventRecord>, EngineError> {
         self.run(id).await?;
-        Ok(self.inner.store.events(id, after_seq).await?)
+        Ok(self.inner.store.events(id, after).await?)
     }
 
     /// Runs the current step of a waiting, backing-off or parked run now. A parked step gets
