@@ -152,8 +152,9 @@ pub(crate) enum ActionOutcome {
     NotFound,
 }
 
-/// Inserts a run and returns it; its `submitted` event is to be entry 1 of its timeline. Parameters: $1 id, $2 kind, $3 version, $4 resource key,
-/// $5 input, $6 status, $7 first step, $8 now, $9-$10 lease owner and expiry, $11 generation.
+/// Inserts a run and returns it; its `submitted` event is to be entry 1 of its timeline.
+/// Parameters: $1 id, $2 kind, $3 version, $4 resource key, $5 input, $6 status, $7 first step,
+/// $8 now, $9-$10 lease owner and expiry, $11 generation.
 static INSERT_RUN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "INSERT INTO engine_runs (id, kind, version, resource_key, input, status, phase, step_index, \
