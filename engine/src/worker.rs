@@ -24,8 +24,8 @@ enum Next {
     Ended,
 }
 
-///
-/// Returns the run as committed if it ended here.
+/// Drives a claimed run until it waits, parks, ends or is taken over; returns the run as
+/// committed if it ended here.
 pub(crate) async fn drive(inner: &Inner, claimed: Claimed) -> Option<RunRecord> {
     let Claimed { mut run, outputs, recovered } = claimed;
     let mut driver = match prepare(inner, &run, &outputs) {
