@@ -426,14 +426,9 @@ impl Store {
             }
             let row: RunRow =
                 bind_new_run!(sqlx::query_as(INSERT_RUN.as_str()), run, lease).fetch_one(&mut **tx).await?;
-            sqlx::query(
-                "INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES ($1, 1, $2, 'submitted', NULL, $3)",
-            )
-            .bind(run.id.to_string())
-            .bind(run.now)
-            .bind(submitted_message(run, lease))
-            .execute(&mut **tx)
-            .await?;
+            // INSERT_RUN set the run's counter to 1.
+            let submitted = NewEvent::new("submitted", None, submitted_message(run, lease));
+            insert_event(tx, run.id, Entry::Numbered(1), run.now, &submitted).await?;
             row.try_into()
         })
     }
@@ -539,17 +534,7 @@ impl Store {
                     ),
                     None => NewEvent::new("claimed", step, format!("claimed by {label}")),
                 };
-                sqlx::query(
-                    "INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES ($1, $2, $3, $4, $5, $6)",
-                )
-                .bind(run.id.to_string())
-                .bind(entry)
-                .bind(now)
-                .bind(event.kind)
-                .bind(event.step.as_deref())
-                .bind(event.message.as_str())
-                .execute(&mut *tx)
-                .await?;
+                insert_event(&mut tx, run.id, Entry::Numbered(entry), now, &event).await?;
                 runs.push((run, recovered));
             }
             tx.commit().await?;
@@ -799,8 +784,14 @@ impl Store {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-                insert_event(&mut tx, run, now, &NewEvent::new("signal", None, format!("signal `{name}` received")))
-                    .await?;
+                insert_event(
+                    &mut tx,
+                    run,
+                    Entry::Next,
+                    now,
+                    &NewEvent::new("signal", None, format!("signal `{name}` received")),
+                )
+                .await?;
                 status
             } else if status == RunStatus::Pending && step_index == 0 && owner.is_none() {
                 sqlx::query(
@@ -811,8 +802,14 @@ impl Store {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-                insert_event(&mut tx, run, now, &NewEvent::new("cancelled", None, "cancelled before any step ran"))
-                    .await?;
+                insert_event(
+                    &mut tx,
+                    run,
+                    Entry::Next,
+                    now,
+                    &NewEvent::new("cancelled", None, "cancelled before any step ran"),
+                )
+                .await?;
                 RunStatus::Cancelled
             } else {
                 let parked_forward = status == RunStatus::NeedsAttention && Phase::parse(&phase) == Phase::Forward;
@@ -833,7 +830,7 @@ impl Store {
                 } else {
                     "cancel requested; completed steps will be undone in reverse order"
                 };
-                insert_event(&mut tx, run, now, &NewEvent::new("cancel-requested", None, message)).await?;
+                insert_event(&mut tx, run, Entry::Next, now, &NewEvent::new("cancel-requested", None, message)).await?;
                 if parked_forward { RunStatus::Running } else { status }
             };
             tx.commit().await?;
@@ -868,7 +865,7 @@ impl Store {
             let status: Option<String> = sqlx::query_scalar(sql).bind(&id).bind(now).fetch_optional(&mut *tx).await?;
             let outcome = match status {
                 Some(status) => {
-                    insert_event(&mut tx, run, now, &NewEvent::new(kind, None, message)).await?;
+                    insert_event(&mut tx, run, Entry::Next, now, &NewEvent::new(kind, None, message)).await?;
                     ActionOutcome::Done(parse_status(&status)?)
                 }
                 None => {
@@ -888,10 +885,20 @@ impl Store {
     }
 }
 
-/// Appends an event to the run's timeline, as its next entry.
+/// Where an event goes in its run's timeline.
+#[derive(Clone, Copy)]
+enum Entry {
+    /// The next number of the run's counter, taken here.
+    Next,
+    /// A number the caller already took from the counter (with the run's own write).
+    Numbered(i64),
+}
+
+/// Appends an event to the run's timeline.
 async fn insert_event<DB: sqlx::Database>(
     tx: &mut Transaction<'static, DB>,
     run: Uuid,
+    entry: Entry,
     now: Millis,
     event: &NewEvent,
 ) -> Result<(), sqlx::Error>
@@ -903,24 +910,34 @@ where
     for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     for<'q> <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
 {
-    // PostgreSQL runs one statement (the counter's UPDATE locks the run's row until the
-    // transaction ends, so two writers never take the same number); SQLite runs both in order.
-    let sql = if DB::NAME == "PostgreSQL" {
-        "WITH run AS (UPDATE engine_runs SET events = events + 1 WHERE id = $1 RETURNING events) \
-         INSERT INTO engine_events (run_id, n, at, kind, step, message) SELECT $1, events, $2, $3, $4, $5 FROM run"
-    } else {
-        "UPDATE engine_runs SET events = events + 1 WHERE id = $1; \
-         INSERT INTO engine_events (run_id, n, at, kind, step, message) \
-         SELECT $1, events, $2, $3, $4, $5 FROM engine_runs WHERE id = $1"
+    // Taking the next number: PostgreSQL runs one statement (the counter's UPDATE locks the
+    // run's row until the transaction ends, so two writers never take the same number); SQLite
+    // runs both in order.
+    let sql = match entry {
+        Entry::Numbered(_) => {
+            "INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES ($1, $6, $2, $3, $4, $5)"
+        }
+        Entry::Next if DB::NAME == "PostgreSQL" => {
+            "WITH run AS (UPDATE engine_runs SET events = events + 1 WHERE id = $1 RETURNING events) \
+             INSERT INTO engine_events (run_id, n, at, kind, step, message) SELECT $1, events, $2, $3, $4, $5 FROM run"
+        }
+        Entry::Next => {
+            "UPDATE engine_runs SET events = events + 1 WHERE id = $1; \
+             INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+             SELECT $1, events, $2, $3, $4, $5 FROM engine_runs WHERE id = $1"
+        }
     };
-    sqlx::query(sql)
+    let query = sqlx::query(sql)
         .bind(run.to_string())
         .bind(now)
         .bind(event.kind)
         .bind(event.step.as_deref())
-        .bind(event.message.as_str())
-        .execute(&mut **tx)
-        .await?;
+        .bind(event.message.as_str());
+    let query = match entry {
+        Entry::Numbered(number) => query.bind(number),
+        Entry::Next => query,
+    };
+    query.execute(&mut **tx).await?;
     Ok(())
 }
 
