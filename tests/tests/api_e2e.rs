@@ -150,6 +150,24 @@ fn sigterm_lets_the_step_in_flight_finish(mut api: Api) {
     assert_eq!(status.code(), Some(0), "SIGTERM: the API exited with {status}\n{}", api.logs());
 }
 
+/// A run that ends while the follower is between its two reads (the seam holds it there for
+/// 1.5 s) is still followed to its last step: the follower reads the run, then its events.
+#[test]
+fn a_follower_shows_every_step_of_a_run_that_ends_between_its_reads() {
+    let api = Api::start("e2e-follow");
+    let created = api.cli_env(
+        &["credentials", "new", "quick", "--provider", "sim", "--sim-latency-ms", "300", "--wait"],
+        &[("ANYCLOUD_TEST_FOLLOW_GAP_MS", "1500")],
+    );
+    created.expect_code(0);
+    for step in PLAN {
+        assert!(
+            created.stdout.contains(&format!("[{step}] attempt 1 succeeded")),
+            "step {step} is not shown\n{created}"
+        );
+    }
+}
+
 #[test]
 fn sqlite_verification_survives_a_sigkill_while_it_backs_off() {
     verification_survives_a_sigkill_while_it_backs_off(Api::start("e2e"));

@@ -89,6 +89,13 @@ pub async fn inspect(id: &str, events: bool, follow: bool, json: bool) -> CliRes
     Ok(OK)
 }
 
+/// `ANYCLOUD_TEST_FOLLOW_GAP_MS`: a test seam, a pause between the follower's two reads, so that
+/// a test can make a run end between them.
+fn test_gap() -> Option<Duration> {
+    let millis = std::env::var("ANYCLOUD_TEST_FOLLOW_GAP_MS").ok()?.parse().ok()?;
+    Some(Duration::from_millis(millis))
+}
+
 /// Streams a run's events until it ends; survives the API restarting meanwhile. Exit code: 0
 /// succeeded, 1 failed or cancelled, 2 could not observe, 4 timed out.
 pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) -> CliResult {
@@ -96,9 +103,16 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
     let mut after = 0_i64;
     let mut unreachable_since: Option<Instant> = None;
     loop {
+        // The run before its events: a run that had ended when it was read has all its events
+        // committed (its end and its last step are one transaction), so the events read next
+        // include them. Read the other way round, a run ending between the two reads would stop
+        // the follower short of its last step.
         let polled: Result<(Value, Value), CliError> = async {
-            let events: Value = client.get(&format!("/v1/workflows/{id}/events?after={after}")).await?;
             let run: Value = client.get(&format!("/v1/workflows/{id}")).await?;
+            if let Some(gap) = test_gap() {
+                tokio::time::sleep(gap).await;
+            }
+            let events: Value = client.get(&format!("/v1/workflows/{id}/events?after={after}")).await?;
             Ok((events, run))
         }
         .await;
