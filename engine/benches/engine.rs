@@ -330,44 +330,37 @@ macro_rules! on_pool {
     };
 }
 
+/// `SELECT count(*) ...` with one parameter, on whichever database the store has.
+async fn count<T>(store: &Store, sql: &'static str, value: T) -> Res<i64>
+where
+    T: for<'q> sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+{
+    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(sql).bind(value).fetch_one(pool).await?))
+}
+
 /// Runs in status `status`.
 async fn count_status(store: &Store, status: &str) -> Res<i64> {
-    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>("SELECT count(*) FROM engine_runs WHERE status = $1")
-        .bind(status)
-        .fetch_one(pool)
-        .await?))
+    count(store, "SELECT count(*) FROM engine_runs WHERE status = $1", status.to_owned()).await
 }
 
 /// Runs held by `owner` in status `running`.
 async fn count_held(store: &Store, owner: &str) -> Res<i64> {
-    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(
-        "SELECT count(*) FROM engine_runs WHERE lease_owner = $1 AND status = 'running'"
-    )
-    .bind(owner)
-    .fetch_one(pool)
-    .await?))
+    let sql = "SELECT count(*) FROM engine_runs WHERE lease_owner = $1 AND status = 'running'";
+    count(store, sql, owner.to_owned()).await
 }
 
 /// Runs claimed at or after `since` (ms): their lease runs from then. A claim writes the lease
 /// and the run's `claimed` or `recovered` event in one transaction; this count reads the runs'
 /// table only, so that polling it does not scan every event while the claims are timed.
 async fn count_claimed(store: &Store, since: i64) -> Res<i64> {
-    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(
-        "SELECT count(*) FROM engine_runs WHERE lease_expires_at >= $1"
-    )
-    .bind(since)
-    .fetch_one(pool)
-    .await?))
+    count(store, "SELECT count(*) FROM engine_runs WHERE lease_expires_at >= $1", since).await
 }
 
 /// Runs taken over from a lapsed or expired lease (a `recovered` event) at or after `since` (ms).
 async fn count_recovered(store: &Store, since: i64) -> Res<i64> {
-    on_pool!(store, |pool| Ok(sqlx::query_scalar::<_, i64>(
-        "SELECT count(DISTINCT run_id) FROM engine_events WHERE kind = 'recovered' AND at >= $1"
-    )
-    .bind(since)
-    .fetch_one(pool)
-    .await?))
+    let sql = "SELECT count(DISTINCT run_id) FROM engine_events WHERE kind = 'recovered' AND at >= $1";
+    count(store, sql, since).await
 }
 
 /// The largest value of a column (`sql` selects it), 0 for none.
