@@ -102,6 +102,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
     let deadline = Instant::now() + timeout;
     let mut after = 0_i64;
     let mut unreachable_since: Option<Instant> = None;
+    let gap = test_gap();
     loop {
         // The run before its events: a run that had ended when it was read has all its events
         // committed (its end and its last step are one transaction), so the events read next
@@ -109,7 +110,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
         // the follower short of its last step.
         let polled: Result<(Value, Value), CliError> = async {
             let run: Value = client.get(&format!("/v1/workflows/{id}")).await?;
-            if let Some(gap) = test_gap() {
+            if let Some(gap) = gap {
                 tokio::time::sleep(gap).await;
             }
             let events: Value = client.get(&format!("/v1/workflows/{id}/events?after={after}")).await?;
