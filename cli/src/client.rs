@@ -5,6 +5,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use anycloud_workflows::api::ErrorBody;
+
 use crate::config::{ApiEntry, Config};
 use crate::exit::{BAD_INPUT, CliError, ENDED_OTHERWISE, NOT_OBSERVED};
 
@@ -51,6 +53,11 @@ impl Client {
         self.send(self.http.get(self.endpoint(path))).await
     }
 
+    /// GET a JSON resource with a query string.
+    pub async fn get_query<Q: Serialize, T: DeserializeOwned>(&self, path: &str, query: &Q) -> Result<T, CliError> {
+        self.send(self.http.get(self.endpoint(path)).query(query)).await
+    }
+
     /// POST a JSON body.
     pub async fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T, CliError> {
         self.send(self.http.post(self.endpoint(path)).json(body)).await
@@ -73,22 +80,20 @@ impl Client {
             return serde_json::from_slice(&body).map_err(|err| {
                 CliError::new(
                     NOT_OBSERVED,
+                    "UNREADABLE_ANSWER",
                     format!("API `{}` at {} sent an unreadable answer: {err}", self.name, self.url()),
                 )
             });
         }
-        let (error_code, message) = match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(value) => (
-                value["error"]["code"].as_str().unwrap_or("UNKNOWN").to_owned(),
-                value["error"]["message"].as_str().unwrap_or("no message").to_owned(),
-            ),
+        let (error_code, message) = match serde_json::from_slice::<ErrorBody>(&body) {
+            Ok(ErrorBody { error }) => (error.code, error.message),
             Err(_) => ("UNKNOWN".to_owned(), String::from_utf8_lossy(&body).into_owned()),
         };
         let code = match status.as_u16() {
             401 => {
                 return Err(CliError {
                     code: NOT_OBSERVED,
-                    error_code: Some(error_code),
+                    error_code,
                     message: format!(
                         "API `{}` at {} rejected the CLI's token; restart it with `anycloud api serve --id {} --use` \
                          to store its current token",
@@ -102,13 +107,13 @@ impl Client {
             400..=499 => BAD_INPUT,
             _ => ENDED_OTHERWISE,
         };
-        Err(CliError { code, error_code: Some(error_code), message })
+        Err(CliError { code, error_code, message })
     }
 
     fn unreachable(&self, err: &reqwest::Error) -> CliError {
         CliError {
             code: NOT_OBSERVED,
-            error_code: Some("API_UNREACHABLE".into()),
+            error_code: "API_UNREACHABLE".into(),
             message: format!(
                 "API `{}` is unreachable at {} ({}); is it running? Start it with `anycloud api serve --id {} --use`",
                 self.name,

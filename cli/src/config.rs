@@ -60,10 +60,16 @@ impl Config {
         let path = config_dir().join("config.json");
         match std::fs::read_to_string(&path) {
             Ok(text) => serde_json::from_str(&text).map_err(|err| {
-                CliError::new(NOT_OBSERVED, format!("the CLI config {} is not valid JSON: {err}", path.display()))
+                CliError::new(
+                    NOT_OBSERVED,
+                    "CONFIG_INVALID",
+                    format!("the CLI config {} is not valid JSON: {err}", path.display()),
+                )
             }),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(err) => Err(CliError::new(NOT_OBSERVED, format!("reading {}: {err}", path.display()))),
+            Err(err) => {
+                Err(CliError::new(NOT_OBSERVED, "CONFIG_UNREADABLE", format!("reading {}: {err}", path.display())))
+            }
         }
     }
 
@@ -71,7 +77,11 @@ impl Config {
     pub fn save(&self) -> Result<(), CliError> {
         let dir = config_dir();
         let fail = |err: std::io::Error| {
-            CliError::new(NOT_OBSERVED, format!("writing the CLI config in {}: {err}", dir.display()))
+            CliError::new(
+                NOT_OBSERVED,
+                "CONFIG_UNWRITABLE",
+                format!("writing the CLI config in {}: {err}", dir.display()),
+            )
         };
         std::fs::create_dir_all(&dir).map_err(fail)?;
         let temporary = dir.join(format!(".config.json.{}", std::process::id()));
@@ -82,7 +92,8 @@ impl Config {
             .mode(0o600)
             .open(&temporary)
             .map_err(fail)?;
-        let text = serde_json::to_string_pretty(self).map_err(|err| CliError::new(NOT_OBSERVED, err.to_string()))?;
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|err| CliError::new(NOT_OBSERVED, "CONFIG_UNWRITABLE", err.to_string()))?;
         file.write_all(text.as_bytes()).map_err(fail)?;
         file.sync_all().map_err(fail)?;
         std::fs::rename(&temporary, dir.join("config.json")).map_err(fail)
@@ -93,6 +104,7 @@ impl Config {
         let name = self.active.clone().ok_or_else(|| {
             CliError::new(
                 NOT_OBSERVED,
+                "NO_ACTIVE_API",
                 "no active API: start a local one with `anycloud api serve --use`, or pick a known one with \
                  `anycloud api use NAME` (`anycloud api list` shows them)",
             )
@@ -100,6 +112,7 @@ impl Config {
         let entry = self.apis.get(&name).cloned().ok_or_else(|| {
             CliError::new(
                 NOT_OBSERVED,
+                "NO_ACTIVE_API",
                 format!("the active API `{name}` is not in the CLI config; run `anycloud api use NAME`"),
             )
         })?;

@@ -10,27 +10,30 @@ pub const NOT_OBSERVED: u8 = 2;
 pub const BAD_INPUT: u8 = 3;
 /// Waiting timed out.
 pub const TIMEOUT: u8 = 4;
+/// The run being followed stopped for a person (`needs-attention`): nothing moves until someone
+/// retries, resumes or cancels it; the message says which command.
+pub const NEEDS_ATTENTION: u8 = 5;
 
 /// A command's failure: what to print and which code to exit with.
 #[derive(Debug)]
 pub struct CliError {
     /// The exit code.
     pub code: u8,
-    /// The stable error code (as the API gives it), when there is one.
-    pub error_code: Option<String>,
+    /// The stable error code, as the API gives it or as the CLI names its own failures.
+    pub error_code: String,
     /// What went wrong and what to do.
     pub message: String,
 }
 
 impl CliError {
-    /// A failure with an exit code and a message.
-    pub fn new(code: u8, message: impl Into<String>) -> Self {
-        Self { code, error_code: None, message: message.into() }
+    /// A failure with an exit code, a stable error code and a message.
+    pub fn new(code: u8, error_code: &str, message: impl Into<String>) -> Self {
+        Self { code, error_code: error_code.to_owned(), message: message.into() }
     }
 
     /// Bad input found before any request was made.
     pub fn bad_input(message: impl Into<String>) -> Self {
-        Self { code: BAD_INPUT, error_code: Some("INVALID_ARGUMENT".into()), message: message.into() }
+        Self::new(BAD_INPUT, "INVALID_ARGUMENT", message)
     }
 }
 

@@ -4,9 +4,18 @@
 //!
 //! - the database's bare commit rate: one single-row insert per transaction, through sqlx, on
 //!   the same database and pool the engine uses, at concurrency 1 and 16;
+//! - on SQLite only, a second bare commit rate through a raw client, rusqlite (the same bundled
+//!   SQLite library, without sqlx in between; `support/raw_sqlite.rs`): the same insert, one
+//!   `BEGIN IMMEDIATE` transaction each, into its own fresh file in the engine database's
+//!   directory, with the store's settings (WAL, `synchronous=FULL`, busy timeout 30 s, foreign
+//!   keys); one OS thread with its own connection per client, so at concurrency 16 sixteen
+//!   connections contend for SQLite's one write lock through its busy handler, which serves
+//!   them unfairly (a few make nearly every commit: the bench prints how many committed);
 //! - the engine's throughput on workflows of 10 no-op steps at concurrency 1 and 16:
 //!   workflows/s, durable steps/s, p50/p99 workflow latency (submit to end), and the ratio
-//!   steps/s ÷ bare commits/s at the same concurrency, against its target;
+//!   steps/s ÷ bare commits/s at the same concurrency, against its target; on SQLite also the
+//!   raw client's commits/s, its speed over sqlx's, and steps/s ÷ its bare commits/s (no
+//!   target: the targets are on the sqlx figure);
 //! - the resident memory of the process with 10,000 runs waiting on timers;
 //! - the time a fresh engine takes to claim 10,000 in-flight runs left by a killed one (and,
 //!   for comparison, a restart under the dead engine's own name).
@@ -18,6 +27,7 @@
 //!
 //! Throughput is measured in rounds that alternate bare commits and the engine (so that both
 //! see the same stretch of this shared machine's disk), and the ratio is that of the totals.
+//! On SQLite each round times the sqlx bare commits, then the raw client's, then the engine.
 //!
 //! Options, after `--`: `--store sqlite|postgres|both` (default both), `--seconds N` measured
 //! per figure (default 10), `--rounds N` that split them (default 10), `--concurrency N` (only
@@ -37,7 +47,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Step, StepCtx, StepError, Steps, Store, Workflow};
+use anycloud_engine::{
+    Engine, EngineConfig, Pool, Registry, RunStatus, Step, StepCtx, StepError, Steps, Store, Workflow,
+};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{AssertSqlSafe, Connection};
@@ -45,6 +57,10 @@ use sqlx::{AssertSqlSafe, Connection};
 #[path = "support/machine.rs"]
 mod machine;
 use machine::{Cpu, cores, load_average, machine, now_ms, proc_mb, verdict};
+
+#[path = "support/raw_sqlite.rs"]
+mod raw_sqlite;
+use raw_sqlite::RawSqlite;
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -63,6 +79,8 @@ const PATIENCE: Duration = Duration::from_secs(180);
 const KILLED_LEASE_TTL: Duration = Duration::from_secs(10);
 /// Prefix of the line a child prints its figures on, as JSON.
 const RESULT: &str = "@result ";
+/// The row of a bare commit, through sqlx or the raw SQLite client.
+const PAYLOAD: &str = "a bare commit: one short row per transaction, nothing else";
 
 // ---------------------------------------------------------------------------------------------
 // Workflows
@@ -282,7 +300,8 @@ fn postgres_url() -> String {
 /// A fresh database: a SQLite file in a temporary directory, or a fresh PostgreSQL schema.
 struct Db {
     store: Store,
-    _dir: Option<tempfile::TempDir>,
+    /// SQLite's temporary directory, with the engine's database file (and the raw client's).
+    dir: Option<tempfile::TempDir>,
     schema: Option<String>,
 }
 
@@ -293,7 +312,7 @@ impl Db {
                 let dir = tempfile::Builder::new().prefix("anycloud-bench-").tempdir_in(&options.dir)?;
                 let url = format!("sqlite://{}", dir.path().join("engine.db").display());
                 let store = Store::connect(&url).await?;
-                Ok(Self { store, _dir: Some(dir), schema: None })
+                Ok(Self { store, dir: Some(dir), schema: None })
             }
             Kind::Postgres => {
                 let url = postgres_url();
@@ -303,7 +322,7 @@ impl Db {
                 conn.close().await?;
                 let connect = PgConnectOptions::from_str(&url)?.options([("search_path", schema.as_str())]);
                 let store = Store::open_postgres(connect, options.pg_pool).await?;
-                Ok(Self { store, _dir: None, schema: Some(schema) })
+                Ok(Self { store, dir: None, schema: Some(schema) })
             }
         }
     }
@@ -319,10 +338,26 @@ impl Db {
     }
 }
 
+/// The store's pool, if it is on SQLite.
+fn sqlite_pool(store: &Store) -> Option<&sqlx::SqlitePool> {
+    match store.pool() {
+        Pool::Sqlite(pool) => Some(pool),
+        Pool::Postgres(_) => None,
+    }
+}
+
+/// The store's pool, if it is on PostgreSQL.
+fn postgres_pool(store: &Store) -> Option<&sqlx::PgPool> {
+    match store.pool() {
+        Pool::Postgres(pool) => Some(pool),
+        Pool::Sqlite(_) => None,
+    }
+}
+
 /// Runs `$body` with `$pool` bound to the store's pool, whichever database it is.
 macro_rules! on_pool {
     ($store:expr, |$pool:ident| $body:expr) => {
-        match ($store.sqlite_pool(), $store.postgres_pool()) {
+        match (sqlite_pool($store), postgres_pool($store)) {
             (Some($pool), _) => $body,
             (_, Some($pool)) => $body,
             _ => Err::<_, Box<dyn Error + Send + Sync>>("the store has no pool".into()),
@@ -385,7 +420,7 @@ where
 }
 
 async fn describe(store: &Store) -> Res<String> {
-    if let Some(pool) = store.sqlite_pool() {
+    if let Some(pool) = sqlite_pool(store) {
         let version: String = sqlx::query_scalar("SELECT sqlite_version()").fetch_one(pool).await?;
         let journal: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(pool).await?;
         let sync: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(pool).await?;
@@ -402,7 +437,7 @@ async fn describe(store: &Store) -> Res<String> {
              pool of {} connections",
             pool.options().get_max_connections()
         ))
-    } else if let Some(pool) = store.postgres_pool() {
+    } else if let Some(pool) = postgres_pool(store) {
         let version: String = sqlx::query_scalar("SHOW server_version").fetch_one(pool).await?;
         let commit: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(pool).await?;
         let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(pool).await?;
@@ -456,6 +491,12 @@ struct Level {
     engine: Figures,
     /// The ratio in each round, in order.
     round_ratios: Vec<f64>,
+    /// SQLite only: bare commits through the raw client (rusqlite), in the same rounds.
+    raw: Option<Figures>,
+    /// Steps/s ÷ the raw client's commits/s in each round, in order.
+    raw_round_ratios: Vec<f64>,
+    /// Raw clients that made at least one commit in each round's window, in order.
+    raw_clients: Vec<usize>,
 }
 
 impl Level {
@@ -469,6 +510,22 @@ impl Level {
 
     fn rounds(&self) -> String {
         let ratios: Vec<String> = self.round_ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
+        ratios.join(" ")
+    }
+
+    /// Steps/s ÷ the raw client's bare commits/s, and its commits/s ÷ sqlx's.
+    fn raw_ratios(&self) -> Option<(f64, f64)> {
+        let raw = self.raw.as_ref()?;
+        Some((self.steps_per_sec() / raw.per_sec, raw.per_sec / self.bare.per_sec))
+    }
+
+    fn raw_clients(&self) -> String {
+        let clients: Vec<String> = self.raw_clients.iter().map(usize::to_string).collect();
+        clients.join(" ")
+    }
+
+    fn raw_rounds(&self) -> String {
+        let ratios: Vec<String> = self.raw_round_ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
         ratios.join(" ")
     }
 }
@@ -591,8 +648,7 @@ impl Figures {
 /// store's own pool (so the same file or schema, the same connection settings, the same pool
 /// size). SQLite begins with `BEGIN IMMEDIATE`, as every write transaction of the engine does.
 async fn bare_commits(store: &Store, concurrency: usize, options: &Options) -> Res<Sample> {
-    const PAYLOAD: &str = "a bare commit: one short row per transaction, nothing else";
-    if let Some(pool) = store.sqlite_pool() {
+    if let Some(pool) = sqlite_pool(store) {
         sqlx::query("CREATE TABLE IF NOT EXISTS bench_commits (id INTEGER PRIMARY KEY, payload TEXT)")
             .execute(pool)
             .await?;
@@ -607,7 +663,7 @@ async fn bare_commits(store: &Store, concurrency: usize, options: &Options) -> R
             }
         })
         .await
-    } else if let Some(pool) = store.postgres_pool() {
+    } else if let Some(pool) = postgres_pool(store) {
         sqlx::query("CREATE TABLE IF NOT EXISTS bench_commits (id BIGSERIAL PRIMARY KEY, payload TEXT)")
             .execute(pool)
             .await?;
@@ -678,6 +734,13 @@ async fn submit_many<W: Workflow<Input = ()>>(engine: &Arc<Engine>, runs: usize)
 /// taken over the same stretch of this shared machine's time (its disk's fsync rate drifts by
 /// a factor of two within minutes): the ratio is that of the totals over all rounds.
 async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
+    let raw = match &db.dir {
+        Some(dir) => Some(RawSqlite::create(dir.path())?),
+        None => None,
+    };
+    if let Some(raw) = &raw {
+        println!("[{name}] {}", raw.describe()?);
+    }
     let mut levels = Vec::new();
     for (concurrency, target) in LEVELS {
         if options.concurrency.is_some_and(|only| only != concurrency) {
@@ -685,11 +748,24 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
         }
         let engine = throughput_engine(&db.store, concurrency).await?;
         let (mut bare, mut driven, mut round_ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut raw_bare, mut raw_round_ratios, mut raw_clients) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..options.rounds {
             let commits = bare_commits(&db.store, concurrency, options).await?;
+            let raw_commits = match raw.clone() {
+                Some(raw) => {
+                    let (warmup, window) = (options.warmup(), options.window());
+                    Some(tokio::task::spawn_blocking(move || raw.commits(concurrency, warmup, window)).await??)
+                }
+                None => None,
+            };
             let workflows = engine_throughput(&engine, concurrency, options).await?;
             let steps = (workflows.latencies.len() * STEPS) as f64 / workflows.window.as_secs_f64();
             round_ratios.push(steps / (commits.latencies.len() as f64 / commits.window.as_secs_f64()));
+            if let Some((raw_commits, clients)) = raw_commits {
+                raw_round_ratios.push(steps / (raw_commits.latencies.len() as f64 / raw_commits.window.as_secs_f64()));
+                raw_bare.push(raw_commits);
+                raw_clients.push(clients);
+            }
             bare.push(commits);
             driven.push(workflows);
         }
@@ -697,7 +773,16 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
             Ok(engine) => engine.shutdown(Duration::from_secs(10)).await,
             Err(_) => return Err("the engine is still shared after the clients ended".into()),
         }
-        let level = Level { concurrency, target, bare: Figures::of(&bare), engine: Figures::of(&driven), round_ratios };
+        let level = Level {
+            concurrency,
+            target,
+            bare: Figures::of(&bare),
+            engine: Figures::of(&driven),
+            round_ratios,
+            raw: raw.is_some().then(|| Figures::of(&raw_bare)),
+            raw_round_ratios,
+            raw_clients,
+        };
         println!("[{name}] c={concurrency:<2} bare commits: {}", level.bare.line("commits/s"));
         println!("[{name}] c={concurrency:<2} engine:       {}", level.engine.line("workflows/s"));
         println!(
@@ -709,6 +794,24 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
             verdict(level.ratio() >= target),
             level.rounds()
         );
+        if let (Some(raw), Some((raw_ratio, speed))) = (&level.raw, level.raw_ratios()) {
+            println!(
+                "[{name}] c={concurrency:<2} raw commits:  {}; clients that committed in the window, round by round: {} of {concurrency}",
+                raw.line("commits/s"),
+                level.raw_clients()
+            );
+            println!(
+                "[{name}] c={concurrency:<2} => a raw client (rusqlite) commits {:.0}/s ÷ sqlx's {:.0}/s = {speed:.2} times as fast",
+                raw.per_sec, level.bare.per_sec
+            );
+            println!(
+                "[{name}] c={concurrency:<2} => {:.0} durable steps/s ÷ {:.0} bare commits/s of a raw client (rusqlite) = {raw_ratio:.3} \
+                 (vs a raw client (rusqlite); the target is on sqlx's bare commits); round by round: {}",
+                level.steps_per_sec(),
+                raw.per_sec,
+                level.raw_rounds()
+            );
+        }
         levels.push(level);
     }
     Ok(Outcome::Throughput(levels))
@@ -945,6 +1048,35 @@ fn summary(reports: &[Report], options: &Options) {
                 level.engine.cpu_machine,
                 cores()
             );
+        }
+    }
+    if reports.iter().flat_map(|report| &report.levels).any(|level| level.raw.is_some()) {
+        println!();
+        println!(
+            "SQLite's bare commits through a raw client (rusqlite: its own file in the same directory, the store's \
+             settings, one connection per client thread), timed in the same rounds:"
+        );
+        println!();
+        println!(
+            "| store | concurrency | raw client bare commits/s | raw ÷ sqlx bare commits/s | durable steps/s | steps/s ÷ raw bare commits/s | round by round | clients that committed, round by round | machine CPU busy, raw |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for report in reports {
+            for level in &report.levels {
+                let (Some(raw), Some((raw_ratio, speed))) = (&level.raw, level.raw_ratios()) else { continue };
+                println!(
+                    "| {} | {} | {:.0} | {speed:.2} | {:.0} | {raw_ratio:.3} | {} | {} of {} | {:.2} of {} cores |",
+                    report.kind.name(),
+                    level.concurrency,
+                    raw.per_sec,
+                    level.steps_per_sec(),
+                    level.raw_rounds(),
+                    level.raw_clients(),
+                    level.concurrency,
+                    raw.cpu_machine,
+                    cores()
+                );
+            }
         }
     }
     println!();

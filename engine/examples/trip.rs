@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anycloud_engine::{
-    Engine, EngineConfig, Registry, RetryPolicy, RunDetail, Step, StepCtx, StepError, Steps, Store, Workflow,
+    Effect, Engine, EngineConfig, Registry, RetryPolicy, RunDetail, Step, StepCtx, StepError, StepKey, Steps, Store,
+    Workflow,
 };
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +25,10 @@ struct BookTrip {
     airline_calls: AtomicU32,
 }
 
+/// The steps whose outputs are read, declared once with their types.
+const BOOK_HOTEL: StepKey<String> = StepKey::new("book_hotel");
+const BOOK_FLIGHT: StepKey<String> = StepKey::new("book_flight");
+
 impl Workflow for BookTrip {
     const KIND: &'static str = "trip.book";
     const VERSION: u32 = 1;
@@ -32,15 +37,15 @@ impl Workflow for BookTrip {
 
     fn steps() -> Steps<Self> {
         Steps::new()
-            .then(Step::action("book_hotel", book_hotel).undo(cancel_hotel))
-            .then(Step::action("book_flight", book_flight).retry(RetryPolicy::fixed(Duration::from_millis(200), 5)))
+            .then(Step::action(BOOK_HOTEL, book_hotel).undo(cancel_hotel))
+            .then(Step::action(BOOK_FLIGHT, book_flight).retry(RetryPolicy::fixed(Duration::from_millis(200), 5)))
             .then(Step::action("send_itinerary", |ctx: StepCtx<Self>| async move {
                 Ok(format!("sent to traveller for {}", ctx.input().city))
             }))
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<String, StepError> {
-        Ok(format!("{} + {}", ctx.output::<String>("book_hotel")?, ctx.output::<String>("book_flight")?))
+        Ok(format!("{} + {}", ctx.output(BOOK_HOTEL)?, ctx.output(BOOK_FLIGHT)?))
     }
 }
 
@@ -48,8 +53,13 @@ async fn book_hotel(ctx: StepCtx<BookTrip>) -> Result<String, StepError> {
     Ok(format!("hotel in {} (booking {})", ctx.input().city, &ctx.idempotency_key().to_string()[..8]))
 }
 
-async fn cancel_hotel(_ctx: StepCtx<BookTrip>, booking: String) -> Result<(), StepError> {
-    println!("    undo: cancelled {booking}");
+/// The booking when the step completed; when it was cut short, whatever the hotel holds under the
+/// step's idempotency key.
+async fn cancel_hotel(_ctx: StepCtx<BookTrip>, booking: Effect<String>) -> Result<(), StepError> {
+    match booking {
+        Effect::Done(booking) => println!("    undo: cancelled {booking}"),
+        Effect::Unknown => println!("    undo: cancelled any booking made under the step's key"),
+    }
     Ok(())
 }
 

@@ -7,7 +7,10 @@ use std::time::Duration;
 pub struct EngineConfig {
     /// The name this instance holds leases under. Give a process a stable name (the API's id)
     /// so that after a crash its restart takes its runs back at once instead of waiting for
-    /// their leases to lapse. Two live processes must never share a name.
+    /// their leases to lapse. Two live processes never share a name: [`Engine::start`] holds a
+    /// lock on it for as long as the engine lives, and refuses a name another process holds.
+    ///
+    /// [`Engine::start`]: crate::Engine::start
     pub owner: String,
     /// Runs driven at the same time.
     pub max_concurrency: usize,
@@ -54,4 +57,8 @@ pub struct Faults {
     pub run_steps_twice: bool,
     /// Run every undo twice.
     pub run_undos_twice: bool,
+    /// Once this step (by name) has done its work, act as if a cancel arrived while it ran and
+    /// the process died before its checkpoint: the cancel is recorded, the step's output is lost,
+    /// and the run turns back with the step's undo first.
+    pub cancel_in_flight: Option<String>,
 }

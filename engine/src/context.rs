@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::definition::Workflow;
+use crate::definition::{StepKey, Workflow};
 use crate::error::StepError;
 use crate::store::Store;
 
@@ -28,6 +28,10 @@ pub struct StepCtx<W: Workflow> {
 pub(crate) struct RunInfo {
     pub(crate) id: Uuid,
     pub(crate) resource_key: Option<String>,
+    /// Why the run turned back, once it has.
+    pub(crate) unwind_reason: Option<String>,
+    /// An operator asked to cancel the run.
+    pub(crate) cancelled: bool,
 }
 
 impl<W: Workflow> Clone for StepCtx<W> {
@@ -84,8 +88,20 @@ impl<W: Workflow> StepCtx<W> {
         Uuid::new_v5(&self.run.id, name.as_bytes())
     }
 
-    /// The output of an earlier, completed step.
-    pub fn output<T: DeserializeOwned>(&self, step: &str) -> Result<T, StepError> {
+    /// Why the run is undoing its steps (`step `x` failed: ...`, or `cancelled by an operator`),
+    /// when it is: an undo that marks a record failed can say why.
+    pub fn unwind_reason(&self) -> Option<&str> {
+        self.run.unwind_reason.as_deref()
+    }
+
+    /// Whether an operator has asked to cancel the run (it then ends `cancelled`, not `failed`).
+    pub fn cancelled(&self) -> bool {
+        self.run.cancelled
+    }
+
+    /// The output of an earlier, completed step, read through its typed key.
+    pub fn output<T: DeserializeOwned>(&self, key: StepKey<T>) -> Result<T, StepError> {
+        let step = key.name();
         let value = self.outputs.get(step).ok_or_else(|| {
             StepError::terminal_msg(format!(
                 "step `{}` of {} asked for the output of `{step}`, which has not completed",

@@ -1,4 +1,8 @@
 //! Typed workflow definitions: a kind, a version, an input, an output, and named steps.
+//!
+//! A step is named by a plain string, or by a [`StepKey`] that carries the type of its output:
+//! a workflow declares the key once and reads the output through it (`ctx.output(KEY)`), so that
+//! a misspelled name or a wrong type does not compile.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -48,7 +52,93 @@ pub enum Check<T> {
 pub(crate) type ActionFn<W> =
     Arc<dyn Fn(StepCtx<W>) -> BoxFuture<'static, Result<Check<Value>, StepError>> + Send + Sync>;
 pub(crate) type SleepFn<W> = Arc<dyn Fn(&StepCtx<W>) -> Duration + Send + Sync>;
-pub(crate) type UndoFn<W> = Arc<dyn Fn(StepCtx<W>, Value) -> BoxFuture<'static, Result<(), StepError>> + Send + Sync>;
+pub(crate) type UndoFn<W> =
+    Arc<dyn Fn(StepCtx<W>, Option<Value>) -> BoxFuture<'static, Result<(), StepError>> + Send + Sync>;
+
+/// How long one attempt of a step (or of its undo, or one check of a poll) may take unless the
+/// step says otherwise: past it, the attempt is stopped and fails as retryable (interrupted).
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The name of a step whose output other steps read, typed by that output. Declare it once, as
+/// a `const` beside the step list, name the step with it, and read the output with
+/// [`StepCtx::output`]: a misspelled key or a wrong type fails to compile.
+///
+/// ```
+/// use anycloud_engine::StepKey;
+/// const LAUNCH: StepKey<String> = StepKey::new("launch");
+/// assert_eq!(LAUNCH.name(), "launch");
+/// ```
+pub struct StepKey<T> {
+    name: &'static str,
+    output: PhantomData<fn() -> T>,
+}
+
+impl<T> StepKey<T> {
+    /// The key of the step named `name`, whose output is a `T`.
+    pub const fn new(name: &'static str) -> Self {
+        Self { name, output: PhantomData }
+    }
+
+    /// The step's stable name.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<T> Clone for StepKey<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for StepKey<T> {}
+
+impl<T> std::fmt::Debug for StepKey<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StepKey({})", self.name)
+    }
+}
+
+/// What names a step whose output is a `T`: a plain name, or a [`StepKey<T>`] (only the key of
+/// a step with that very output type).
+pub trait StepName<T> {
+    /// The stable name.
+    fn step_name(self) -> &'static str;
+}
+
+impl<T> StepName<T> for &'static str {
+    fn step_name(self) -> &'static str {
+        self
+    }
+}
+
+impl<T> StepName<T> for StepKey<T> {
+    fn step_name(self) -> &'static str {
+        self.name
+    }
+}
+
+/// What an undo knows of the effect of its step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect<T> {
+    /// The step completed and checkpointed this output.
+    Done(T),
+    /// The step did not checkpoint: a cancel or its deadline stopped it in flight, the process
+    /// running it died, or a cancel came before it ran. Its effect may be there in full, in part
+    /// or not at all: find it as a retry of the step would (its tags, names or idempotency key)
+    /// and remove what is there.
+    Unknown,
+}
+
+impl<T> Effect<T> {
+    /// The step's output, when it completed.
+    pub fn done(self) -> Option<T> {
+        match self {
+            Self::Done(output) => Some(output),
+            Self::Unknown => None,
+        }
+    }
+}
 
 /// How a step's body behaves.
 pub(crate) enum Body<W: Workflow> {
@@ -67,6 +157,8 @@ pub(crate) struct StepDef<W: Workflow> {
     pub(crate) undo: Option<UndoFn<W>>,
     pub(crate) retry: RetryPolicy,
     pub(crate) undo_retry: RetryPolicy,
+    /// How long one attempt (of the action, a check, or the undo) may take.
+    pub(crate) attempt_timeout: Duration,
 }
 
 /// A step under construction, typed by its output `T`, so that its undo takes that same `T`.
@@ -77,7 +169,7 @@ pub struct Step<W: Workflow, T> {
 
 impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
     /// A step that runs `action` and checkpoints its output.
-    pub fn action<F, Fut>(name: &'static str, action: F) -> Self
+    pub fn action<F, Fut>(name: impl StepName<T>, action: F) -> Self
     where
         F: Fn(StepCtx<W>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, StepError>> + Send + 'static,
@@ -86,13 +178,13 @@ impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
             let fut = action(ctx);
             Box::pin(async move { Ok(Check::Ready(to_value(fut.await?)?)) })
         });
-        Self::new(name, Body::Action(action))
+        Self::new(name.step_name(), Body::Action(action))
     }
 
     /// A durable poll: `check` runs every 5 s (see [`Step::every`]) until it reports
     /// [`Check::Ready`], for at most 15 min (see [`Step::timeout`]). Between checks the run
     /// is a row with a wake-up time, not a task.
-    pub fn poll<F, Fut>(name: &'static str, check: F) -> Self
+    pub fn poll<F, Fut>(name: impl StepName<T>, check: F) -> Self
     where
         F: Fn(StepCtx<W>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Check<T>, StepError>> + Send + 'static,
@@ -106,20 +198,25 @@ impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
                 })
             })
         });
-        Self::new(name, Body::Poll { check, interval: Duration::from_secs(5), timeout: Duration::from_secs(15 * 60) })
+        let body = Body::Poll { check, interval: Duration::from_secs(5), timeout: Duration::from_secs(15 * 60) };
+        Self::new(name.step_name(), body)
     }
 
-    /// Sets the undo: it receives the step's own output and must tolerate running twice and
-    /// finding its work already undone.
+    /// Sets the undo. It runs when the run turns back: for the step's own output when the step
+    /// completed ([`Effect::Done`]), and with [`Effect::Unknown`] when the step was cut short (a
+    /// cancel reached it in flight, or the process running it died before its checkpoint). It
+    /// must tolerate running twice and finding its work already undone, or never done. A step
+    /// that *returns* an error is not undone: it must leave nothing behind when it fails.
     #[must_use]
     pub fn undo<F, Fut>(mut self, undo: F) -> Self
     where
-        F: Fn(StepCtx<W>, T) -> Fut + Send + Sync + 'static,
+        F: Fn(StepCtx<W>, Effect<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), StepError>> + Send + 'static,
     {
-        self.def.undo = Some(Arc::new(move |ctx, output| match serde_json::from_value::<T>(output) {
-            Ok(output) => Box::pin(undo(ctx, output)),
-            Err(err) => Box::pin(async move {
+        self.def.undo = Some(Arc::new(move |ctx, output| match output.map(serde_json::from_value::<T>) {
+            Some(Ok(output)) => Box::pin(undo(ctx, Effect::Done(output))),
+            None => Box::pin(undo(ctx, Effect::Unknown)),
+            Some(Err(err)) => Box::pin(async move {
                 Err(StepError::terminal(err).context("the stored output does not fit the undo's type"))
             }),
         }));
@@ -158,6 +255,15 @@ impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
         self
     }
 
+    /// How long one attempt of the action, one check of a poll, or one attempt of the undo may
+    /// take ([`DEFAULT_ATTEMPT_TIMEOUT`] unless set). An attempt still running then is stopped
+    /// and fails as retryable ([`ErrorKind::Interrupted`](crate::ErrorKind::Interrupted)).
+    #[must_use]
+    pub fn attempt_timeout(mut self, limit: Duration) -> Self {
+        self.def.attempt_timeout = limit;
+        self
+    }
+
     fn new(name: &'static str, body: Body<W>) -> Self {
         Self {
             def: StepDef {
@@ -166,6 +272,7 @@ impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
                 undo: None,
                 retry: RetryPolicy::default(),
                 undo_retry: RetryPolicy::default().on_exhausted(OnExhausted::Park),
+                attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
             },
             output: PhantomData,
         }
@@ -175,11 +282,11 @@ impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
 impl<W: Workflow> Step<W, ()> {
     /// A durable sleep: the step ends `duration` after it first started, however many times
     /// the engine restarts in between.
-    pub fn sleep<F>(name: &'static str, duration: F) -> Self
+    pub fn sleep<F>(name: impl StepName<()>, duration: F) -> Self
     where
         F: Fn(&StepCtx<W>) -> Duration + Send + Sync + 'static,
     {
-        Self::new(name, Body::Sleep(Arc::new(duration)))
+        Self::new(name.step_name(), Body::Sleep(Arc::new(duration)))
     }
 }
 

@@ -25,7 +25,8 @@ use crate::error::EngineError;
 use crate::registry::Registry;
 use crate::status::RunStatus;
 use crate::store::{
-    ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, RunFilter, RunRecord, StepRecord, Store, Wake, WriteTx,
+    ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, OwnerLock, RunFilter, RunRecord, StepRecord, Store,
+    Wake, WriteTx,
 };
 use crate::worker;
 
@@ -47,23 +48,31 @@ pub(crate) struct Inner {
     /// A run's driver here has stopped, with the run as committed if it ended; or (`None`) a
     /// run was cancelled before it started.
     finished: broadcast::Sender<(Uuid, Option<Arc<RunRecord>>)>,
-    drivers: Mutex<HashMap<Uuid, AbortHandle>>,
+    drivers: Mutex<HashMap<Uuid, DriverHandle>>,
     /// The last claim filled every free slot: more runs may be due, so a slot that frees up
     /// should be used at once rather than at the next poll.
     backlog: AtomicBool,
     /// The claim loop and the heartbeat.
     loops: Mutex<Vec<AbortHandle>>,
+    /// This engine's exclusive hold on its owner name, released when it stops.
+    owner_lock: Mutex<Option<OwnerLock>>,
+}
+
+/// A run this engine drives now: its task, and how to tell it that the run was cancelled.
+struct DriverHandle {
+    task: AbortHandle,
+    cancel: watch::Sender<bool>,
 }
 
 /// A run with everything `inspect` shows.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RunDetail {
     /// The run.
     pub run: RunRecord,
     /// Its finished steps and undos.
     pub steps: Vec<StepRecord>,
     /// The definition's step names, if this binary knows the run's version.
-    pub plan: Option<Vec<&'static str>>,
+    pub plan: Option<Vec<String>>,
 }
 
 pub(crate) fn now_ms() -> Millis {
@@ -75,9 +84,12 @@ pub(crate) fn after(now: Millis, delay: Duration) -> Millis {
 }
 
 impl Engine {
-    /// Starts an engine on `store`: takes back the runs a previous incarnation of the same
-    /// owner left, then claims and drives due runs until [`Engine::shutdown`].
+    /// Starts an engine on `store`: takes the exclusive hold on its owner name (refused with
+    /// [`EngineError::OwnerInUse`] while another live process holds it), takes back the runs a
+    /// previous incarnation of the same owner left, then claims and drives due runs until
+    /// [`Engine::shutdown`].
     pub async fn start(store: Store, registry: Registry, config: EngineConfig) -> Result<Self, EngineError> {
+        let owner_lock = store.lock_owner(&config.owner).await?;
         let recovered = store.expire_leases_of(&config.owner).await?;
         if recovered > 0 {
             info!(owner = %config.owner, runs = recovered, "taking back runs held by a previous incarnation");
@@ -95,6 +107,7 @@ impl Engine {
             drivers: Mutex::new(HashMap::new()),
             backlog: AtomicBool::new(false),
             loops: Mutex::new(Vec::new()),
+            owner_lock: Mutex::new(Some(owner_lock)),
         });
         let mut loops = vec![tokio::spawn(claim_loop(inner.clone())).abort_handle()];
         if inner.config.heartbeats {
@@ -255,6 +268,7 @@ impl Engine {
         let run = self.run(id).await?;
         let steps = self.inner.store.steps(id).await?;
         let plan = self.inner.registry.step_names(&run.kind, run.version);
+        let plan = plan.map(|names| names.into_iter().map(str::to_owned).collect());
         Ok(RunDetail { run, steps, plan })
     }
 
@@ -278,16 +292,23 @@ impl Engine {
         self.after_action(id, outcome, "only a run in needs-attention can be resumed")
     }
 
-    /// Cancels a run: completed steps are undone in reverse order and it ends `cancelled`.
-    /// The step running now, if any, finishes first.
+    /// Cancels a run: it turns back and ends `cancelled`. A step running now is stopped (at
+    /// once if this engine drives the run, at the driver's next heartbeat otherwise) and its undo
+    /// runs first, then the undos of the completed steps in reverse order. A run that never
+    /// started and whose first step has no undo ends at once.
     pub async fn cancel(&self, id: Uuid) -> Result<RunStatus, EngineError> {
-        let outcome = self.inner.store.signal(id, "cancel", &Value::Null, true, now_ms()).await?;
+        let registry = &self.inner.registry;
+        let nothing_to_undo = |kind: &str, version: u32| !registry.first_step_has_undo(kind, version);
+        let outcome = self.inner.store.cancel(id, now_ms(), nothing_to_undo).await?;
+        if matches!(outcome, ActionOutcome::Done(_)) {
+            self.inner.tell_cancelled(id);
+        }
         self.after_action(id, outcome, "the run has already ended")
     }
 
     /// Sends a durable signal to a run; a waiting run is woken to see it.
     pub async fn signal(&self, id: Uuid, name: &str, payload: &Value) -> Result<RunStatus, EngineError> {
-        let outcome = self.inner.store.signal(id, name, payload, false, now_ms()).await?;
+        let outcome = self.inner.store.signal(id, name, payload, now_ms()).await?;
         self.after_action(id, outcome, "the run has already ended")
     }
 
@@ -313,8 +334,11 @@ impl Engine {
         inner.wake.notify_waiters();
         let all = inner.config.max_concurrency as u32;
         if tokio::time::timeout(grace, inner.slots.acquire_many(all)).await.is_err() {
-            let drivers: Vec<AbortHandle> =
-                inner.drivers.lock().map(|d| d.values().cloned().collect()).unwrap_or_default();
+            let drivers: Vec<AbortHandle> = inner
+                .drivers
+                .lock()
+                .map(|d| d.values().map(|driver| driver.task.clone()).collect())
+                .unwrap_or_default();
             warn!(owner = %inner.config.owner, runs = drivers.len(), "steps still running after the grace period; stopping them");
             for driver in drivers {
                 driver.abort();
@@ -324,6 +348,7 @@ impl Engine {
                 warn!(error = %crate::error::error_chain(&err), "could not give up leases on shutdown");
             }
         }
+        inner.release_owner();
     }
 }
 
@@ -334,9 +359,10 @@ impl Drop for Engine {
         self.inner.stop.send_replace(true);
         let loops = self.inner.loops.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
         let drivers = self.inner.drivers.lock().map(|mut d| std::mem::take(&mut *d)).unwrap_or_default();
-        for task in loops.into_iter().chain(drivers.into_values()) {
+        for task in loops.into_iter().chain(drivers.into_values().map(|driver| driver.task)) {
             task.abort();
         }
+        self.inner.release_owner();
     }
 }
 
@@ -350,17 +376,35 @@ impl Inner {
         self.drivers.lock().is_ok_and(|drivers| drivers.contains_key(&id))
     }
 
+    /// Tells the run's driver, if this engine has one, that the run was cancelled: a step in
+    /// flight is stopped.
+    fn tell_cancelled(&self, id: Uuid) {
+        if let Ok(drivers) = self.drivers.lock()
+            && let Some(driver) = drivers.get(&id)
+        {
+            driver.cancel.send_replace(true);
+        }
+    }
+
+    /// Gives up the owner name (the engine has stopped, cleanly or not).
+    fn release_owner(&self) {
+        if let Ok(mut lock) = self.owner_lock.lock() {
+            lock.take();
+        }
+    }
+
     fn spawn_driver(self: &Arc<Self>, claimed: Claimed, permit: OwnedSemaphorePermit) {
         let inner = self.clone();
         let id = claimed.run.id;
         let span = tracing::info_span!("run", run_id = %id, kind = %claimed.run.kind);
+        let (cancel, cancelled) = watch::channel(false);
         // Hold the map while spawning, so the task's own removal comes after this insert.
         let Ok(mut drivers) = self.drivers.lock() else { return };
         let handle = tokio::spawn(
             async move {
-                let ended = worker::drive(&inner, claimed).await;
+                let ended = worker::drive(&inner, claimed, cancelled).await;
                 if let Ok(mut drivers) = inner.drivers.lock()
-                    && drivers.get(&id).is_some_and(|driver| driver.id() == tokio::task::id())
+                    && drivers.get(&id).is_some_and(|driver| driver.task.id() == tokio::task::id())
                 {
                     drivers.remove(&id);
                     // Under the lock: a waiter that found this driver in the map was
@@ -375,8 +419,8 @@ impl Inner {
             .instrument(span),
         );
         // A driver already here lost its lease (its heartbeat failed) and is fenced: stop it.
-        if let Some(stale) = drivers.insert(id, handle.abort_handle()) {
-            stale.abort();
+        if let Some(stale) = drivers.insert(id, DriverHandle { task: handle.abort_handle(), cancel }) {
+            stale.task.abort();
         }
     }
 }
@@ -433,8 +477,12 @@ async fn heartbeat_loop(inner: Arc<Inner>) {
             inner.drivers.lock().map(|drivers| drivers.keys().copied().collect()).unwrap_or_default();
         let now = now_ms();
         let until = after(now, inner.config.lease_ttl);
-        if let Err(err) = inner.store.heartbeat(&inner.config.owner, &driving, now, until).await {
-            warn!(error = %crate::error::error_chain(&err), "renewing leases failed");
+        match inner.store.heartbeat(&inner.config.owner, &driving, now, until).await {
+            // A cancel sent through another engine (another API replica) reaches the step here.
+            Ok(renewed) => {
+                renewed.iter().filter(|lease| lease.cancel_requested).for_each(|lease| inner.tell_cancelled(lease.run))
+            }
+            Err(err) => warn!(error = %crate::error::error_chain(&err), "renewing leases failed"),
         }
     }
 }

@@ -13,6 +13,10 @@ pub enum ErrorKind {
     Retryable,
     /// Permanent: the run unwinds at once.
     Terminal,
+    /// The attempt did not return: it was stopped at its deadline, or the process running it
+    /// died or lost its lease. Retried like a retryable error, but its effect is unknown: if the
+    /// run turns back from here, the step's undo runs too.
+    Interrupted,
 }
 
 /// The error a step returns, kept whole (with its cause chain) in the run's record.
@@ -48,6 +52,11 @@ impl StepError {
         Self { kind: ErrorKind::Terminal, chain: vec![msg.into()] }
     }
 
+    /// An attempt that did not return (stopped at its deadline, or cut short by a crash).
+    pub(crate) fn interrupted_msg(msg: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::Interrupted, chain: vec![msg.into()] }
+    }
+
     /// Puts `context` in front of the chain, keeping the kind.
     #[must_use]
     pub fn context(mut self, context: impl Into<String>) -> Self {
@@ -58,6 +67,11 @@ impl StepError {
     /// Whether the engine will give up on this error at once.
     pub fn is_terminal(&self) -> bool {
         self.kind == ErrorKind::Terminal
+    }
+
+    /// Whether the attempt was cut short, so that its effect is unknown.
+    pub fn is_interrupted(&self) -> bool {
+        self.kind == ErrorKind::Interrupted
     }
 
     fn from_error(kind: ErrorKind, err: &dyn std::error::Error) -> Self {
@@ -120,6 +134,12 @@ pub enum EngineError {
     /// The engine is shutting down and accepts no more work.
     #[error("the workflow engine is shutting down")]
     ShuttingDown,
+    /// Another live engine holds this owner name on this database.
+    #[error(
+        "engine owner `{0}` is held by another live process on this database; two processes must never drive \
+         runs under one name: stop the other one, or start this one under another name"
+    )]
+    OwnerInUse(String),
 }
 
 impl From<sqlx::Error> for EngineError {

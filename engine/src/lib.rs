@@ -3,12 +3,13 @@
 //!
 //! 1. **Define** a [`Workflow`]: a stable kind, a version, a serde input and output, and an
 //!    ordered list of named [`Step`]s. A step is an async function whose output is
-//!    checkpointed; it may have an undo, a [`RetryPolicy`], or be a durable poll or sleep.
+//!    checkpointed; it may have an undo, a [`RetryPolicy`], an attempt deadline, or be a durable
+//!    poll or sleep. A step whose output others read is named by a typed [`StepKey`].
 //! 2. **Register** it in a [`Registry`] and **start** an [`Engine`] on a [`Store`].
 //! 3. **Submit** runs. Each finished step is committed with the run's advance in one
 //!    transaction; a crash re-runs only the step that was in flight, with the same
 //!    [`StepCtx::idempotency_key`]. A terminal failure or a cancel undoes completed steps in
-//!    reverse order.
+//!    reverse order, and first a step that was cut short ([`Effect::Unknown`]).
 //! 4. **Inspect** and steer runs: [`Engine::inspect`], [`Engine::events`], [`Engine::retry`],
 //!    [`Engine::resume`], [`Engine::cancel`]. [`testing`] proves a workflow's steps are
 //!    idempotent and its undos complete.
@@ -16,10 +17,14 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use anycloud_engine::{Engine, EngineConfig, Registry, Step, StepCtx, StepError, Steps, Store, Workflow};
+//! use anycloud_engine::{Effect, Engine, EngineConfig, Registry, Step, StepCtx, StepError, StepKey, Steps, Store, Workflow};
 //!
 //! /// Books a trip: a hotel, then a flight. If the flight cannot be had, the hotel is cancelled.
 //! struct BookTrip;
+//!
+//! /// The steps whose outputs are read, each declared once with its output's type.
+//! const BOOK_HOTEL: StepKey<String> = StepKey::new("book_hotel");
+//! const BOOK_FLIGHT: StepKey<String> = StepKey::new("book_flight");
 //!
 //! impl Workflow for BookTrip {
 //!     const KIND: &'static str = "trip.book";
@@ -29,14 +34,12 @@
 //!
 //!     fn steps() -> Steps<Self> {
 //!         Steps::new()
-//!             .then(Step::action("book_hotel", book_hotel).undo(cancel_hotel))
-//!             .then(Step::action("book_flight", book_flight))
+//!             .then(Step::action(BOOK_HOTEL, book_hotel).undo(cancel_hotel))
+//!             .then(Step::action(BOOK_FLIGHT, book_flight))
 //!     }
 //!
 //!     fn output(ctx: &StepCtx<Self>) -> Result<String, StepError> {
-//!         let hotel: String = ctx.output("book_hotel")?;
-//!         let flight: String = ctx.output("book_flight")?;
-//!         Ok(format!("{hotel} + {flight}"))
+//!         Ok(format!("{} + {}", ctx.output(BOOK_HOTEL)?, ctx.output(BOOK_FLIGHT)?))
 //!     }
 //! }
 //!
@@ -45,7 +48,9 @@
 //!     Ok(format!("hotel in {} (request {})", ctx.input(), ctx.idempotency_key()))
 //! }
 //!
-//! async fn cancel_hotel(_ctx: StepCtx<BookTrip>, _booking: String) -> Result<(), StepError> {
+//! /// `Done(booking)` when the booking completed; `Unknown` when the step was cut short: then
+//! /// the hotel is asked for a booking made under the step's idempotency key.
+//! async fn cancel_hotel(_ctx: StepCtx<BookTrip>, _booking: Effect<String>) -> Result<(), StepError> {
 //!     Ok(())
 //! }
 //!
@@ -85,14 +90,16 @@ mod retry;
 mod status;
 pub mod store;
 pub mod testing;
+mod timeline;
 mod worker;
 
 pub use config::{EngineConfig, Faults};
 pub use context::StepCtx;
-pub use definition::{Check, Step, Steps, Workflow};
+pub use definition::{Check, DEFAULT_ATTEMPT_TIMEOUT, Effect, Step, StepKey, StepName, Steps, Workflow};
 pub use engine::{Engine, RunDetail};
 pub use error::{EngineError, ErrorKind, StepError, error_chain};
 pub use registry::Registry;
 pub use retry::{OnExhausted, RetryPolicy};
 pub use status::{Phase, RunStatus};
 pub use store::{EventRecord, Lease, Millis, Pool, RunFilter, RunRecord, StepRecord, Store, WriteTx};
+pub use timeline::{EventKind, StepStatus};

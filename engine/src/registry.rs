@@ -54,6 +54,12 @@ impl Registry {
     pub fn step_names(&self, kind: &str, version: u32) -> Option<Vec<&'static str>> {
         self.get(kind, version).map(|definition| definition.step_names())
     }
+
+    /// Whether a run of this definition that never started has something to undo when it is
+    /// cancelled: its first step has an undo (which may mark the domain's record, say).
+    pub(crate) fn first_step_has_undo(&self, kind: &str, version: u32) -> bool {
+        self.get(kind, version).is_some_and(|definition| definition.first_step_has_undo())
+    }
 }
 
 /// How a step waits, if it does.
@@ -66,6 +72,7 @@ pub(crate) enum Shape {
 /// A definition with its types erased.
 pub(crate) trait Definition: Send + Sync {
     fn step_names(&self) -> Vec<&'static str>;
+    fn first_step_has_undo(&self) -> bool;
     /// Decodes the run's input and prepares its steps' context.
     fn instantiate(
         &self,
@@ -82,10 +89,14 @@ pub(crate) trait Instance: Send + Sync {
     fn shape(&self, index: usize) -> Shape;
     fn retry(&self, index: usize) -> &RetryPolicy;
     fn undo_retry(&self, index: usize) -> &RetryPolicy;
+    fn attempt_timeout(&self, index: usize) -> Duration;
     fn has_undo(&self, index: usize) -> bool;
     fn run_step(&self, index: usize, attempt: u32) -> BoxFuture<'static, Result<Check<Value>, StepError>>;
+    /// Runs the undo of step `index`, with the step's output if it completed.
     fn run_undo(&self, index: usize, attempt: u32) -> BoxFuture<'static, Result<(), StepError>>;
     fn completed(&mut self, index: usize, output: Value);
+    /// The run turned back, for this reason, cancelled or not (undos can read both).
+    fn turned_back(&mut self, reason: &str, cancelled: bool);
     fn output(&self) -> Result<Value, StepError>;
 }
 
@@ -97,6 +108,10 @@ struct Registered<W: Workflow> {
 impl<W: Workflow> Definition for Registered<W> {
     fn step_names(&self) -> Vec<&'static str> {
         self.steps.list.iter().map(|step| step.name).collect()
+    }
+
+    fn first_step_has_undo(&self) -> bool {
+        self.steps.list.first().is_some_and(|step| step.undo.is_some())
     }
 
     fn instantiate(
@@ -131,7 +146,12 @@ impl<W: Workflow> Definition for Registered<W> {
             ctx: StepCtx {
                 workflow: self.workflow.clone(),
                 input: Arc::new(input),
-                run: Arc::new(RunInfo { id: run.id, resource_key: run.resource_key.clone() }),
+                run: Arc::new(RunInfo {
+                    id: run.id,
+                    resource_key: run.resource_key.clone(),
+                    unwind_reason: run.unwind_reason.clone(),
+                    cancelled: run.cancel_requested,
+                }),
                 outputs: Arc::new(by_name),
                 step: "",
                 attempt: 0,
@@ -182,6 +202,10 @@ impl<W: Workflow> Instance for Running<W> {
         &self.steps.list[index].undo_retry
     }
 
+    fn attempt_timeout(&self, index: usize) -> Duration {
+        self.steps.list[index].attempt_timeout
+    }
+
     fn has_undo(&self, index: usize) -> bool {
         self.steps.list[index].undo.is_some()
     }
@@ -197,7 +221,7 @@ impl<W: Workflow> Instance for Running<W> {
 
     fn run_undo(&self, index: usize, attempt: u32) -> BoxFuture<'static, Result<(), StepError>> {
         let step = &self.steps.list[index];
-        let output = self.ctx.outputs.get(step.name).cloned().unwrap_or(Value::Null);
+        let output = self.ctx.outputs.get(step.name).cloned();
         match &step.undo {
             Some(undo) => contain_panics(step.name, undo(self.ctx_for(index, attempt, true), output)),
             None => Box::pin(async { Ok(()) }),
@@ -208,6 +232,16 @@ impl<W: Workflow> Instance for Running<W> {
         let mut outputs = (*self.ctx.outputs).clone();
         outputs.insert(self.steps.list[index].name, output);
         self.ctx.outputs = Arc::new(outputs);
+    }
+
+    fn turned_back(&mut self, reason: &str, cancelled: bool) {
+        let run = &self.ctx.run;
+        self.ctx.run = Arc::new(RunInfo {
+            id: run.id,
+            resource_key: run.resource_key.clone(),
+            unwind_reason: Some(reason.to_owned()),
+            cancelled,
+        });
     }
 
     fn output(&self) -> Result<Value, StepError> {

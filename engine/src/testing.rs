@@ -3,7 +3,10 @@
 //! - [`actions_succeed_idempotently`] runs every step twice (as a crash between a step's side
 //!   effect and its checkpoint would) and requires the run to still succeed;
 //! - [`action_failure_can_unwind`] fails each step in turn and requires the undos (each run
-//!   twice) to leave the world as it was, as the author's `check_clean` sees it.
+//!   twice) to leave the world as it was, as the author's `check_clean` sees it;
+//! - [`cancel_in_flight_can_unwind`] lets each step do its work, then acts as if a cancel
+//!   arrived while it ran and the process died before its checkpoint: the step's undo, told
+//!   that its effect is unknown, must clean up after it as well as after the completed steps.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -78,6 +81,45 @@ where
         check_clean(step)
             .await
             .map_err(|dirt| format!("{} failing at step `{step}` left the world unclean: {dirt}", W::KIND))?;
+    }
+    Ok(())
+}
+
+/// For each step of `W` in turn: lets the step do its work, then loses its output as a crash
+/// before the checkpoint would while a cancel is requested; requires the run to end `cancelled`,
+/// then asks `check_clean(step)` whether the world is as before. The step's own undo is the
+/// only one that can remove its work (it runs with [`Effect::Unknown`](crate::Effect)).
+pub async fn cancel_in_flight_can_unwind<W, F, Fut>(
+    store: &Store,
+    workflow: Arc<W>,
+    input: &W::Input,
+    check_clean: F,
+) -> Result<(), String>
+where
+    W: Workflow,
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let steps: Vec<&'static str> = W::steps().list.iter().map(|step| step.name).collect();
+    for step in steps {
+        let faults = Faults { cancel_in_flight: Some(step.to_owned()), run_undos_twice: true, ..Faults::default() };
+        let engine = engine_with(store, workflow.clone(), faults).await?;
+        let id = engine.submit::<W>(input, None).await.map_err(|err| error_chain(&err))?;
+        let run =
+            engine.wait(id, RUN_TIMEOUT).await.map_err(|err| format!("cancelling in `{step}`: {}", error_chain(&err)));
+        engine.shutdown(Duration::from_secs(5)).await;
+        let run = run?;
+        if run.status != RunStatus::Cancelled {
+            return Err(format!(
+                "{} cancelled while step `{step}` ran ended {} instead of cancelled: {}",
+                W::KIND,
+                run.status,
+                run.status_reason.unwrap_or_default()
+            ));
+        }
+        check_clean(step)
+            .await
+            .map_err(|dirt| format!("{} cancelled while step `{step}` ran left the world unclean: {dirt}", W::KIND))?;
     }
     Ok(())
 }

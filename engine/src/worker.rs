@@ -1,9 +1,20 @@
-//! Drives one claimed run: runs its steps (or undos) one after another, committing each
-//! result with the lease generation it was claimed under, until the run waits, parks or ends.
+//! Drives one claimed run: runs its steps (or undos) one after another until the run waits,
+//! parks, ends or is taken over.
+//!
+//! Every attempt ends in one [`Transition`], and [`Driver::apply`] is the one place that turns
+//! a transition into the run's new state and commits it, with the lease generation the run was
+//! claimed under:
+//!
+//! ```text
+//!   forward step ──> Advance | Succeed | Wait | Retry | Park | Unwind ──┐
+//!   undo         ──> Undone  | Unwound | Retry | Park ───────────────────┼──> apply ──> commit
+//!   cancel       ──> Unwind ─────────────────────────────────────────────┘
+//! ```
 
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
 
 use crate::definition::Check;
@@ -12,7 +23,39 @@ use crate::error::{StepError, error_chain};
 use crate::registry::{Instance, Shape};
 use crate::retry::{OnExhausted, RetryPolicy};
 use crate::status::{Phase, RunStatus};
-use crate::store::{Claimed, Commit, CommitOutcome, NewEvent, RunRecord, StepRecord};
+use crate::store::{Claimed, Commit, CommitOutcome, Millis, NewEvent, RunRecord, StepRecord};
+use crate::timeline::{EventKind, StepStatus};
+
+/// What an attempt (or a cancel) changes in a run.
+enum Transition {
+    /// A forward step completed; the next one starts.
+    Advance { step: StepRecord, next: &'static str },
+    /// The last step completed (its record, unless there was none left to run) and the
+    /// workflow built its output.
+    Succeed { step: Option<StepRecord>, output: Value },
+    /// A poll or sleep is not done: the run waits as a row until `next_at`.
+    Wait { next_at: Millis, reason: String },
+    /// The attempt (of a step, or of an undo) failed; the next one comes after `delay`.
+    Retry { error: StepError, delay: Duration },
+    /// The run stops for an operator; `error` is the failed attempt's, if one failed.
+    Park { reason: String, error: Option<StepError> },
+    /// The run turns back: the completed steps are undone in reverse order, and first the step
+    /// in hand (`in_hand`), when it may have had an effect without a checkpoint.
+    Unwind {
+        reason: String,
+        error: Option<StepError>,
+        /// The row of the step that failed, or of the last step, which completed (the workflow's
+        /// output then failed).
+        step: Option<StepRecord>,
+        /// Said before `unwinding` (the failure that caused it).
+        event: Option<NewEvent>,
+        in_hand: Option<&'static str>,
+    },
+    /// An undo completed.
+    Undone { step: StepRecord },
+    /// Nothing is left to undo: the run ends `failed`, or `cancelled` if that was asked.
+    Unwound,
+}
 
 /// What to do after a commit.
 enum Next {
@@ -24,17 +67,30 @@ enum Next {
     Ended,
 }
 
+/// How an attempt of a step ended.
+enum Attempt {
+    /// The step returned (or its deadline stopped it, as an interrupted error).
+    Returned(Result<Check<Value>, StepError>),
+    /// A cancel reached the step in flight and it was stopped.
+    Cancelled,
+}
+
 /// Drives a claimed run until it waits, parks, ends or is taken over; returns the run as
-/// committed if it ended here.
-pub(crate) async fn drive(inner: &Inner, claimed: Claimed) -> Option<RunRecord> {
+/// committed if it ended here. `cancel` turns true when an operator cancels the run.
+pub(crate) async fn drive(inner: &Inner, claimed: Claimed, cancel: watch::Receiver<bool>) -> Option<RunRecord> {
     let Claimed { mut run, outputs, recovered } = claimed;
-    let mut driver = match prepare(inner, &run, &outputs) {
-        Ok(instance) => Driver { inner, instance, recovered },
+    let instance = match prepare(inner, &run, &outputs) {
+        Ok(instance) => instance,
         Err(reason) => {
-            park(inner, &mut run, reason).await;
+            warn!(reason = %reason, "parking the run");
+            let parked = Transition::Park { reason, error: None };
+            if let Err(err) = apply(inner, &mut run, parked).await {
+                warn!(error = %error_chain(&err), "could not park the run");
+            }
             return None;
         }
     };
+    let mut driver = Driver { inner, instance, recovered, cancel };
     loop {
         if inner.stopping() {
             if let Err(err) = inner.store.release(&run, &inner.config.owner).await {
@@ -42,12 +98,12 @@ pub(crate) async fn drive(inner: &Inner, claimed: Claimed) -> Option<RunRecord> 
             }
             return None;
         }
-        let next = match run.phase {
-            Phase::Forward if run.cancel_requested => driver.unwind_for_cancel(&mut run).await,
+        let transition = match run.phase {
+            Phase::Forward if run.cancel_requested => driver.turn_back_for_cancel(&run, false),
             Phase::Forward => driver.forward(&mut run).await,
             Phase::Undo => driver.undo(&mut run).await,
         };
-        match next {
+        match driver.apply(&mut run, transition).await {
             Ok(Next::Continue) => {}
             Ok(Next::Stop) => return None,
             Ok(Next::Ended) => return Some(run),
@@ -78,40 +134,20 @@ fn prepare(inner: &Inner, run: &RunRecord, outputs: &[(u32, String, Value)]) -> 
     definition.instantiate(run, outputs, inner.store.clone()).map_err(|err| err.to_string())
 }
 
-/// Parks a run that cannot be driven at all (unknown version, diverged, undecodable input).
-async fn park(inner: &Inner, run: &mut RunRecord, reason: String) {
-    warn!(reason = %reason, "parking the run");
-    run.status = RunStatus::NeedsAttention;
-    run.next_at = None;
-    run.status_reason = Some(reason.clone());
-    let events = [NewEvent::new("parked", run.current_step.as_deref(), reason)];
-    let commit = Commit {
-        run,
-        owner: &inner.config.owner,
-        now: now_ms(),
-        release: true,
-        advance: false,
-        step: None,
-        events: &events,
-    };
-    if let Err(err) = inner.store.commit(&commit).await {
-        warn!(error = %error_chain(&err), "could not park the run");
-    }
-}
-
 struct Driver<'a> {
     inner: &'a Inner,
     instance: Box<dyn Instance>,
-    /// The run was taken over from a holder whose lease lapsed.
+    /// The run was taken over from a holder whose lease lapsed: its step in hand was cut short.
     recovered: bool,
+    cancel: watch::Receiver<bool>,
 }
 
 impl Driver<'_> {
-    /// Runs the current forward step once and commits what came of it.
-    async fn forward(&mut self, run: &mut RunRecord) -> Result<Next, sqlx::Error> {
+    /// Runs the current forward step once and says what came of it.
+    async fn forward(&mut self, run: &mut RunRecord) -> Transition {
         let index = run.step_index as usize;
         if index >= self.instance.step_count() {
-            return self.succeed(run, None).await;
+            return self.finish(None);
         }
         let name = self.instance.step_name(index);
         let now = now_ms();
@@ -120,11 +156,11 @@ impl Driver<'_> {
         let policy = self.instance.retry(index).clone();
         let elapsed = Duration::from_millis((now - started).max(0) as u64);
         if std::mem::take(&mut self.recovered) && policy.is_exhausted(run.attempt, elapsed) {
-            let error = StepError::retryable_msg(format!(
+            let error = StepError::interrupted_msg(format!(
                 "step `{name}` was cut short {} times: the engine running it died or lost its lease",
                 run.attempt
             ));
-            return self.failed(run, index, error, &policy).await;
+            return self.failed(run, index, error, &policy);
         }
         let shape = self.instance.shape(index);
         let result = match shape {
@@ -133,13 +169,19 @@ impl Driver<'_> {
                 if now >= wake {
                     Ok(Check::Ready(Value::Null))
                 } else {
-                    Ok(Check::NotYet(format!("sleeping until {}", wake)))
+                    Ok(Check::NotYet(format!("sleeping until {wake}")))
                 }
             }
-            Shape::Action | Shape::Poll { .. } => self.execute(index, run.attempt).await,
+            Shape::Action | Shape::Poll { .. } => match self.execute(run, index).await {
+                Attempt::Returned(result) => result,
+                Attempt::Cancelled => {
+                    run.cancel_requested = true;
+                    return self.turn_back_for_cancel(run, true);
+                }
+            },
         };
         match result {
-            Ok(Check::Ready(output)) => self.succeed(run, Some((index, output))).await,
+            Ok(Check::Ready(output)) => self.completed(run, index, output),
             Ok(Check::NotYet(reason)) => {
                 let now = now_ms();
                 let next_at = match shape {
@@ -147,123 +189,114 @@ impl Driver<'_> {
                     Shape::Poll { interval, timeout } => {
                         let deadline = after(started, timeout);
                         if now >= deadline {
-                            let error = StepError::terminal_msg(format!(
+                            // Like retries running out: the step's policy says unwind or park.
+                            let error = StepError::retryable_msg(format!(
                                 "still not ready after {}: {reason}",
                                 humanize(timeout)
                             ));
-                            return self.failed(run, index, error, &policy).await;
+                            return self.give_up(run, index, error, &policy, "timed out");
                         }
                         after(now, interval).min(deadline)
                     }
                     Shape::Action => now,
                 };
-                self.wait(run, next_at, reason).await
+                Transition::Wait { next_at, reason }
             }
-            Err(error) => self.failed(run, index, error, &policy).await,
+            Err(error) => self.failed(run, index, error, &policy),
         }
     }
 
-    /// Runs the step's body, or the fault the engine was told to inject.
-    async fn execute(&self, index: usize, attempt: u32) -> Result<Check<Value>, StepError> {
+    /// Runs the step's body (or the fault the engine was told to inject) within its attempt
+    /// deadline, unless a cancel reaches it first.
+    async fn execute(&mut self, run: &RunRecord, index: usize) -> Attempt {
         let name = self.instance.step_name(index);
         let faults = &self.inner.config.faults;
         if faults.fail_step.as_deref() == Some(name) {
-            return Err(StepError::terminal_msg(format!("injected failure at step `{name}`")));
+            return Attempt::Returned(Err(StepError::terminal_msg(format!("injected failure at step `{name}`"))));
         }
-        let span = tracing::info_span!("step", step = name, attempt = attempt + 1);
-        if faults.run_steps_twice {
-            let first = self.instance.run_step(index, attempt).instrument(span.clone()).await;
-            if !matches!(first, Ok(Check::Ready(_))) {
-                return first;
+        let limit = self.instance.attempt_timeout(index);
+        let span = tracing::info_span!("step", step = name, attempt = run.attempt + 1);
+        let instance = &self.instance;
+        let body = async {
+            if faults.run_steps_twice {
+                let first = instance.run_step(index, run.attempt).await;
+                if !matches!(first, Ok(Check::Ready(_))) {
+                    return first;
+                }
             }
+            instance.run_step(index, run.attempt).await
+        };
+        let cancelled = cancel_reached(&mut self.cancel);
+        let result = tokio::select! {
+            biased;
+            () = cancelled => return Attempt::Cancelled,
+            result = tokio::time::timeout(limit, body.instrument(span)) => result,
+        };
+        match result {
+            Ok(Ok(Check::Ready(_))) if faults.cancel_in_flight.as_deref() == Some(name) => {
+                // As if a cancel arrived while the step ran and the process died before its
+                // checkpoint: the cancel is recorded, the output is lost.
+                if let Err(err) = self.inner.store.cancel(run.id, now_ms(), |_, _| false).await {
+                    warn!(error = %error_chain(&err), "injecting a cancel failed");
+                }
+                Attempt::Cancelled
+            }
+            Ok(result) => Attempt::Returned(result),
+            Err(_) => Attempt::Returned(Err(StepError::interrupted_msg(format!(
+                "attempt {} of step `{name}` did not finish within {}; it was stopped, so whatever it did may \
+                 remain",
+                run.attempt + 1,
+                humanize(limit)
+            )))),
         }
-        self.instance.run_step(index, attempt).instrument(span).await
     }
 
-    /// Checkpoints a finished step and moves to the next (or ends the run after the last).
-    async fn succeed(&mut self, run: &mut RunRecord, done: Option<(usize, Value)>) -> Result<Next, sqlx::Error> {
+    /// A forward step returned its output: move to the next step, or end the run.
+    fn completed(&mut self, run: &RunRecord, index: usize, output: Value) -> Transition {
+        let name = self.instance.step_name(index);
         let now = now_ms();
-        let mut events = Vec::with_capacity(2);
-        let step = done.map(|(index, output)| {
-            let name = self.instance.step_name(index);
-            let started = run.step_started_at.unwrap_or(now);
-            let record = StepRecord {
-                phase: Phase::Forward,
-                index: index as u32,
-                name: name.to_owned(),
-                status: "succeeded".to_owned(),
-                attempts: run.attempt + 1,
-                output: Some(output.clone()),
-                error: run.error.take(),
-                started_at: started,
-                finished_at: now,
-            };
-            // The step's row is its `step-succeeded` entry in the timeline: no event row.
-            self.instance.completed(index, output);
-            record
-        });
-        run.step_index = step.as_ref().map_or(run.step_index, |step| step.index + 1);
-        run.attempt = 0;
-        run.error = None;
-        run.status_reason = None;
-        let finished = run.step_index as usize >= self.instance.step_count();
-        if finished {
-            match self.instance.output() {
-                Ok(output) => {
-                    run.output = Some(output);
-                    run.status = RunStatus::Succeeded;
-                    run.current_step = None;
-                    run.step_started_at = None;
-                    run.next_at = None;
-                    run.finished_at = Some(now);
-                    events.push(NewEvent::new("succeeded", None, "every step succeeded"));
-                }
-                Err(error) => {
-                    events.push(NewEvent::new("output-failed", None, format!("building the output failed: {error}")));
-                    return self.fail_and_unwind(run, None, error, step, events).await;
-                }
-            }
+        let step = StepRecord {
+            phase: Phase::Forward,
+            index: index as u32,
+            name: name.to_owned(),
+            status: StepStatus::Succeeded,
+            attempts: run.attempt + 1,
+            output: Some(output.clone()),
+            error: run.error.clone(),
+            started_at: run.step_started_at.unwrap_or(now),
+            finished_at: now,
+        };
+        self.instance.completed(index, output);
+        if index + 1 < self.instance.step_count() {
+            Transition::Advance { step, next: self.instance.step_name(index + 1) }
         } else {
-            let next = self.instance.step_name(run.step_index as usize);
-            // `next_at` stays as it is (already due): the checkpoint then changes no indexed
-            // column, which keeps it cheap (a HOT update on PostgreSQL).
-            run.status = RunStatus::Running;
-            run.current_step = Some(next.to_owned());
-            run.step_started_at = Some(now);
+            self.finish(Some(step))
         }
-        let kept = self.commit(run, finished, step.as_ref(), &events).await?;
-        Ok(match (kept, finished) {
-            (true, false) => Next::Continue,
-            (true, true) => {
-                info!("run succeeded");
-                Next::Ended
-            }
-            (false, _) => Next::Stop,
-        })
     }
 
-    /// The step is not done yet: wait (as a row) until `next_at`.
-    async fn wait(&self, run: &mut RunRecord, next_at: i64, reason: String) -> Result<Next, sqlx::Error> {
-        let step = run.current_step.clone();
-        let mut events = Vec::new();
-        if run.status != RunStatus::Waiting || run.status_reason.as_deref() != Some(reason.as_str()) {
-            events.push(NewEvent::new("waiting", step.as_deref(), reason.clone()));
+    /// Every step has completed: the run succeeds with the workflow's output, or, if that
+    /// cannot be built, turns back.
+    fn finish(&self, step: Option<StepRecord>) -> Transition {
+        match self.instance.output() {
+            Ok(output) => Transition::Succeed { step, output },
+            Err(error) => Transition::Unwind {
+                reason: format!("the run failed: {error}"),
+                event: Some(NewEvent::new(
+                    EventKind::OutputFailed,
+                    None,
+                    format!("building the output failed: {error}"),
+                )),
+                error: Some(error),
+                step,
+                in_hand: None,
+            },
         }
-        run.status = RunStatus::Waiting;
-        run.next_at = Some(next_at);
-        run.status_reason = Some(reason);
-        self.commit(run, true, None, &events).await?;
-        Ok(Next::Stop)
     }
 
-    /// A forward step failed: retry it later, unwind, or park, as its policy says.
-    async fn failed(
-        &mut self,
-        run: &mut RunRecord,
-        index: usize,
-        error: StepError,
-        policy: &RetryPolicy,
-    ) -> Result<Next, sqlx::Error> {
+    /// A forward step failed: retry it later, unwind, or park, as its policy says. A step that
+    /// returned its error is not undone (it leaves nothing behind); one whose last attempt was
+    /// cut short is.
+    fn failed(&self, run: &RunRecord, index: usize, error: StepError, policy: &RetryPolicy) -> Transition {
         let now = now_ms();
         let name = self.instance.step_name(index);
         let attempts = run.attempt + 1;
@@ -271,209 +304,321 @@ impl Driver<'_> {
         let elapsed = Duration::from_millis((now - started).max(0) as u64);
         debug!(step = name, attempts, error = %error, "step failed");
         if !error.is_terminal() && !policy.is_exhausted(attempts, elapsed) {
-            let delay = policy.delay_after(attempts);
-            run.status = RunStatus::Retrying;
-            run.attempt = attempts;
-            run.next_at = Some(after(now, delay));
-            run.status_reason = Some(format!("attempt {attempts} failed; next attempt in {}", humanize(delay)));
-            let events = [NewEvent::new(
-                "step-failed",
-                Some(name),
-                format!("attempt {attempts} failed (retrying in {}): {error}", humanize(delay)),
-            )];
-            run.error = Some(error);
-            self.commit(run, true, None, &events).await?;
-            return Ok(Next::Stop);
+            return Transition::Retry { delay: policy.delay_after(attempts), error };
         }
-        let why = if error.is_terminal() { "failed terminally" } else { "ran out of retries" };
-        run.attempt = attempts;
+        let why = if error.is_terminal() {
+            format!("failed terminally on attempt {attempts}")
+        } else {
+            format!("ran out of retries after {attempts} attempts")
+        };
+        self.give_up(run, index, error, policy, &why)
+    }
+
+    /// A forward step will not be tried again by itself (`why`): unwind, or park for an operator,
+    /// as its policy says; a terminal error always unwinds.
+    fn give_up(&self, run: &RunRecord, index: usize, error: StepError, policy: &RetryPolicy, why: &str) -> Transition {
+        let now = now_ms();
+        let name = self.instance.step_name(index);
+        let attempts = run.attempt + 1;
+        let started = run.step_started_at.unwrap_or(now);
         if error.is_terminal() || policy.on_exhausted == OnExhausted::Unwind {
             let step = StepRecord {
                 phase: Phase::Forward,
                 index: index as u32,
                 name: name.to_owned(),
-                status: "failed".to_owned(),
+                status: StepStatus::Failed,
                 attempts,
                 output: None,
                 error: Some(error.clone()),
                 started_at: started,
                 finished_at: now,
             };
-            let events = vec![NewEvent::new("step-failed", Some(name), format!("attempt {attempts} {why}: {error}"))];
-            return self.fail_and_unwind(run, Some(name), error, Some(step), events).await;
+            let in_hand = (error.is_interrupted() && self.instance.has_undo(index)).then_some(name);
+            return Transition::Unwind {
+                reason: format!("step `{name}` failed: {error}"),
+                event: Some(NewEvent::new(EventKind::StepFailed, Some(name), format!("{why}: {error}"))),
+                error: Some(error),
+                step: Some(step),
+                in_hand,
+            };
         }
-        let reason = format!(
-            "step `{name}` {why} after {attempts} attempts: {error}; fix the cause, then \
-             `workflow retry` (one more attempt), `workflow resume` (a fresh retry budget) or `workflow cancel`"
-        );
-        run.status = RunStatus::NeedsAttention;
-        run.next_at = None;
-        run.status_reason = Some(reason.clone());
-        run.error = Some(error);
-        let events = [NewEvent::new("parked", Some(name), reason)];
-        self.commit(run, true, None, &events).await?;
-        warn!(step = name, "run parked: retries exhausted");
-        Ok(Next::Stop)
+        Transition::Park {
+            reason: format!(
+                "step `{name}` {why}: {error}; fix the cause, then `workflow retry` (one more attempt), `workflow \
+                 resume` (a fresh retry budget) or `workflow cancel`"
+            ),
+            error: Some(error),
+        }
     }
 
-    /// Turns the run around after a terminal failure: record it, then undo what completed.
-    async fn fail_and_unwind(
-        &mut self,
-        run: &mut RunRecord,
-        step_name: Option<&str>,
-        error: StepError,
-        step: Option<StepRecord>,
-        events: Vec<NewEvent>,
-    ) -> Result<Next, sqlx::Error> {
-        let reason = match step_name {
-            Some(name) => format!("step `{name}` failed: {error}"),
-            None => format!("the run failed: {error}"),
+    /// A cancel was requested: turn back. The step in hand is undone first whatever it got to do
+    /// (it was stopped in flight, cut short by a crash, backing off, or not started yet).
+    fn turn_back_for_cancel(&self, run: &RunRecord, stopped_in_flight: bool) -> Transition {
+        let index = run.step_index as usize;
+        let in_hand = (index < self.instance.step_count() && self.instance.has_undo(index))
+            .then(|| self.instance.step_name(index));
+        let reason = match (stopped_in_flight, run.current_step.as_deref()) {
+            (true, Some(step)) => format!("cancelled by an operator while step `{step}` ran; it was stopped"),
+            _ => "cancelled by an operator".to_owned(),
         };
-        run.error = Some(error);
-        self.unwind(run, reason, step, events).await
+        Transition::Unwind { reason, error: None, step: None, event: None, in_hand }
     }
 
-    /// A cancel was requested: undo completed steps.
-    async fn unwind_for_cancel(&mut self, run: &mut RunRecord) -> Result<Next, sqlx::Error> {
-        self.unwind(run, "cancelled by an operator".to_owned(), None, Vec::new()).await
-    }
-
-    /// Turns the run to its undo phase, with `reason`, and commits that with `step` and `events`.
-    async fn unwind(
-        &mut self,
-        run: &mut RunRecord,
-        reason: String,
-        step: Option<StepRecord>,
-        mut events: Vec<NewEvent>,
-    ) -> Result<Next, sqlx::Error> {
-        events.push(NewEvent::new("unwinding", None, format!("{reason}; undoing completed steps in reverse order")));
-        run.phase = Phase::Undo;
-        run.status = RunStatus::Unwinding;
-        run.attempt = 0;
-        run.step_started_at = None;
-        run.current_step = None;
-        run.next_at = Some(now_ms());
-        run.status_reason = Some(reason);
-        let kept = self.commit(run, false, step.as_ref(), &events).await?;
-        Ok(if kept { Next::Continue } else { Next::Stop })
-    }
-
-    /// Undoes the latest completed step that has an undo, or ends the run when none is left.
-    async fn undo(&mut self, run: &mut RunRecord) -> Result<Next, sqlx::Error> {
+    /// Undoes the latest step left to undo, or ends the run when none is left.
+    async fn undo(&mut self, run: &mut RunRecord) -> Transition {
         while run.step_index > 0 && !self.instance.has_undo(run.step_index as usize - 1) {
             run.step_index -= 1;
         }
-        let now = now_ms();
         if run.step_index == 0 {
+            return Transition::Unwound;
+        }
+        let index = run.step_index as usize - 1;
+        let name = self.instance.step_name(index);
+        let now = now_ms();
+        let started = *run.step_started_at.get_or_insert(now);
+        run.current_step = Some(name.to_owned());
+        let limit = self.instance.attempt_timeout(index);
+        let span = tracing::info_span!("undo", step = name, attempt = run.attempt + 1);
+        let twice = self.inner.config.faults.run_undos_twice;
+        let instance = &self.instance;
+        let attempt = run.attempt;
+        let body = async move {
+            let first = instance.run_undo(index, attempt).await;
+            if first.is_ok() && twice { instance.run_undo(index, attempt).await } else { first }
+        };
+        let result = match tokio::time::timeout(limit, body.instrument(span)).await {
+            Ok(result) => result,
+            Err(_) => Err(StepError::interrupted_msg(format!(
+                "attempt {} of the undo of step `{name}` did not finish within {}; it was stopped",
+                run.attempt + 1,
+                humanize(limit)
+            ))),
+        };
+        let now = now_ms();
+        let attempts = run.attempt + 1;
+        match result {
+            Ok(()) => Transition::Undone {
+                step: StepRecord {
+                    phase: Phase::Undo,
+                    index: index as u32,
+                    name: name.to_owned(),
+                    status: StepStatus::Undone,
+                    attempts,
+                    output: None,
+                    error: None,
+                    started_at: started,
+                    finished_at: now,
+                },
+            },
+            Err(error) => {
+                let policy = self.instance.undo_retry(index);
+                let elapsed = Duration::from_millis((now - started).max(0) as u64);
+                if !error.is_terminal() && !policy.is_exhausted(attempts, elapsed) {
+                    return Transition::Retry { delay: policy.delay_after(attempts), error };
+                }
+                Transition::Park {
+                    reason: format!(
+                        "the undo of step `{name}` failed after {attempts} attempts: {error}; the steps before it \
+                         are still in place. Fix the cause, then `workflow retry` or `workflow resume` to finish \
+                         unwinding"
+                    ),
+                    error: Some(error),
+                }
+            }
+        }
+    }
+
+    /// Applies the transition to the run and commits it (see [`apply`]), keeping the workflow's
+    /// own view of the run in step.
+    async fn apply(&mut self, run: &mut RunRecord, transition: Transition) -> Result<Next, sqlx::Error> {
+        if let Transition::Unwind { reason, .. } = &transition {
+            self.instance.turned_back(reason, run.cancel_requested);
+        }
+        apply(self.inner, run, transition).await
+    }
+}
+
+/// Resolves once the run's cancel flag is up (never, if the engine dropped the sender).
+async fn cancel_reached(cancel: &mut watch::Receiver<bool>) {
+    if cancel.wait_for(|requested| *requested).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Writes `transition` into the run and commits it: the one place where a run changes state.
+async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Result<Next, sqlx::Error> {
+    let now = now_ms();
+    let step_name = run.current_step.clone();
+    match transition {
+        Transition::Advance { step, next } => {
+            run.step_index = step.index + 1;
+            run.attempt = 0;
+            run.error = None;
+            run.status_reason = None;
+            // `next_at` stays as it is (already due): the checkpoint then changes no indexed
+            // column, which keeps it cheap (a HOT update on PostgreSQL).
+            run.status = RunStatus::Running;
+            run.current_step = Some(next.to_owned());
+            run.step_started_at = Some(now);
+            // The step's row is its `step-succeeded` entry in the timeline: no event row.
+            Ok(continue_unless_fenced(commit(inner, run, false, Some(&step), &[]).await?))
+        }
+        Transition::Succeed { step, output } => {
+            if let Some(step) = &step {
+                run.step_index = step.index + 1;
+            }
+            run.attempt = 0;
+            run.error = None;
+            run.status_reason = None;
+            run.output = Some(output);
+            run.status = RunStatus::Succeeded;
+            run.current_step = None;
+            run.step_started_at = None;
+            run.next_at = None;
+            run.finished_at = Some(now);
+            let events = [NewEvent::new(EventKind::Succeeded, None, "every step succeeded")];
+            let kept = commit(inner, run, true, step.as_ref(), &events).await?;
+            Ok(ended_unless_fenced(kept, run.status))
+        }
+        Transition::Wait { next_at, reason } => {
+            let mut events = Vec::new();
+            if run.status != RunStatus::Waiting || run.status_reason.as_deref() != Some(reason.as_str()) {
+                events.push(NewEvent::new(EventKind::Waiting, step_name.as_deref(), reason.clone()));
+            }
+            run.status = RunStatus::Waiting;
+            run.next_at = Some(next_at);
+            run.status_reason = Some(reason);
+            commit(inner, run, true, None, &events).await?;
+            Ok(Next::Stop)
+        }
+        Transition::Retry { error, delay } => {
+            let attempts = run.attempt + 1;
+            run.attempt = attempts;
+            run.next_at = Some(after(now, delay));
+            let event = if run.phase == Phase::Forward {
+                run.status = RunStatus::Retrying;
+                run.status_reason = Some(format!("attempt {attempts} failed; next attempt in {}", humanize(delay)));
+                let message = format!("attempt {attempts} failed (retrying in {}): {error}", humanize(delay));
+                NewEvent::new(EventKind::StepFailed, step_name.as_deref(), message)
+            } else {
+                let message = format!("undo attempt {attempts} failed (retrying in {}): {error}", humanize(delay));
+                NewEvent::new(EventKind::UndoFailed, step_name.as_deref(), message)
+            };
+            run.error = Some(error);
+            commit(inner, run, true, None, &[event]).await?;
+            Ok(Next::Stop)
+        }
+        Transition::Park { reason, error } => {
+            if let Some(error) = error {
+                run.attempt += 1;
+                run.error = Some(error);
+            }
+            run.status = RunStatus::NeedsAttention;
+            run.next_at = None;
+            run.status_reason = Some(reason.clone());
+            let events = [NewEvent::new(EventKind::Parked, step_name.as_deref(), reason)];
+            commit(inner, run, true, None, &events).await?;
+            warn!(step = step_name.as_deref().unwrap_or("-"), "run parked");
+            Ok(Next::Stop)
+        }
+        Transition::Unwind { reason, error, step, event, in_hand } => {
+            if let Some(step) = step.as_ref().filter(|step| step.status == StepStatus::Succeeded) {
+                run.step_index = step.index + 1;
+            }
+            let what = match in_hand {
+                Some(name) => format!(
+                    "undoing step `{name}` first (it did not complete, so whatever it did may remain), then the \
+                     completed steps in reverse order"
+                ),
+                None => "undoing completed steps in reverse order".to_owned(),
+            };
+            let mut events: Vec<NewEvent> = event.into_iter().collect();
+            events.push(NewEvent::new(EventKind::Unwinding, None, format!("{reason}; {what}")));
+            if let Some(error) = error {
+                run.error = Some(error);
+            }
+            run.step_index += u32::from(in_hand.is_some());
+            run.phase = Phase::Undo;
+            run.status = RunStatus::Unwinding;
+            run.attempt = 0;
+            run.step_started_at = None;
+            run.current_step = None;
+            run.next_at = Some(now);
+            run.status_reason = Some(reason.clone());
+            run.unwind_reason = Some(reason);
+            Ok(continue_unless_fenced(commit(inner, run, false, step.as_ref(), &events).await?))
+        }
+        Transition::Undone { step } => {
+            let events = [NewEvent::new(
+                EventKind::UndoSucceeded,
+                Some(&step.name),
+                format!("undone on attempt {}", step.attempts),
+            )];
+            run.step_index -= 1;
+            run.attempt = 0;
+            run.step_started_at = None;
+            run.current_step = None;
+            Ok(continue_unless_fenced(commit(inner, run, false, Some(&step), &events).await?))
+        }
+        Transition::Unwound => {
             let status = if run.cancel_requested { RunStatus::Cancelled } else { RunStatus::Failed };
             run.status = status;
             run.current_step = None;
             run.step_started_at = None;
             run.next_at = None;
             run.finished_at = Some(now);
-            let reason = run.status_reason.take().unwrap_or_default();
+            let reason = run.unwind_reason.clone().or_else(|| run.status_reason.clone()).unwrap_or_default();
             run.status_reason = Some(format!("{reason}; every completed step was undone"));
-            let events = [NewEvent::new(status.as_str(), None, "every completed step was undone")];
-            if self.commit(run, true, None, &events).await? {
-                info!(%status, "run ended");
-                return Ok(Next::Ended);
-            }
-            return Ok(Next::Stop);
-        }
-        let index = run.step_index as usize - 1;
-        let name = self.instance.step_name(index);
-        let started = *run.step_started_at.get_or_insert(now);
-        run.current_step = Some(name.to_owned());
-        let span = tracing::info_span!("undo", step = name, attempt = run.attempt + 1);
-        let mut result = self.instance.run_undo(index, run.attempt).instrument(span.clone()).await;
-        if result.is_ok() && self.inner.config.faults.run_undos_twice {
-            result = self.instance.run_undo(index, run.attempt).instrument(span).await;
-        }
-        let now = now_ms();
-        let attempts = run.attempt + 1;
-        match result {
-            Ok(()) => {
-                let step = StepRecord {
-                    phase: Phase::Undo,
-                    index: index as u32,
-                    name: name.to_owned(),
-                    status: "undone".to_owned(),
-                    attempts,
-                    output: None,
-                    error: None,
-                    started_at: started,
-                    finished_at: now,
-                };
-                let events = [NewEvent::new("undo-succeeded", Some(name), format!("undone on attempt {attempts}"))];
-                run.step_index -= 1;
-                run.attempt = 0;
-                run.step_started_at = None;
-                let kept = self.commit(run, false, Some(&step), &events).await?;
-                Ok(if kept { Next::Continue } else { Next::Stop })
-            }
-            Err(error) => {
-                let policy = self.instance.undo_retry(index);
-                let elapsed = Duration::from_millis((now - started).max(0) as u64);
-                run.attempt = attempts;
-                if !error.is_terminal() && !policy.is_exhausted(attempts, elapsed) {
-                    let delay = policy.delay_after(attempts);
-                    run.next_at = Some(after(now, delay));
-                    let events = [NewEvent::new(
-                        "undo-failed",
-                        Some(name),
-                        format!("undo attempt {attempts} failed (retrying in {}): {error}", humanize(delay)),
-                    )];
-                    run.error = Some(error);
-                    self.commit(run, true, None, &events).await?;
-                    return Ok(Next::Stop);
-                }
-                let reason = format!(
-                    "the undo of step `{name}` failed after {attempts} attempts: {error}; the steps before it \
-                     are still in place. Fix the cause, then `workflow retry` or `workflow resume` to finish unwinding"
-                );
-                run.status = RunStatus::NeedsAttention;
-                run.next_at = None;
-                run.status_reason = Some(reason.clone());
-                run.error = Some(error);
-                let events = [NewEvent::new("parked", Some(name), reason)];
-                self.commit(run, true, None, &events).await?;
-                warn!(step = name, "run parked: an undo keeps failing");
-                Ok(Next::Stop)
-            }
-        }
-    }
-
-    /// Commits the run's state. Returns false (and logs) if the lease was taken over.
-    async fn commit(
-        &self,
-        run: &mut RunRecord,
-        release: bool,
-        step: Option<&StepRecord>,
-        events: &[NewEvent],
-    ) -> Result<bool, sqlx::Error> {
-        // A step that succeeded and is not the last one, on a running run: the hot path.
-        let advance = !release && run.phase == Phase::Forward && run.status == RunStatus::Running && step.is_some();
-        let now = now_ms();
-        let commit = Commit { run, owner: &self.inner.config.owner, now, release, advance, step, events };
-        match self.inner.store.commit(&commit).await? {
-            CommitOutcome::Committed { cancel_requested } => {
-                // The run in memory is now the run as stored.
-                run.cancel_requested = cancel_requested;
-                run.updated_at = now;
-                if release {
-                    run.lease = None;
-                }
-                Ok(true)
-            }
-            CommitOutcome::Fenced => {
-                warn!(generation = run.lease_generation, "lease was taken over by another engine; dropping the run");
-                Ok(false)
-            }
+            let events = [NewEvent::new(EventKind::ended(status), None, "every completed step was undone")];
+            let kept = commit(inner, run, true, None, &events).await?;
+            Ok(ended_unless_fenced(kept, status))
         }
     }
 }
 
-fn humanize(duration: Duration) -> String {
+fn continue_unless_fenced(kept: bool) -> Next {
+    if kept { Next::Continue } else { Next::Stop }
+}
+
+fn ended_unless_fenced(kept: bool, status: RunStatus) -> Next {
+    if kept {
+        info!(%status, "run ended");
+        Next::Ended
+    } else {
+        Next::Stop
+    }
+}
+
+/// Commits the run's state. Returns false (and logs) if the lease was taken over.
+async fn commit(
+    inner: &Inner,
+    run: &mut RunRecord,
+    release: bool,
+    step: Option<&StepRecord>,
+    events: &[NewEvent],
+) -> Result<bool, sqlx::Error> {
+    // A step that succeeded and is not the last one, on a running run: the hot path.
+    let advance = !release && run.phase == Phase::Forward && run.status == RunStatus::Running && step.is_some();
+    let now = now_ms();
+    let commit = Commit { run, owner: &inner.config.owner, now, release, advance, step, events };
+    match inner.store.commit(&commit).await? {
+        CommitOutcome::Committed { cancel_requested } => {
+            // The run in memory is now the run as stored.
+            run.cancel_requested = cancel_requested;
+            run.updated_at = now;
+            if release {
+                run.lease = None;
+            }
+            Ok(true)
+        }
+        CommitOutcome::Fenced => {
+            warn!(generation = run.lease_generation, "lease was taken over by another engine; dropping the run");
+            Ok(false)
+        }
+    }
+}
+
+pub(crate) fn humanize(duration: Duration) -> String {
     let ms = duration.as_millis();
     if ms < 1_000 {
         format!("{ms} ms")

@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Step, StepCtx, StepError, Steps, Workflow};
+use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use support::{TestDb, WAIT};
 use tokio::sync::Notify;
 
@@ -18,6 +18,8 @@ struct Slow {
     gate: Option<Arc<Notify>>,
 }
 
+const WORK: StepKey<String> = StepKey::new("work");
+
 impl Workflow for Slow {
     const KIND: &'static str = "slow";
     const VERSION: u32 = 1;
@@ -25,7 +27,7 @@ impl Workflow for Slow {
     type Output = String;
 
     fn steps() -> Steps<Self> {
-        Steps::new().then(Step::action("work", |ctx: StepCtx<Self>| async move {
+        Steps::new().then(Step::action(WORK, |ctx: StepCtx<Self>| async move {
             if let Some(gate) = &ctx.workflow().gate {
                 gate.notified().await;
             }
@@ -34,7 +36,7 @@ impl Workflow for Slow {
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<String, StepError> {
-        ctx.output("work")
+        ctx.output(WORK)
     }
 }
 
@@ -130,7 +132,7 @@ async fn execute(ctx: StepCtx<Tally>) -> Result<(), StepError> {
 async fn two_engines_on_one_postgres_run_1000_workflows_once_each() {
     let db = TestDb::postgres().await;
     let (store_a, store_b) = (db.store().await, db.store().await);
-    let pool = store_a.postgres_pool().unwrap().clone();
+    let anycloud_engine::Pool::Postgres(pool) = store_a.pool().clone() else { unreachable!("a PostgreSQL store") };
     sqlx::query(
         "CREATE TABLE executions (run_id TEXT NOT NULL, step TEXT NOT NULL, engine TEXT NOT NULL, \
          started_at BIGINT NOT NULL, ended_at BIGINT NOT NULL)",

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use anycloud_engine::{Registry, RetryPolicy, RunStatus, Step, StepCtx, StepError, Steps, Workflow};
+use anycloud_engine::{Registry, RetryPolicy, RunStatus, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use support::{TestDb, WAIT, start};
 
 struct Panicky {
     calls: AtomicU32,
 }
+
+const PANICS_ONCE: StepKey<u32> = StepKey::new("panics_once");
 
 impl Workflow for Panicky {
     const KIND: &'static str = "test.panicky";
@@ -28,11 +30,11 @@ impl Workflow for Panicky {
             max_delay: Duration::from_millis(10),
             ..RetryPolicy::default()
         };
-        Steps::new().then(Step::action("panics_once", panics_once).retry(quick))
+        Steps::new().then(Step::action(PANICS_ONCE, panics_once).retry(quick))
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<u32, StepError> {
-        ctx.output("panics_once")
+        ctx.output(PANICS_ONCE)
     }
 }
 

@@ -7,8 +7,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently};
-use anycloud_engine::{Step, StepCtx, StepError, Steps, Workflow};
+use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind};
+use anycloud_engine::{Effect, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use support::TestDb;
 
 /// A bank account in a toy world: open, deposit, notify. `careless` makes `deposit` add on
@@ -17,6 +17,8 @@ struct Account {
     world: Arc<Mutex<BTreeMap<String, i64>>>,
     careless: bool,
 }
+
+const DEPOSIT: StepKey<i64> = StepKey::new("deposit");
 
 impl Workflow for Account {
     const KIND: &'static str = "account.open";
@@ -31,7 +33,7 @@ impl Workflow for Account {
                     ctx.workflow().world.lock().unwrap().entry(ctx.input().clone()).or_insert(0);
                     Ok(())
                 })
-                .undo(|ctx: StepCtx<Self>, ()| async move {
+                .undo(|ctx: StepCtx<Self>, _opened: Effect<()>| async move {
                     if !ctx.workflow().careless {
                         ctx.workflow().world.lock().unwrap().remove(ctx.input());
                     }
@@ -39,7 +41,7 @@ impl Workflow for Account {
                 }),
             )
             .then(
-                Step::action("deposit", |ctx: StepCtx<Self>| async move {
+                Step::action(DEPOSIT, |ctx: StepCtx<Self>| async move {
                     let mut world = ctx.workflow().world.lock().unwrap();
                     let key = format!("deposit/{}", ctx.idempotency_key());
                     if ctx.workflow().careless || !world.contains_key(&key) {
@@ -48,7 +50,7 @@ impl Workflow for Account {
                     }
                     Ok(world[ctx.input()])
                 })
-                .undo(|ctx: StepCtx<Self>, _balance: i64| async move {
+                .undo(|ctx: StepCtx<Self>, _balance: Effect<i64>| async move {
                     let mut world = ctx.workflow().world.lock().unwrap();
                     world.retain(|key, _| !key.starts_with("deposit/"));
                     if let Some(balance) = world.get_mut(ctx.input()) {
@@ -61,7 +63,7 @@ impl Workflow for Account {
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<i64, StepError> {
-        ctx.output("deposit")
+        ctx.output(DEPOSIT)
     }
 }
 
@@ -79,7 +81,13 @@ async fn a_careful_workflow_passes_both_helpers() {
     let balance = actions_succeed_idempotently(&store, workflow.clone(), &"alice".to_owned()).await.unwrap();
     assert_eq!(balance, 100, "the deposit happened once although the step ran twice");
     world.lock().unwrap().clear();
-    action_failure_can_unwind(&store, workflow, &"bob".to_owned(), |_step| {
+    action_failure_can_unwind(&store, workflow.clone(), &"bob".to_owned(), |_step| {
+        let world = world.clone();
+        async move { world_is_empty(&world) }
+    })
+    .await
+    .unwrap();
+    cancel_in_flight_can_unwind(&store, workflow, &"erin".to_owned(), |_step| {
         let world = world.clone();
         async move { world_is_empty(&world) }
     })
@@ -97,11 +105,20 @@ async fn the_helpers_catch_a_careless_workflow() {
     let balance = actions_succeed_idempotently(&store, workflow.clone(), &"carol".to_owned()).await.unwrap();
     assert_eq!(balance, 200);
     world.lock().unwrap().clear();
-    let err = action_failure_can_unwind(&store, workflow, &"dave".to_owned(), |_step| {
+    let err = action_failure_can_unwind(&store, workflow.clone(), &"dave".to_owned(), |_step| {
         let world = world.clone();
         async move { world_is_empty(&world) }
     })
     .await
     .unwrap_err();
     assert!(err.contains("failing at step `deposit` left the world unclean"), "{err}");
+    // Cancelled while `open` ran: only `open`'s own undo could close the account, and it forgets.
+    world.lock().unwrap().clear();
+    let err = cancel_in_flight_can_unwind(&store, workflow, &"frank".to_owned(), |_step| {
+        let world = world.clone();
+        async move { world_is_empty(&world) }
+    })
+    .await
+    .unwrap_err();
+    assert!(err.contains("cancelled while step `open` ran left the world unclean"), "{err}");
 }

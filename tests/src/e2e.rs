@@ -66,6 +66,23 @@ pub fn anycloud_bin() -> PathBuf {
     path
 }
 
+/// The test suite's own binary, `anycloud-seamed` (beside `anycloud`): the same CLI and API, with
+/// the test seams its environment names (`ANYCLOUD_TEST_*`, see `src/bin/anycloud_seamed.rs`).
+pub fn anycloud_seamed_bin() -> PathBuf {
+    let path = anycloud_bin().with_file_name("anycloud-seamed");
+    assert!(path.is_file(), "{} is missing: build it with `cargo build --workspace --bins`", path.display());
+    path
+}
+
+/// The variables `anycloud-seamed` reads (and `anycloud` does not).
+pub const SEAM_VARS: [&str; 3] =
+    ["ANYCLOUD_TEST_SIMULATED_KUBE", "ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS", "ANYCLOUD_TEST_FOLLOW_GAP_MS"];
+
+/// Whether an environment turns a test seam on: then only the seamed binary will honour it.
+fn wants_seams<K: AsRef<str>, V>(env: &[(K, V)]) -> bool {
+    env.iter().any(|(name, _)| SEAM_VARS.contains(&name.as_ref()))
+}
+
 /// The venv holding `bin/moto_server` and boto3: `$ANYCLOUD_TEST_MOTO_VENV`, else the venv
 /// `scripts/lib/moto.sh` makes by default (`/var/tmp/anycloud-venv`) when it is there.
 pub fn moto_venv() -> PathBuf {
@@ -225,7 +242,8 @@ pub struct Api {
     pub url: String,
     /// Runs as a hosted API (`--hosted-by sim`), which may create clusters.
     pub hosted: bool,
-    /// Extra environment of the API process (test seams such as `ANYCLOUD_KUBE_URL_OVERRIDE`).
+    /// Extra environment of the API process. A test seam (`ANYCLOUD_TEST_*`) runs the API as the
+    /// `anycloud-seamed` binary, the only one that reads them.
     pub env: Vec<(String, String)>,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -328,7 +346,7 @@ impl Api {
         let logs = self.dir.path().join("logs");
         let stdout_path = logs.join(format!("api-{incarnation}.stdout"));
         let stderr_path = logs.join(format!("api-{incarnation}.stderr"));
-        let mut command = self.command();
+        let mut command = self.command_for(wants_seams(&self.env));
         command
             .args(["api", "serve", "--id", &self.id, "--port", &self.port.to_string(), "--use", "--data-dir"])
             .arg(self.data_dir())
@@ -375,7 +393,12 @@ impl Api {
     /// The binary with the environment every child gets: this API's config directory, no
     /// inherited credentials, database URL or proxies, no colours.
     pub fn command(&self) -> Command {
-        let mut command = Command::new(anycloud_bin());
+        self.command_for(false)
+    }
+
+    /// [`Api::command`], as the seamed binary when `seamed`.
+    fn command_for(&self, seamed: bool) -> Command {
+        let mut command = Command::new(if seamed { anycloud_seamed_bin() } else { anycloud_bin() });
         for name in SCRUBBED_ENV {
             command.env_remove(name);
         }
@@ -436,7 +459,7 @@ impl Api {
         self.commands.set(number);
         let stdout_path = logs.join(format!("cli-{number:04}.stdout"));
         let stderr_path = logs.join(format!("cli-{number:04}.stderr"));
-        let mut command = self.command();
+        let mut command = self.command_for(wants_seams(env));
         command
             .args(args)
             .envs(env.iter().copied())

@@ -6,8 +6,8 @@
 
 pub mod e2e;
 pub mod fake_gce;
-pub mod fake_k3s;
 pub mod gcp_test_key;
+pub mod simulated_kube;
 
 /// What the crash test (`tests/crash.rs`) and its child process (`src/bin/crash_child.rs`)
 /// share: the workflow's shape, the engine's settings, and the side-effect record.

@@ -63,7 +63,8 @@ impl Checker<'_> {
     fn cli(&mut self, case: &Case<'_>) {
         let out = self.api.cli_env(&case.args, &case.env);
         assert_eq!(out.code, case.code, "{}: exit code\n{out}", case.what);
-        assert!(out.stderr.starts_with("error: "), "{}: {out}", case.what);
+        let prefix = format!("error[{}]: ", case.error_code);
+        assert!(out.stderr.starts_with(&prefix), "{}: stderr should start with {prefix:?}\n{out}", case.what);
         assert!(out.stderr.contains(&case.message), "{}: stderr lacks {:?}\n{out}", case.what, case.message);
         assert!(out.stdout.is_empty(), "{}: stdout should be empty\n{out}", case.what);
         let mut args = vec!["--json"];

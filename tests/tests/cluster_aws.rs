@@ -1,9 +1,9 @@
 //! A whole cluster on AWS, end to end through the real binary, against moto (a local fake of
 //! EC2): a hosted API, an AWS credential verified against moto (DescribeRegions), then
 //! `cluster create --wait` with 2 VMs, `cluster status`, and `cluster delete --wait`. moto's
-//! instances boot nothing, so a stand-in k3s ([`FakeK3s`]) reports as Ready nodes the worker
-//! instances it finds running at moto itself (through a raw aws-sdk-ec2 client), as their kubelets
-//! would register.
+//! instances boot nothing, so the simulated cloud's Kubernetes API ([`SimulatedKube`]) serves the
+//! cluster: its nodes are the instances it finds running at moto itself (through a raw
+//! aws-sdk-ec2 client) whose user-data joins the control plane, as their kubelets would register.
 //!
 //! What EC2 holds is asked of moto through the test's own client, never of anycloud: after the
 //! create, exactly three instances (one control plane, two workers) carry the cluster's tags and
@@ -12,12 +12,10 @@
 //! left other than terminated, and no security group of it at all.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anycloud_tests::e2e::{self, Api, ApiOptions, Moto};
-use anycloud_tests::fake_k3s::{FakeK3s, FakeNode};
+use anycloud_tests::simulated_kube::{MotoMachines, SimulatedKube};
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::{Filter, Instance, InstanceAttributeName, SecurityGroup};
@@ -105,28 +103,6 @@ fn decode_base64(text: &str) -> Vec<u8> {
     bytes
 }
 
-/// What the kubelets of an anycloud cluster on moto would register: every running instance that
-/// carries a cluster tag, named by its `anycloud-vm` tag; the control plane with its role label.
-async fn registered_nodes(endpoint: &str) -> Vec<FakeNode> {
-    let ec2 = raw_ec2(endpoint);
-    let running = instances(
-        &ec2,
-        vec![
-            Filter::builder().name("tag-key").values(CLUSTER_TAG).build(),
-            filter("instance-state-name", &["running"]),
-        ],
-    )
-    .await;
-    running
-        .iter()
-        .map(|instance| FakeNode {
-            name: tag(instance, NAME_TAG).unwrap_or_else(|| instance.instance_id().unwrap()).to_owned(),
-            ready: true,
-            control_plane: tag(instance, ROLE_TAG) == Some("control-plane"),
-        })
-        .collect()
-}
-
 fn vms_with_role<'a>(status: &'a Value, role: &str) -> Vec<&'a Value> {
     status["vms"].as_array().unwrap().iter().filter(|vm| vm["role"] == role).collect()
 }
@@ -136,22 +112,12 @@ fn a_two_vm_cluster_is_created_and_deleted_at_moto() {
     let started = Instant::now();
     let moto = Moto::start();
 
-    // The stand-in k3s: its nodes are what moto runs, listed afresh for every node list.
-    let listings = Arc::new(AtomicUsize::new(0));
-    let k3s = {
-        let endpoint = moto.endpoint.clone();
-        let listings = listings.clone();
-        FakeK3s::start(move || {
-            listings.fetch_add(1, Ordering::SeqCst);
-            let endpoint = endpoint.clone();
-            // A thread and runtime of its own: the caller is a blocking thread of the stand-in's runtime.
-            std::thread::spawn(move || e2e::block_on(registered_nodes(&endpoint))).join().unwrap()
-        })
-    };
+    // The simulated Kubernetes: its nodes are what moto runs, listed afresh for every node list.
+    let kube = SimulatedKube::start(MotoMachines::new(&moto.endpoint, REGION));
     let api = Api::start_opts(ApiOptions {
         id: "aws-cluster".into(),
         hosted: true,
-        env: vec![("ANYCLOUD_KUBE_URL_OVERRIDE".into(), k3s.url())],
+        env: vec![("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url())],
         ..ApiOptions::default()
     });
 
@@ -210,7 +176,7 @@ fn a_two_vm_cluster_is_created_and_deleted_at_moto() {
     let control_planes = vms_with_role(&status, "control-plane");
     assert_eq!((workers.len(), control_planes.len()), (2, 1), "{status:#}");
     assert!(workers.iter().all(|vm| vm["state"] == "running"), "{status:#}");
-    assert!(listings.load(Ordering::SeqCst) > 0, "the stand-in k3s was never asked for its nodes");
+    assert!(kube.listings() > 0, "the simulated Kubernetes was never asked for its nodes");
 
     let ec2 = raw_ec2(&moto.endpoint);
     e2e::block_on(async {
@@ -277,7 +243,7 @@ fn a_two_vm_cluster_is_created_and_deleted_at_moto() {
         assert!(groups.is_empty(), "{groups:#?}");
     });
     drop(api);
-    drop(k3s);
+    drop(kube);
     eprintln!(
         "cluster_aws: create --wait {create_time:?}, delete --wait {delete_time:?}, whole test {:?}",
         started.elapsed()

@@ -79,7 +79,8 @@ fn refused(api: &Api, case: &Case<'_>) {
     let before = Footprint::of(api);
     let out = api.cli(&case.args);
     assert_eq!(out.code, case.code, "{}: exit code\n{out}", case.what);
-    assert!(out.stderr.starts_with("error: "), "{}: {out}", case.what);
+    let prefix = format!("error[{}]: ", case.error_code);
+    assert!(out.stderr.starts_with(&prefix), "{}: stderr should start with {prefix:?}\n{out}", case.what);
     for word in &case.words {
         assert!(out.stderr.contains(word), "{}: stderr lacks {word:?}\n{out}", case.what);
     }

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use anycloud_engine::Store;
 use anycloud_tests::e2e::PgDatabase;
-use anycloud_workflows::clusters::{self, Cluster, NewDeployment, Phase, PlacementRefused};
+use anycloud_workflows::db::Db;
+use anycloud_workflows::db::clusters::{self, Cluster, Phase};
+use anycloud_workflows::db::deployments::{self, NewDeployment, PlacementRefused};
 use anycloud_workflows::providers::ProviderKind;
 
 async fn ready_cluster(store: &Store, name: &str) -> Cluster {
-    anycloud_workflows::migrate(store).await.unwrap();
+    Db::open(store).await.unwrap();
     let now = anycloud_workflows::now_ms();
     let cluster = Cluster {
         id: uuid::Uuid::new_v4().to_string(),
@@ -48,12 +50,12 @@ async fn delete_first_then_deployment(store: Store) {
     let cluster = ready_cluster(&store, "shared").await;
     let mut delete = store.begin_write().await.unwrap();
     let locked = clusters::lock_live_in(&mut delete, "shared").await.unwrap().unwrap();
-    assert!(clusters::active_deployments_in(&mut delete, &locked.id).await.unwrap().is_empty());
+    assert!(deployments::active_on_cluster_in(&mut delete, &locked.id).await.unwrap().is_empty());
 
     let racing = store.clone();
     let deploy = tokio::spawn(async move {
         let mut tx = racing.begin_write().await.unwrap();
-        let result = clusters::add_deployment_in(&mut tx, "shared", deployment("job-1"), 1).await.map(|_| ());
+        let result = deployments::add_in(&mut tx, "shared", deployment("job-1"), 1).await.map(|_| ());
         if result.is_ok() {
             tx.commit().await.unwrap();
         }
@@ -69,18 +71,18 @@ async fn delete_first_then_deployment(store: Store) {
         other => panic!("the deployment should be refused as the cluster is being deleted: {other:?}"),
     }
     let mut check = store.begin_write().await.unwrap();
-    assert!(clusters::active_deployments_in(&mut check, &cluster.id).await.unwrap().is_empty());
+    assert!(deployments::active_on_cluster_in(&mut check, &cluster.id).await.unwrap().is_empty());
 }
 
 /// A deployment committed first is what the delete's check then sees.
 async fn deployment_first_then_delete(store: Store) {
     let cluster = ready_cluster(&store, "busy").await;
     let mut tx = store.begin_write().await.unwrap();
-    clusters::add_deployment_in(&mut tx, "busy", deployment("svc-1"), 1).await.unwrap();
+    deployments::add_in(&mut tx, "busy", deployment("svc-1"), 1).await.unwrap();
     tx.commit().await.unwrap();
     let mut delete = store.begin_write().await.unwrap();
     clusters::lock_live_in(&mut delete, "busy").await.unwrap().unwrap();
-    assert_eq!(clusters::active_deployments_in(&mut delete, &cluster.id).await.unwrap(), ["svc-1"]);
+    assert_eq!(deployments::active_on_cluster_in(&mut delete, &cluster.id).await.unwrap(), ["svc-1"]);
 }
 
 #[tokio::test]

@@ -1,9 +1,10 @@
 //! A whole cluster on GCP, end to end through the real binary, against the fake Compute Engine
 //! server ([`FakeGce`]): a hosted API, a GCP credential (a service-account key file) verified
 //! against the fake (zones.list), then `cluster create --wait` with 2 VMs, `cluster status`, and
-//! `cluster delete --wait`. The fake's instances boot nothing, so a stand-in k3s ([`FakeK3s`])
-//! reports as Ready nodes the worker instances the fake itself holds RUNNING (read through its
-//! inspection helpers), as their kubelets would register.
+//! `cluster delete --wait`. The fake's instances boot nothing, so the simulated cloud's Kubernetes
+//! API ([`SimulatedKube`]) serves the cluster: its nodes are the instances the fake itself holds
+//! RUNNING (read through its inspection helpers) whose user-data joins the control plane, as their
+//! kubelets would register.
 //!
 //! What Compute Engine holds is asked of the fake, never of anycloud: after the create, exactly
 //! three instances (one control plane, two workers) carry the cluster's labels, the cluster's two
@@ -14,12 +15,11 @@
 
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anycloud_tests::e2e::{Api, ApiOptions};
 use anycloud_tests::fake_gce::FakeGce;
-use anycloud_tests::fake_k3s::{FakeK3s, FakeNode};
+use anycloud_tests::simulated_kube::{GceMachines, SimulatedKube};
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
 use serde_json::Value;
 
@@ -46,20 +46,6 @@ fn metadata<'a>(instance: &'a Value, key: &str) -> &'a str {
     item["value"].as_str().unwrap()
 }
 
-/// What the kubelets of an anycloud cluster on the fake would register: every RUNNING instance
-/// that carries a cluster label, named by its `anycloud-vm` label; the control plane with its role.
-fn registered_nodes(fake: &FakeGce) -> Vec<FakeNode> {
-    fake.instances(PROJECT)
-        .iter()
-        .filter(|i| i["status"] == "RUNNING" && i["labels"][CLUSTER_TAG].is_string())
-        .map(|i| FakeNode {
-            name: i["labels"][NAME_TAG].as_str().or(i["name"].as_str()).unwrap().to_owned(),
-            ready: true,
-            control_plane: i["labels"][ROLE_TAG] == "control-plane",
-        })
-        .collect()
-}
-
 fn vms_with_role<'a>(status: &'a Value, role: &str) -> Vec<&'a Value> {
     status["vms"].as_array().unwrap().iter().filter(|vm| vm["role"] == role).collect()
 }
@@ -69,20 +55,12 @@ fn a_two_vm_cluster_is_created_and_deleted_at_the_fake_compute_engine() {
     let started = Instant::now();
     let fake = Arc::new(FakeGce::start());
 
-    // The stand-in k3s: its nodes are what the fake runs, listed afresh for every node list.
-    let listings = Arc::new(AtomicUsize::new(0));
-    let k3s = {
-        let fake = fake.clone();
-        let listings = listings.clone();
-        FakeK3s::start(move || {
-            listings.fetch_add(1, Ordering::SeqCst);
-            registered_nodes(&fake)
-        })
-    };
+    // The simulated Kubernetes: its nodes are what the fake runs, listed afresh for every node list.
+    let kube = SimulatedKube::start(GceMachines::new(fake.clone(), PROJECT));
     let api = Api::start_opts(ApiOptions {
         id: "gcp-cluster".into(),
         hosted: true,
-        env: vec![("ANYCLOUD_KUBE_URL_OVERRIDE".into(), k3s.url())],
+        env: vec![("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url())],
         ..ApiOptions::default()
     });
 
@@ -142,7 +120,7 @@ fn a_two_vm_cluster_is_created_and_deleted_at_the_fake_compute_engine() {
     let control_planes = vms_with_role(&status, "control-plane");
     assert_eq!((workers.len(), control_planes.len()), (2, 1), "{status:#}");
     assert!(workers.iter().all(|vm| vm["state"] == "RUNNING"), "{status:#}");
-    assert!(listings.load(Ordering::SeqCst) > 0, "the stand-in k3s was never asked for its nodes");
+    assert!(kube.listings() > 0, "the simulated Kubernetes was never asked for its nodes");
 
     // 2. What Compute Engine holds: three instances with the cluster's labels, its two rules.
     let instances = cluster_instances(&fake, &cluster_id);
@@ -209,7 +187,7 @@ fn a_two_vm_cluster_is_created_and_deleted_at_the_fake_compute_engine() {
     assert!(deletes("/instances/") >= 3 && deletes("/global/firewalls/") >= 2, "{requests:#?}");
 
     drop(api);
-    drop(k3s);
+    drop(kube);
     eprintln!(
         "cluster_gcp: create --wait {create_time:?}, delete --wait {delete_time:?}, whole test {:?}",
         started.elapsed()

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 /// Steps of `cluster.create`, in order.
 const CREATE_STEPS: [&str; 8] = [
-    "store_intent",
+    "pin_placement",
     "ensure_network",
     "generate_secrets",
     "launch_control_plane",

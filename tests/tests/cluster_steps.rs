@@ -6,7 +6,11 @@
 //!   VM carrying its tag, no network rules), the record in phase `failed` with no sealed secrets
 //!   (but for the injected failure of the first step, which runs no workflow code at all: there
 //!   the record keeps the phase the API wrote; a real terminal error in that step marks it
-//!   `failed`, which `sim_terminal_error_in_store_intent_marks_failed` proves);
+//!   `failed`, which `sim_terminal_error_in_pin_placement_marks_failed` proves);
+//! - `cancel_in_flight_can_unwind`: each step does its work, then a cancel arrives and the
+//!   process "dies" before the step's checkpoint: the run ends `cancelled`, and the step's own undo
+//!   (told its effect is unknown) leaves the provider holding nothing (the network a cut-short
+//!   `ensure_network` made, the VM of a cut-short launch), the record `failed` with no secrets;
 //! - `actions_succeed_idempotently`: with every step run twice (the first output thrown away, as a
 //!   crash before the checkpoint would) the run still succeeds, and the provider holds exactly
 //!   N + 1 = 3 live VMs (`cp`, `w0`, `w1`, each once) and exactly one network.
@@ -20,17 +24,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently};
+use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind};
 use anycloud_engine::{Engine, EngineConfig, Pool, Registry, RunStatus, Store};
-use anycloud_tests::e2e::{Moto, block_on};
-use anycloud_tests::fake_k3s::{FakeK3s, FakeNode};
+use anycloud_sim::SimCloud;
+use anycloud_tests::e2e::Moto;
+use anycloud_tests::simulated_kube::{MotoMachines, SimulatedKube};
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
 use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
-use anycloud_workflows::cluster_deps::{ClusterDeps, TestSeams};
-use anycloud_workflows::clusters::{self, Cluster, Phase};
-use anycloud_workflows::credentials::{self, CredentialStatus, PublicPart, ValidCredential};
-use anycloud_workflows::providers::ProviderKind;
-use anycloud_workflows::providers::sim::{SimCloud, SimSettings};
+use anycloud_workflows::db::Db;
+use anycloud_workflows::db::clusters::{self, Cluster, Phase};
+use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
+use anycloud_workflows::deps::Deps;
+use anycloud_workflows::providers::sim_settings::SimSettings;
+use anycloud_workflows::providers::{Clouds, ProviderKind};
+use anycloud_workflows::seams::TestSeams;
 use anycloud_workflows::secrets::SecretBox;
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::{Filter, Instance};
@@ -40,7 +47,7 @@ const WORKERS: i64 = 2;
 const AWS_REGION: &str = "us-east-1";
 const CREDENTIAL: &str = "capacity";
 /// The first step of `cluster.create`.
-const FIRST_STEP: &str = "store_intent";
+const FIRST_STEP: &str = "pin_placement";
 
 /// A store, the workflow's dependencies and one cluster record, ready for the helpers.
 struct Harness {
@@ -53,7 +60,7 @@ struct Harness {
 /// Where the cluster's capacity lives.
 enum Provider<'a> {
     Sim,
-    Aws { moto: &'a Moto, kube_url: String },
+    Aws { moto: &'a Moto, kube: &'a SimulatedKube },
 }
 
 impl Harness {
@@ -62,14 +69,14 @@ impl Harness {
     async fn new(provider: Provider<'_>, cluster_id: &str) -> Self {
         let dir = tempfile::Builder::new().prefix("anycloud-cluster-steps-").tempdir().unwrap();
         let store = Store::sqlite(&dir.path().join("anycloud.db")).await.unwrap();
-        anycloud_workflows::migrate(&store).await.unwrap();
+        let db = Db::open(&store).await.unwrap();
         let sealer = SecretBox::load_or_create(dir.path()).unwrap();
 
         // The simulated cloud's Kubernetes APIs are served by the API that hosts it: serve them here.
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let sim = SimCloud::new(store.pool().clone(), format!("http://{addr}"));
-        let app = anycloud_workflows::providers::sim_kube::router(sim.clone());
+        let sim = SimCloud::new(db.clone(), format!("http://{addr}"));
+        let app = anycloud_sim::kube::router(Arc::new(sim.clone()));
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let account = format!("acct-{}", uuid::Uuid::new_v4().simple());
@@ -80,7 +87,7 @@ impl Harness {
                     sim: Some(SimSettings { boot_ms: 50, ..SimSettings::default() }),
                     ..PublicPart::default()
                 };
-                let credential = ValidCredential {
+                let credential = NewRecord {
                     name: CREDENTIAL.to_owned(),
                     provider: ProviderKind::Sim,
                     public,
@@ -88,20 +95,21 @@ impl Harness {
                 };
                 (credential, "sim-east-1", "sim.small", TestSeams::default())
             }
-            Provider::Aws { moto, kube_url } => {
+            Provider::Aws { moto, kube } => {
                 let public = PublicPart {
                     identity: "AKIAANYCLOUDSTEPS001".to_owned(),
                     region: Some(AWS_REGION.to_owned()),
                     endpoint: Some(moto.endpoint.clone()),
                     ..PublicPart::default()
                 };
-                let credential = ValidCredential {
+                let credential = NewRecord {
                     name: CREDENTIAL.to_owned(),
                     provider: ProviderKind::Aws,
                     public,
                     secret: "moto-secret-access-key".to_owned(),
                 };
-                (credential, AWS_REGION, "t3.medium", TestSeams { kube_url: Some(kube_url), ..TestSeams::default() })
+                let seams = TestSeams { simulated_kube: Some(kube.base_url()), ..TestSeams::default() };
+                (credential, AWS_REGION, "t3.medium", seams)
             }
         };
 
@@ -131,9 +139,9 @@ impl Harness {
         credentials::insert_in(&mut tx, &credential, &sealer, &uuid::Uuid::new_v4().to_string(), now).await.unwrap();
         clusters::insert_in(&mut tx, &cluster).await.unwrap();
         tx.commit().await.unwrap();
-        credentials::set_status(store.pool(), CREDENTIAL, CredentialStatus::Valid, None, now).await.unwrap();
+        credentials::set_status(&db, CREDENTIAL, CredentialStatus::Valid, None, now).await.unwrap();
 
-        let deps = ClusterDeps { pool: store.pool().clone(), sealer, sim, seams };
+        let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim))), seams };
         Self { store, workflow: Arc::new(CreateCluster { deps }), input: CreateInput { cluster_id, name }, _dir: dir }
     }
 
@@ -155,10 +163,19 @@ impl Harness {
     /// the engine then fails the step without running it and no step completed whose undo could
     /// run, so no code of the workflow runs at all and the record keeps the phase the API wrote
     /// (`creating`); a real terminal error there does mark it (see
-    /// `sim_terminal_error_in_store_intent_marks_failed`).
+    /// `sim_terminal_error_in_pin_placement_marks_failed`).
     async fn record_unwound(&self, step: &str) -> Result<(), String> {
+        self.record_is(if step == FIRST_STEP { Phase::Creating } else { Phase::Failed }).await
+    }
+
+    /// What `check_clean` requires of the record after a run cancelled at any step: `failed`
+    /// (the first step's undo marks it, whatever the step got to do), no sealed secrets.
+    async fn record_cancelled(&self) -> Result<(), String> {
+        self.record_is(Phase::Failed).await
+    }
+
+    async fn record_is(&self, want: Phase) -> Result<(), String> {
         let (phase, secrets) = self.record().await;
-        let want = if step == FIRST_STEP { Phase::Creating } else { Phase::Failed };
         if phase != want.as_str() {
             return Err(format!("the cluster record is in phase `{phase}`, not `{want}`"));
         }
@@ -247,6 +264,33 @@ async fn sim_failure_at_every_step_unwinds_to_nothing() {
     eprintln!("sim unwinding matrix took {:?}", started.elapsed());
 }
 
+/// A cancel that reaches each step in flight, the process dying before the step's checkpoint:
+/// the step's own undo cleans up what it made (before the fix, a network made by a cut-short
+/// `ensure_network` stayed behind: no completed step's undo deletes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_cancel_in_flight_at_every_step_unwinds_to_nothing() {
+    let started = Instant::now();
+    let h = Harness::new(Provider::Sim, &uuid::Uuid::new_v4().to_string()).await;
+    let check_clean = |step: &'static str| {
+        let h = &h;
+        async move {
+            let vms = h.sim_live_vms().await;
+            if !vms.is_empty() {
+                return Err(format!("the simulated cloud still runs {vms:?}"));
+            }
+            let networks = h.sim_live_networks().await;
+            if !networks.is_empty() {
+                return Err(format!("the simulated cloud still holds network rules {networks:?}"));
+            }
+            h.record_cancelled().await?;
+            eprintln!("cancelled in `{step}`: clean after {:?}", started.elapsed());
+            Ok(())
+        }
+    };
+    cancel_in_flight_can_unwind(&h.store, h.workflow.clone(), &h.input, check_clean).await.unwrap();
+    eprintln!("sim cancel matrix took {:?}", started.elapsed());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_every_step_twice_still_makes_one_cluster() {
     let started = Instant::now();
@@ -282,7 +326,7 @@ async fn sim_every_step_twice_still_makes_one_cluster() {
 /// A real terminal error in the first step (here: a VM type the simulated cloud does not have)
 /// leaves the record `failed`, though no undo runs for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sim_terminal_error_in_store_intent_marks_failed() {
+async fn sim_terminal_error_in_pin_placement_marks_failed() {
     let h = Harness::new(Provider::Sim, &uuid::Uuid::new_v4().to_string()).await;
     sqlx::query("UPDATE clusters SET vm_type = 'sim.huge' WHERE id = $1")
         .bind(h.cluster_id())
@@ -370,41 +414,13 @@ fn describe(instances: &[Instance]) -> Vec<String> {
         .collect()
 }
 
-/// A stand-in k3s whose nodes are the running worker instances moto holds for the cluster, as
-/// their kubelets would register.
-fn fake_k3s(endpoint: String, cluster_id: String) -> FakeK3s {
-    FakeK3s::start(move || {
-        block_on(async {
-            let ec2 = raw_ec2(&endpoint);
-            let output = ec2
-                .describe_instances()
-                .filters(filter("instance-state-name", "running"))
-                .filters(filter(&format!("tag:{CLUSTER_TAG}"), &cluster_id))
-                .filters(filter(&format!("tag:{ROLE_TAG}"), "worker"))
-                .send()
-                .await;
-            let Ok(output) = output else { return Vec::new() };
-            output
-                .reservations()
-                .iter()
-                .flat_map(|r| r.instances())
-                .map(|i| FakeNode {
-                    name: tag(i, NAME_TAG).unwrap_or_default().to_owned(),
-                    ready: true,
-                    control_plane: false,
-                })
-                .collect()
-        })
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_failure_at_every_step_unwinds_to_nothing() {
     let started = Instant::now();
     let moto = Moto::start();
     let cluster_id = uuid::Uuid::new_v4().to_string();
-    let fake = fake_k3s(moto.endpoint.clone(), cluster_id.clone());
-    let h = Harness::new(Provider::Aws { moto: &moto, kube_url: fake.url() }, &cluster_id).await;
+    let kube = SimulatedKube::start(MotoMachines::new(&moto.endpoint, AWS_REGION));
+    let h = Harness::new(Provider::Aws { moto: &moto, kube: &kube }, &cluster_id).await;
     let ec2 = raw_ec2(&moto.endpoint);
     let check_clean = |step: &'static str| {
         let (h, ec2) = (&h, &ec2);
@@ -429,13 +445,43 @@ async fn aws_failure_at_every_step_unwinds_to_nothing() {
     eprintln!("aws unwinding matrix took {:?}", started.elapsed());
 }
 
+/// The cancel matrix on moto: a security group or an instance a cut-short step made is found by
+/// the cluster's tag and removed by that step's own undo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_cancel_in_flight_at_every_step_unwinds_to_nothing() {
+    let started = Instant::now();
+    let moto = Moto::start();
+    let cluster_id = uuid::Uuid::new_v4().to_string();
+    let kube = SimulatedKube::start(MotoMachines::new(&moto.endpoint, AWS_REGION));
+    let h = Harness::new(Provider::Aws { moto: &moto, kube: &kube }, &cluster_id).await;
+    let ec2 = raw_ec2(&moto.endpoint);
+    let check_clean = |step: &'static str| {
+        let (h, ec2) = (&h, &ec2);
+        async move {
+            let live = aws_live_instances(ec2, h.cluster_id()).await;
+            if !live.is_empty() {
+                return Err(format!("moto still holds instances {:?}", describe(&live)));
+            }
+            let groups = aws_groups(ec2, h.cluster_id()).await;
+            if !groups.is_empty() {
+                return Err(format!("moto still holds security groups {groups:?}"));
+            }
+            h.record_cancelled().await?;
+            eprintln!("cancelled in `{step}`: clean after {:?}", started.elapsed());
+            Ok(())
+        }
+    };
+    cancel_in_flight_can_unwind(&h.store, h.workflow.clone(), &h.input, check_clean).await.unwrap();
+    eprintln!("aws cancel matrix took {:?}", started.elapsed());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_every_step_twice_still_makes_one_cluster() {
     let started = Instant::now();
     let moto = Moto::start();
     let cluster_id = uuid::Uuid::new_v4().to_string();
-    let fake = fake_k3s(moto.endpoint.clone(), cluster_id.clone());
-    let h = Harness::new(Provider::Aws { moto: &moto, kube_url: fake.url() }, &cluster_id).await;
+    let kube = SimulatedKube::start(MotoMachines::new(&moto.endpoint, AWS_REGION));
+    let h = Harness::new(Provider::Aws { moto: &moto, kube: &kube }, &cluster_id).await;
     let ec2 = raw_ec2(&moto.endpoint);
     let output = actions_succeed_idempotently(&h.store, h.workflow.clone(), &h.input).await.unwrap();
     assert_eq!(output.ready_nodes, WORKERS as usize, "{output:?}");

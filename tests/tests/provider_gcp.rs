@@ -8,7 +8,7 @@ use anycloud_tests::e2e::block_on;
 use anycloud_tests::fake_gce::FakeGce;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use anycloud_workflows::cloud::{Cloud, CloudError, LaunchSpec, Network, Placement, Role};
-use anycloud_workflows::credentials::PublicPart;
+use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::gcp;
 use anycloud_workflows::providers::gcp_cloud::{GcpCloud, IMAGE};
 use google_cloud_compute_v1::client::Instances;

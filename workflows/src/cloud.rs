@@ -1,5 +1,5 @@
-//! The one interface the cluster workflows use to act on a cloud: launch tagged VMs with
-//! user-data, find them again by tag, terminate them, and keep the cluster's network rules.
+//! The one interface the workflows use to act on a cloud: check a credential, launch tagged VMs
+//! with user-data, find them again by tag, terminate them, and keep the cluster's network rules.
 //!
 //! Every call is idempotent across retries and restarts:
 //! - a VM has a deterministic name within its cluster (`cp`, `w0`, `w1`, ...); `launch` first
@@ -160,9 +160,13 @@ impl From<CloudError> for anycloud_engine::StepError {
     }
 }
 
-/// A cloud account, as the cluster workflows use it.
+/// A cloud account, as the workflows use it.
 #[async_trait]
 pub trait Cloud: Send + Sync {
+    /// Asks the provider, with its cheapest read call, whether it accepts this account's keys.
+    /// A refusal is a verdict; a provider that cannot be reached is an error.
+    async fn verify(&self) -> Result<crate::providers::Verdict, CloudError>;
+
     /// Checks that the region and machine type exist for this account, and picks the zone
     /// where the provider needs one. The error says what is unknown and what is available.
     async fn placement(&self, cluster_id: &str, region: &str, vm_type: &str) -> Result<Placement, CloudError>;

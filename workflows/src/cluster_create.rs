@@ -1,32 +1,34 @@
 //! `cluster.create`: brings up a cluster's control plane and its fixed capacity.
 //!
 //! ```text
-//! store_intent -> ensure_network -> generate_secrets -> launch_control_plane -> wait_for_api
+//! pin_placement -> ensure_network -> generate_secrets -> launch_control_plane -> wait_for_api
 //!   -> launch_workers -> wait_for_nodes -> mark_ready
 //! ```
 //!
-//! The API writes the cluster record and this run in one transaction (durable intent first);
-//! `store_intent` then pins the provider's placement. Every cloud call is idempotent (see
-//! [`crate::cloud`]). On a terminal failure or a cancel the undos run in reverse: they sweep every
-//! VM that carries the cluster's tag (so a half-finished launch is found too), wait until the
-//! provider reports them gone, delete the network rules and forget the secrets; the cluster
-//! stays visible as `failed`. docs/workflows/cluster-create.md describes each step.
+//! The `create_cluster` operation writes the cluster's record and this run in one transaction
+//! (durable intent first); `pin_placement` then asks the provider where the VMs go. Every cloud
+//! call is idempotent (see [`crate::cloud`]). On a terminal failure or a cancel the undos run in
+//! reverse: they sweep every VM that carries the cluster's tag (so a half-finished launch is found
+//! too), wait until the provider reports them gone, delete the network rules and forget the
+//! secrets; the cluster stays visible as `failed`, with the cause. A step a cancel stopped in
+//! flight is undone too. docs/workflows/cluster-create.md describes each step.
 
 use std::time::Duration;
 
-use anycloud_engine::{Check, OnExhausted, RetryPolicy, Step, StepCtx, StepError, Steps, Workflow};
+use anycloud_engine::{Check, Effect, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Cloud, LaunchSpec, Network, Placement, Role, Vm};
-use crate::cluster_deps::ClusterDeps;
 use crate::cluster_secrets::ClusterSecrets;
-use crate::clusters::{self, Cluster, Phase};
-use crate::{kube_api, user_data};
+use crate::db::clusters::{self, Cluster, Phase};
+use crate::db::vms;
+use crate::deps::Deps;
+use crate::{kube_api, retry, user_data};
 
 /// The workflow, with what its steps need.
 pub struct CreateCluster {
-    /// Database, sealer, simulated cloud.
-    pub deps: ClusterDeps,
+    /// Database, sealer, clouds.
+    pub deps: Deps,
 }
 
 /// Which cluster to create (its spec is in its record).
@@ -54,169 +56,174 @@ pub struct SecretsStored {
     pub ca: String,
 }
 
+/// Where the VMs go, as the provider checked it.
+const PIN_PLACEMENT: StepKey<Placement> = StepKey::new("pin_placement");
+/// The cluster's network rules.
+const ENSURE_NETWORK: StepKey<Network> = StepKey::new("ensure_network");
+/// Proof the secrets are stored.
+const GENERATE_SECRETS: StepKey<SecretsStored> = StepKey::new("generate_secrets");
+/// The control-plane VM as launched.
+const LAUNCH_CONTROL_PLANE: StepKey<Vm> = StepKey::new("launch_control_plane");
+/// The Kubernetes API endpoint.
+const WAIT_FOR_API: StepKey<String> = StepKey::new("wait_for_api");
+/// The capacity VMs as launched.
+const LAUNCH_WORKERS: StepKey<Vec<Vm>> = StepKey::new("launch_workers");
+/// How many capacity nodes are Ready.
+const WAIT_FOR_NODES: StepKey<usize> = StepKey::new("wait_for_nodes");
+/// The cluster is marked ready.
+const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
+
 impl Workflow for CreateCluster {
     const KIND: &'static str = "cluster.create";
-    const VERSION: u32 = 1;
+    /// v2: the first step is `pin_placement` (v1 called it `store_intent`).
+    const VERSION: u32 = 2;
     type Input = CreateInput;
     type Output = CreateOutput;
 
     fn steps() -> Steps<Self> {
-        let cloud = cloud_retry();
+        let cloud = retry::cloud_calls;
         Steps::new()
-            .then(Step::action("store_intent", store_intent).retry(cloud.clone()).undo(mark_failed))
             .then(
-                Step::action("ensure_network", ensure_network)
-                    .retry(cloud.clone())
-                    .undo(sweep_and_delete_network)
-                    .undo_retry(sweep_retry()),
+                Step::action(PIN_PLACEMENT, pin_placement)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(pin_placement_undo),
             )
-            .then(Step::action("generate_secrets", generate_secrets).undo(erase_secrets))
             .then(
-                Step::action("launch_control_plane", launch_control_plane)
-                    .retry(cloud.clone())
-                    .undo(sweep_vms)
-                    .undo_retry(sweep_retry()),
+                Step::action(ENSURE_NETWORK, ensure_network)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(ensure_network_undo)
+                    .undo_retry(retry::sweeps()),
             )
-            .then(Step::poll("wait_for_api", wait_for_api).every(Duration::from_secs(2)).timeout(ready_timeout()))
+            .then(Step::action(GENERATE_SECRETS, generate_secrets).undo(generate_secrets_undo))
             .then(
-                Step::action("launch_workers", launch_workers)
-                    .retry(cloud.clone())
-                    .undo(sweep_vms)
-                    .undo_retry(sweep_retry()),
+                Step::action(LAUNCH_CONTROL_PLANE, launch_control_plane)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(launch_control_plane_undo)
+                    .undo_retry(retry::sweeps()),
             )
-            .then(Step::poll("wait_for_nodes", wait_for_nodes).every(Duration::from_secs(2)).timeout(ready_timeout()))
-            .then(Step::action("mark_ready", mark_ready))
+            .then(
+                Step::poll(WAIT_FOR_API, wait_for_api)
+                    .every(Duration::from_secs(2))
+                    .timeout(retry::ready_timeout())
+                    .attempt_timeout(retry::QUICK_ATTEMPT),
+            )
+            .then(
+                Step::action(LAUNCH_WORKERS, launch_workers)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(launch_workers_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::poll(WAIT_FOR_NODES, wait_for_nodes)
+                    .every(Duration::from_secs(2))
+                    .timeout(retry::ready_timeout())
+                    .attempt_timeout(retry::QUICK_ATTEMPT),
+            )
+            .then(Step::action(MARK_READY, mark_ready))
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<CreateOutput, StepError> {
-        Ok(CreateOutput { endpoint: ctx.output("wait_for_api")?, ready_nodes: ctx.output("wait_for_nodes")? })
+        Ok(CreateOutput { endpoint: ctx.output(WAIT_FOR_API)?, ready_nodes: ctx.output(WAIT_FOR_NODES)? })
     }
 }
 
-/// Cloud calls: back off from 1 s to 30 s, 8 attempts within 10 min, then park for an operator.
-pub fn cloud_retry() -> RetryPolicy {
-    RetryPolicy {
-        initial_delay: Duration::from_secs(1),
-        multiplier: 2.0,
-        max_delay: Duration::from_secs(30),
-        jitter: 0.2,
-        max_attempts: Some(8),
-        max_elapsed: Some(Duration::from_secs(10 * 60)),
-        on_exhausted: OnExhausted::Park,
-    }
-}
-
-/// Sweeps wait for VMs to go: every 1-5 s for up to 15 min, then park.
-pub fn sweep_retry() -> RetryPolicy {
-    RetryPolicy {
-        initial_delay: Duration::from_secs(1),
-        multiplier: 1.5,
-        max_delay: Duration::from_secs(5),
-        jitter: 0.1,
-        max_attempts: Some(300),
-        max_elapsed: Some(Duration::from_secs(15 * 60)),
-        on_exhausted: OnExhausted::Park,
-    }
-}
-
-/// How long the Kubernetes API and the nodes may take: `ANYCLOUD_CLUSTER_READY_TIMEOUT_SECS`,
-/// 15 minutes by default.
-pub fn ready_timeout() -> Duration {
-    let secs = std::env::var("ANYCLOUD_CLUSTER_READY_TIMEOUT_SECS").ok().and_then(|s| s.parse().ok());
-    Duration::from_secs(secs.unwrap_or(15 * 60))
-}
-
-async fn record(ctx: &StepCtx<CreateCluster>) -> Result<Cluster, StepError> {
-    ctx.workflow().deps.cluster(&ctx.input().cluster_id).await
+fn deps(ctx: &StepCtx<CreateCluster>) -> &Deps {
+    &ctx.workflow().deps
 }
 
 /// The pinned placement and the cloud account; the record too, for the steps that read it.
 async fn placement_and_cloud(ctx: &StepCtx<CreateCluster>) -> Result<(Placement, Box<dyn Cloud>, Cluster), StepError> {
-    let placement: Placement = ctx.output("store_intent")?;
-    let cluster = record(ctx).await?;
-    let cloud = ctx.workflow().deps.cloud(&cluster.credential, &placement.region).await?;
+    let placement = ctx.output(PIN_PLACEMENT)?;
+    let cluster = deps(ctx).cluster(&ctx.input().cluster_id).await?;
+    let cloud = deps(ctx).cloud(&cluster.credential, &placement.region).await?;
     Ok((placement, cloud, cluster))
 }
 
-async fn store_intent(ctx: StepCtx<CreateCluster>) -> Result<Placement, StepError> {
-    let result = pin_placement(&ctx).await;
+/// Asks the provider whether the region and machine type exist and where the VMs go (a zone, an
+/// image), and marks the cluster `creating`. A placement the provider refuses marks it `failed`
+/// at once: this step's own failure has no undo to do it.
+async fn pin_placement(ctx: StepCtx<CreateCluster>) -> Result<Placement, StepError> {
+    let result: Result<Placement, StepError> = async {
+        let cluster = deps(&ctx).cluster(&ctx.input().cluster_id).await?;
+        let cloud = deps(&ctx).cloud(&cluster.credential, &cluster.region).await?;
+        let placement = cloud.placement(&cluster.id, &cluster.region, &cluster.vm_type).await?;
+        clusters::set_network(&deps(&ctx).db, &cluster.id, placement.zone.as_deref(), None).await?;
+        clusters::set_phase(&deps(&ctx).db, &cluster.id, Phase::Creating, None).await?;
+        Ok(placement)
+    }
+    .await;
     if let Err(err) = &result
         && err.is_terminal()
     {
-        // The first step has no completed step whose undo would mark the record: do it here.
-        mark_failed(ctx.clone(), ()).await?;
+        let reason = format!("creation failed: step `pin_placement` failed: {err}; nothing was made at the provider");
+        clusters::set_phase(&deps(&ctx).db, &ctx.input().cluster_id, Phase::Failed, Some(&reason)).await?;
     }
     result
 }
 
-async fn pin_placement(ctx: &StepCtx<CreateCluster>) -> Result<Placement, StepError> {
-    let deps = &ctx.workflow().deps;
-    let cluster = record(ctx).await?;
-    let cloud = deps.cloud(&cluster.credential, &cluster.region).await?;
-    let placement = cloud.placement(&cluster.id, &cluster.region, &cluster.vm_type).await?;
-    clusters::set_network(&deps.pool, &cluster.id, placement.zone.as_deref(), None).await?;
-    clusters::set_phase(&deps.pool, &cluster.id, Phase::Creating, None).await?;
-    Ok(placement)
+/// Marks the cluster `failed`, with the cause; it runs last in every unwind.
+async fn pin_placement_undo(ctx: StepCtx<CreateCluster>, _placement: Effect<Placement>) -> Result<(), StepError> {
+    let reason = failed_reason(ctx.cancelled(), ctx.unwind_reason(), ctx.run_id());
+    clusters::set_phase(&deps(&ctx).db, &ctx.input().cluster_id, Phase::Failed, Some(&reason)).await?;
+    Ok(())
 }
 
-async fn mark_failed<T: Send + 'static>(ctx: StepCtx<CreateCluster>, _placement: T) -> Result<(), StepError> {
-    let reason = format!(
-        "creation failed and was unwound: nothing is left at the provider; `anycloud workflow inspect {}` shows why",
-        ctx.run_id()
-    );
-    clusters::set_phase(&ctx.workflow().deps.pool, &ctx.input().cluster_id, Phase::Failed, Some(&reason)).await?;
-    Ok(())
+/// The reason a failed cluster shows: what happened and where to look.
+fn failed_reason(cancelled: bool, cause: Option<&str>, run: uuid::Uuid) -> String {
+    let what = match (cancelled, cause) {
+        (true, _) => "creation was cancelled".to_owned(),
+        (false, Some(cause)) => format!("creation failed ({cause})"),
+        (false, None) => "creation failed".to_owned(),
+    };
+    format!(
+        "{what} and was unwound: nothing is left at the provider; `anycloud workflow inspect {run}` shows every step"
+    )
 }
 
 async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepError> {
     let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
     let network = cloud.ensure_network(&placement).await?;
-    clusters::set_network(
-        &ctx.workflow().deps.pool,
-        &placement.cluster_id,
-        placement.zone.as_deref(),
-        Some(&network.id),
-    )
-    .await?;
+    let db = &deps(&ctx).db;
+    clusters::set_network(db, &placement.cluster_id, placement.zone.as_deref(), Some(&network.id)).await?;
     Ok(network)
 }
 
-async fn sweep_and_delete_network(ctx: StepCtx<CreateCluster>, _network: Network) -> Result<(), StepError> {
+/// Sweeps the VMs (none may use the rules any more), then deletes the rules; found by the
+/// cluster's tag, so rules a cut-short attempt made go too.
+async fn ensure_network_undo(ctx: StepCtx<CreateCluster>, _network: Effect<Network>) -> Result<(), StepError> {
     let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
-    ctx.workflow().deps.sweep(cloud.as_ref(), &placement).await?;
+    deps(&ctx).sweep(cloud.as_ref(), &placement).await?;
     cloud.delete_network(&placement).await?;
     if cloud.network_exists(&placement).await? {
         return Err(StepError::retryable_msg("the provider still lists the cluster's network rules"));
     }
-    clusters::set_network(&ctx.workflow().deps.pool, &placement.cluster_id, placement.zone.as_deref(), None).await?;
+    clusters::set_network(&deps(&ctx).db, &placement.cluster_id, placement.zone.as_deref(), None).await?;
     Ok(())
 }
 
-async fn sweep_vms<T: Send + 'static>(ctx: StepCtx<CreateCluster>, _launched: T) -> Result<(), StepError> {
-    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
-    ctx.workflow().deps.sweep(cloud.as_ref(), &placement).await
-}
-
+/// Makes the join token, the API token and the CA, and stores them sealed. A rerun keeps the
+/// secrets a first attempt stored: VMs may already carry them.
 async fn generate_secrets(ctx: StepCtx<CreateCluster>) -> Result<SecretsStored, StepError> {
-    let deps = &ctx.workflow().deps;
     let input = ctx.input();
-    // A rerun keeps the secrets a first attempt stored: VMs may already carry them.
     let fresh = ClusterSecrets::generate(&input.name).map_err(StepError::retryable)?;
-    let sealed = fresh.seal(&deps.sealer).map_err(StepError::terminal)?;
-    clusters::keep_secrets(&deps.pool, &input.cluster_id, &sealed).await?;
+    let sealed = fresh.seal(&deps(&ctx).sealer).map_err(StepError::terminal)?;
+    clusters::keep_secrets(&deps(&ctx).db, &input.cluster_id, &sealed).await?;
     Ok(SecretsStored { ca: format!("anycloud cluster {} CA", input.name) })
 }
 
-async fn erase_secrets(ctx: StepCtx<CreateCluster>, _stored: SecretsStored) -> Result<(), StepError> {
-    clusters::erase_secrets(&ctx.workflow().deps.pool, &ctx.input().cluster_id).await?;
+async fn generate_secrets_undo(ctx: StepCtx<CreateCluster>, _stored: Effect<SecretsStored>) -> Result<(), StepError> {
+    clusters::erase_secrets(&deps(&ctx).db, &ctx.input().cluster_id).await?;
     Ok(())
 }
 
 async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepError> {
-    let deps = &ctx.workflow().deps;
     let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
-    let network: Network = ctx.output("ensure_network")?;
-    let secrets = deps.secrets(&placement.cluster_id).await?;
+    let network = ctx.output(ENSURE_NETWORK)?;
+    let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
     let spec = LaunchSpec {
         placement: &placement,
         name: "cp".into(),
@@ -226,32 +233,40 @@ async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepErr
         network: &network,
     };
     let vm = cloud.launch(&spec).await?;
-    deps.after_launch().await;
-    clusters::upsert_vm(&deps.pool, &placement.cluster_id, &vm).await?;
+    deps(&ctx).after_launch().await;
+    vms::upsert(&deps(&ctx).db, &placement.cluster_id, &vm).await?;
     Ok(vm)
 }
 
+/// Sweeps every VM with the cluster's tag, the control plane and anything launched after it.
+async fn launch_control_plane_undo(ctx: StepCtx<CreateCluster>, _launched: Effect<Vm>) -> Result<(), StepError> {
+    sweep_vms(&ctx).await
+}
+
+async fn sweep_vms(ctx: &StepCtx<CreateCluster>) -> Result<(), StepError> {
+    let (placement, cloud, _) = placement_and_cloud(ctx).await?;
+    deps(ctx).sweep(cloud.as_ref(), &placement).await
+}
+
 /// The control plane as the provider reports it now (its address may arrive after launch).
-async fn current_control_plane(cloud: &dyn Cloud, placement: &Placement, launched: &Vm) -> Result<Vm, StepError> {
+async fn current_control_plane(cloud: &dyn Cloud, placement: &Placement, launched: Vm) -> Result<Vm, StepError> {
     let live = cloud.list_vms(placement).await?;
-    Ok(live.into_iter().find(|vm| vm.provider_id == launched.provider_id).unwrap_or_else(|| launched.clone()))
+    Ok(live.into_iter().find(|vm| vm.provider_id == launched.provider_id).unwrap_or(launched))
 }
 
 async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, StepError> {
-    let deps = &ctx.workflow().deps;
     let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
-    let launched: Vm = ctx.output("launch_control_plane")?;
-    let cp = current_control_plane(cloud.as_ref(), &placement, &launched).await?;
-    clusters::upsert_vm(&deps.pool, &placement.cluster_id, &cp).await?;
+    let cp = current_control_plane(cloud.as_ref(), &placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
+    vms::upsert(&deps(&ctx).db, &placement.cluster_id, &cp).await?;
     let Some(address) = cp.address() else {
         return Ok(Check::NotYet(format!("control plane VM {} ({}) has no address yet", cp.provider_id, cp.state)));
     };
-    let secrets = deps.secrets(&placement.cluster_id).await?;
-    let client = kube_api::client(&deps.kube_url(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
+    let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
+    let client = kube_api::client(&deps(&ctx).kube_url(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
     match kube_api::version(&client).await {
         Ok(version) => {
             let endpoint = format!("https://{address}:6443");
-            clusters::set_endpoint(&deps.pool, &placement.cluster_id, Some(&endpoint)).await?;
+            clusters::set_endpoint(&deps(&ctx).db, &placement.cluster_id, Some(&endpoint)).await?;
             tracing::info!(cluster = %ctx.input().name, %endpoint, %version, "Kubernetes API answers");
             Ok(Check::Ready(endpoint))
         }
@@ -265,15 +280,13 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
 }
 
 async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepError> {
-    let deps = &ctx.workflow().deps;
     let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
-    let network: Network = ctx.output("ensure_network")?;
-    let launched: Vm = ctx.output("launch_control_plane")?;
-    let cp = current_control_plane(cloud.as_ref(), &placement, &launched).await?;
+    let network = ctx.output(ENSURE_NETWORK)?;
+    let cp = current_control_plane(cloud.as_ref(), &placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
     let server = cp.private_ip.clone().or(cp.public_ip.clone()).ok_or_else(|| {
         StepError::retryable_msg(format!("control plane VM {} has no address to join", cp.provider_id))
     })?;
-    let secrets = deps.secrets(&placement.cluster_id).await?;
+    let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
     let mut workers = Vec::new();
     for index in 0..cluster.min_vms {
         let name = format!("w{index}");
@@ -287,30 +300,33 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
             network: &network,
         };
         let vm = cloud.launch(&spec).await?;
-        deps.after_launch().await;
-        clusters::upsert_vm(&deps.pool, &placement.cluster_id, &vm).await?;
+        deps(&ctx).after_launch().await;
+        vms::upsert(&deps(&ctx).db, &placement.cluster_id, &vm).await?;
         workers.push(vm);
     }
     Ok(workers)
 }
 
+/// Sweeps every VM with the cluster's tag (the sweep of the control plane's undo, which comes
+/// next, then finds none).
+async fn launch_workers_undo(ctx: StepCtx<CreateCluster>, _launched: Effect<Vec<Vm>>) -> Result<(), StepError> {
+    sweep_vms(&ctx).await
+}
+
 async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, StepError> {
-    let deps = &ctx.workflow().deps;
     let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
-    let launched: Vm = ctx.output("launch_control_plane")?;
     let wanted = cluster.min_vms as usize;
     let live = cloud.list_vms(&placement).await?;
     for vm in &live {
-        clusters::upsert_vm(&deps.pool, &placement.cluster_id, vm).await?;
+        vms::upsert(&deps(&ctx).db, &placement.cluster_id, vm).await?;
     }
+    let launched = ctx.output(LAUNCH_CONTROL_PLANE)?;
     let cp = live.iter().find(|vm| vm.provider_id == launched.provider_id).cloned().unwrap_or(launched);
-    let secrets = deps.secrets(&placement.cluster_id).await?;
-    let client = kube_api::client(&deps.kube_url(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
+    let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
+    let client = kube_api::client(&deps(&ctx).kube_url(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
     let nodes = match kube_api::nodes(&client).await {
         Ok(nodes) => nodes,
-        Err(err) => {
-            return Ok(Check::NotYet(format!("listing nodes: {}", anycloud_engine::error_chain(&err))));
-        }
+        Err(err) => return Ok(Check::NotYet(format!("listing nodes: {}", anycloud_engine::error_chain(&err)))),
     };
     let ready = nodes.iter().filter(|node| node.ready && !node.control_plane).count();
     if ready >= wanted {
@@ -322,6 +338,44 @@ async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, Ste
 }
 
 async fn mark_ready(ctx: StepCtx<CreateCluster>) -> Result<(), StepError> {
-    clusters::set_phase(&ctx.workflow().deps.pool, &ctx.input().cluster_id, Phase::Ready, None).await?;
+    clusters::set_phase(&deps(&ctx).db, &ctx.input().cluster_id, Phase::Ready, None).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_cluster_says_why_and_where_to_look() {
+        let run = uuid::Uuid::nil();
+        let failed = failed_reason(false, Some("step `launch_workers` failed: quota of 2 VMs"), run);
+        assert_eq!(
+            failed,
+            "creation failed (step `launch_workers` failed: quota of 2 VMs) and was unwound: nothing is left at the \
+             provider; `anycloud workflow inspect 00000000-0000-0000-0000-000000000000` shows every step"
+        );
+        assert!(failed_reason(true, Some("cancelled by an operator"), run).starts_with("creation was cancelled and"));
+    }
+
+    #[test]
+    fn every_step_name_is_its_key() {
+        let keys = [
+            PIN_PLACEMENT.name(),
+            ENSURE_NETWORK.name(),
+            GENERATE_SECRETS.name(),
+            LAUNCH_CONTROL_PLANE.name(),
+            WAIT_FOR_API.name(),
+            LAUNCH_WORKERS.name(),
+            WAIT_FOR_NODES.name(),
+            MARK_READY.name(),
+        ];
+        let documented = include_str!("../../docs/workflows/cluster-create.md");
+        for key in keys {
+            assert!(
+                documented.contains(&format!("`{key}`")),
+                "docs/workflows/cluster-create.md does not describe `{key}`"
+            );
+        }
+    }
 }

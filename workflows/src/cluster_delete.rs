@@ -4,27 +4,30 @@
 //! mark_deleting -> remove_workloads -> terminate_vms -> delete_network -> wait_gone -> mark_deleted
 //! ```
 //!
-//! The API refuses the delete while a deployment references the cluster, in the transaction that
-//! submits this run (deployments lock the same row). The run shares the cluster's resource key
-//! with `cluster.create`, so a delete accepted during a create waits for it. Every step is
-//! idempotent and moves forward only: a delete has no undo, and a step that keeps failing parks
-//! the run for an operator. docs/workflows/cluster-delete.md describes each step.
+//! The `delete_cluster` operation refuses the delete while a deployment references the cluster,
+//! in the transaction that submits this run (deployments lock the same row). The run shares the
+//! cluster's resource key with `cluster.create`, so a delete accepted during a create waits for
+//! it. Every step is idempotent and moves forward only: no step has an undo, and a step that
+//! keeps failing, or a wait that runs out of time, parks the run for an operator (`workflow
+//! retry`, `resume`) instead of giving up with VMs left behind. A cancelled delete leaves the
+//! cluster `deleting`; deleting it again starts a new run. docs/workflows/cluster-delete.md
+//! describes each step.
 
 use std::time::Duration;
 
-use anycloud_engine::{Check, Step, StepCtx, StepError, Steps, Workflow};
+use anycloud_engine::{Check, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Cloud, Placement, Role};
-use crate::cluster_create::{cloud_retry, sweep_retry};
-use crate::cluster_deps::ClusterDeps;
-use crate::clusters::{self, Phase};
-use crate::kube_api;
+use crate::db::clusters::{self, Phase};
+use crate::db::vms;
+use crate::deps::Deps;
+use crate::{kube_api, retry};
 
 /// The workflow, with what its steps need.
 pub struct DeleteCluster {
-    /// Database, sealer, simulated cloud.
-    pub deps: ClusterDeps,
+    /// Database, sealer, clouds.
+    pub deps: Deps,
 }
 
 /// Which cluster to delete.
@@ -46,22 +49,42 @@ pub struct WorkloadsRemoved {
     pub skipped: Option<String>,
 }
 
+/// Where the cluster's VMs are, read from its record.
+const MARK_DELETING: StepKey<Placement> = StepKey::new("mark_deleting");
+
 impl Workflow for DeleteCluster {
     const KIND: &'static str = "cluster.delete";
-    const VERSION: u32 = 1;
+    /// v2: every step parks when it keeps failing (v1 gave up on some).
+    const VERSION: u32 = 2;
     type Input = DeleteInput;
     type Output = ();
 
     fn steps() -> Steps<Self> {
         Steps::new()
-            .then(Step::action("mark_deleting", mark_deleting))
-            .then(Step::action("remove_workloads", remove_workloads).retry(cloud_retry()))
-            .then(Step::action("terminate_vms", terminate_vms).retry(cloud_retry()))
-            .then(Step::action("delete_network", delete_network).retry(sweep_retry()))
+            .then(Step::action(MARK_DELETING, mark_deleting).retry(retry::cloud_calls()))
             .then(
-                Step::poll("wait_gone", wait_gone).every(Duration::from_secs(2)).timeout(Duration::from_secs(15 * 60)),
+                Step::action("remove_workloads", remove_workloads)
+                    .retry(retry::cloud_calls())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
             )
-            .then(Step::action("mark_deleted", mark_deleted))
+            .then(
+                Step::action("terminate_vms", terminate_vms)
+                    .retry(retry::cloud_calls())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
+            )
+            .then(
+                Step::action("delete_network", delete_network)
+                    .retry(retry::sweeps())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
+            )
+            .then(
+                Step::poll("wait_gone", wait_gone)
+                    .every(Duration::from_secs(2))
+                    .timeout(Duration::from_secs(15 * 60))
+                    .retry(retry::sweeps())
+                    .attempt_timeout(retry::QUICK_ATTEMPT),
+            )
+            .then(Step::action("mark_deleted", mark_deleted).retry(retry::cloud_calls()))
     }
 
     fn output(_ctx: &StepCtx<Self>) -> Result<(), StepError> {
@@ -69,17 +92,20 @@ impl Workflow for DeleteCluster {
     }
 }
 
+fn deps(ctx: &StepCtx<DeleteCluster>) -> &Deps {
+    &ctx.workflow().deps
+}
+
 async fn placement_and_cloud(ctx: &StepCtx<DeleteCluster>) -> Result<(Placement, Box<dyn Cloud>), StepError> {
-    let placement: Placement = ctx.output("mark_deleting")?;
-    let cluster = ctx.workflow().deps.cluster(&ctx.input().cluster_id).await?;
-    let cloud = ctx.workflow().deps.cloud(&cluster.credential, &placement.region).await?;
+    let placement = ctx.output(MARK_DELETING)?;
+    let cluster = deps(ctx).cluster(&ctx.input().cluster_id).await?;
+    let cloud = deps(ctx).cloud(&cluster.credential, &placement.region).await?;
     Ok((placement, cloud))
 }
 
 async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepError> {
-    let deps = &ctx.workflow().deps;
-    let cluster = deps.cluster(&ctx.input().cluster_id).await?;
-    clusters::set_phase(&deps.pool, &cluster.id, Phase::Deleting, None).await?;
+    let cluster = deps(&ctx).cluster(&ctx.input().cluster_id).await?;
+    clusters::set_phase(&deps(&ctx).db, &cluster.id, Phase::Deleting, None).await?;
     Ok(Placement {
         cluster_id: cluster.id,
         region: cluster.region,
@@ -90,14 +116,14 @@ async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepErr
 }
 
 async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemoved, StepError> {
-    let deps = &ctx.workflow().deps;
+    let deps = deps(&ctx);
     let (placement, cloud) = placement_and_cloud(&ctx).await?;
     let live = cloud.list_vms(&placement).await?;
     let Some(cp) = live.iter().find(|vm| vm.role == Role::ControlPlane && vm.state.eq_ignore_ascii_case("running"))
     else {
         return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("no running control plane".into()) });
     };
-    let secrets = match clusters::sealed_secrets(&deps.pool, &placement.cluster_id).await? {
+    let secrets = match clusters::sealed_secrets(&deps.db, &placement.cluster_id).await? {
         Some(_) => deps.secrets(&placement.cluster_id).await?,
         None => return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("the cluster has no secrets".into()) }),
     };
@@ -114,12 +140,11 @@ async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemove
 }
 
 async fn terminate_vms(ctx: StepCtx<DeleteCluster>) -> Result<Vec<String>, StepError> {
-    let deps = &ctx.workflow().deps;
     let (placement, cloud) = placement_and_cloud(&ctx).await?;
     // A sweep by tag, not the recorded ids: a half-finished create's VMs are found too.
     let live = cloud.list_vms(&placement).await?;
     for vm in &live {
-        clusters::upsert_vm(&deps.pool, &placement.cluster_id, vm).await?;
+        vms::upsert(&deps(&ctx).db, &placement.cluster_id, vm).await?;
     }
     let ids: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
     cloud.terminate(&placement, &ids).await?;
@@ -133,10 +158,9 @@ async fn delete_network(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
 }
 
 async fn wait_gone(ctx: StepCtx<DeleteCluster>) -> Result<Check<()>, StepError> {
-    let deps = &ctx.workflow().deps;
     let (placement, cloud) = placement_and_cloud(&ctx).await?;
     let live = cloud.list_vms(&placement).await?;
-    clusters::mark_gone_vms(&deps.pool, &placement.cluster_id, &live).await?;
+    vms::mark_gone(&deps(&ctx).db, &placement.cluster_id, &live).await?;
     let network = cloud.network_exists(&placement).await?;
     if live.is_empty() && !network {
         return Ok(Check::Ready(()));
@@ -157,12 +181,12 @@ async fn wait_gone(ctx: StepCtx<DeleteCluster>) -> Result<Check<()>, StepError> 
 }
 
 async fn mark_deleted(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
-    let deps = &ctx.workflow().deps;
+    let db = &deps(&ctx).db;
     let id = &ctx.input().cluster_id;
-    clusters::mark_gone_vms(&deps.pool, id, &[]).await?;
-    clusters::erase_secrets(&deps.pool, id).await?;
-    clusters::set_endpoint(&deps.pool, id, None).await?;
-    clusters::set_network(&deps.pool, id, None, None).await?;
-    clusters::set_phase(&deps.pool, id, Phase::Deleted, None).await?;
+    vms::mark_gone(db, id, &[]).await?;
+    clusters::erase_secrets(db, id).await?;
+    clusters::set_endpoint(db, id, None).await?;
+    clusters::set_network(db, id, None, None).await?;
+    clusters::set_phase(db, id, Phase::Deleted, None).await?;
     Ok(())
 }

@@ -1,43 +1,57 @@
-//! The Anycloud domain: the records the API keeps (credentials, and clusters and deployments as
-//! they come), the cloud providers, and the workflows that act on them, written on
-//! `anycloud-engine`.
+//! The Anycloud domain: what the API keeps (credentials, clusters and their VMs, deployments),
+//! what users can do with it, and the workflows that act on the clouds, written on
+//! `anycloud-engine`. No HTTP server code lives here.
 //!
-//! - [`credentials`]: saving, listing and opening credentials; secrets sealed by [`secrets`].
-//! - [`providers`]: AWS (aws-sdk-ec2), GCP (google-cloud-compute-v1) and the simulated cloud.
-//! - [`verify_credential`]: the `credentials.verify` workflow.
-//! - [`clusters`]: cluster, VM and deployment records; [`cluster_create`] and [`cluster_delete`]:
-//!   the workflows that act on them through the [`cloud::Cloud`] interface and [`kube_api`].
+//! - [`operations`]: one function per user-visible operation (save a credential, create a
+//!   cluster, ...). Each validates, locks, submits its run and writes its records in one
+//!   transaction, and answers with a type of [`api`] or a [`refusal`].
+//! - The workflows, one file each, named after their kind: [`credentials_verify`],
+//!   [`cluster_create`], [`cluster_delete`]. [`registry`] registers them all; their shared retry
+//!   policies are in [`retry`], what their steps use in [`deps`].
+//! - [`db`]: the domain's tables and every SQL statement on them.
+//! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP; the simulated cloud is its own
+//!   crate and plugs in through [`providers::SimulatedCloud`]); [`kube_api`]: what the workflows
+//!   ask of a cluster's Kubernetes API.
+//! - [`secrets`] and [`cluster_secrets`]: what is sealed at rest; [`user_data`]: what a VM runs
+//!   when it boots.
 
+pub mod api;
 pub mod cloud;
 pub mod cluster_create;
 pub mod cluster_delete;
-pub mod cluster_deps;
 pub mod cluster_secrets;
-pub mod clusters;
-pub mod credentials;
+pub mod credentials_verify;
+pub mod db;
+pub mod deps;
 pub mod kube_api;
 pub mod names;
+pub mod operations;
 pub mod providers;
+pub mod refusal;
+pub mod retry;
+pub mod seams;
 pub mod secrets;
 pub mod user_data;
-pub mod verify_credential;
 
-use anycloud_engine::{EngineError, Store};
+#[cfg(test)]
+mod test_support;
 
-/// Brings the domain's tables up to date in the engine's database.
-pub async fn migrate(store: &Store) -> Result<(), EngineError> {
-    match store.pool() {
-        anycloud_engine::Pool::Sqlite(pool) => {
-            let mut migrator = sqlx::migrate!("./migrations/sqlite");
-            migrator.set_ignore_missing(true);
-            migrator.run(pool).await.map_err(EngineError::Migrate)
-        }
-        anycloud_engine::Pool::Postgres(pool) => {
-            let mut migrator = sqlx::migrate!("./migrations/postgres");
-            migrator.set_ignore_missing(true);
-            migrator.run(pool).await.map_err(EngineError::Migrate)
-        }
-    }
+use std::sync::Arc;
+
+use anycloud_engine::Registry;
+
+use cluster_create::CreateCluster;
+use cluster_delete::DeleteCluster;
+use credentials_verify::VerifyCredential;
+use deps::Deps;
+
+/// Every workflow of the domain, registered with what its steps need. A new workflow is one
+/// more line here.
+pub fn registry(deps: &Deps) -> Registry {
+    Registry::new()
+        .with(Arc::new(VerifyCredential { deps: deps.clone() }))
+        .with(Arc::new(CreateCluster { deps: deps.clone() }))
+        .with(Arc::new(DeleteCluster { deps: deps.clone() }))
 }
 
 /// Milliseconds since the Unix epoch.

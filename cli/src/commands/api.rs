@@ -4,6 +4,7 @@ use crate::output::say;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
+use anycloud_workflows::api::ApiStatus;
 use serde_json::Value;
 
 use super::print_json;
@@ -52,6 +53,7 @@ pub fn use_api(name: &str) -> CliResult {
         let known: Vec<&str> = config.apis.keys().map(String::as_str).collect();
         return Err(CliError::new(
             NOT_OBSERVED,
+            "UNKNOWN_API",
             format!(
                 "no API named `{name}` in the CLI config (known: {}); start it with `anycloud api serve --id {name} --use`",
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }
@@ -67,15 +69,18 @@ pub fn use_api(name: &str) -> CliResult {
 /// Shows the active API and whether it answers.
 pub async fn status(json: bool) -> CliResult {
     let client = Client::active()?;
-    let status: Value = client.get("/v1/status").await?;
+    let status: ApiStatus = client.get("/v1/status").await?;
     if json {
         print_json(&status);
     } else {
         say!("active API  {} ({})", client.name(), client.kind());
         say!("url         {}", client.url());
-        say!("answers     yes, version {}", status["version"].as_str().unwrap_or("?"));
-        say!("store       {}", status["store"].as_str().unwrap_or("?"));
-        say!("engine      {}", status["engine_owner"].as_str().unwrap_or("?"));
+        say!("answers     yes, version {}", status.version);
+        say!("store       {}", status.store);
+        say!("engine      {}", status.engine_owner);
+        for seam in &status.test_seams {
+            say!("TEST SEAM   {seam} (a test binary: never in production)");
+        }
     }
     Ok(OK)
 }
@@ -109,7 +114,9 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
         )));
     }
     let dir = args.data_dir.clone().unwrap_or_else(|| data_home().join("apis").join(&args.id));
-    let io = |what: &str, err: std::io::Error| CliError::new(NOT_OBSERVED, format!("{what} {}: {err}", dir.display()));
+    let io = |what: &str, err: std::io::Error| {
+        CliError::new(NOT_OBSERVED, "DATA_DIR", format!("{what} {}: {err}", dir.display()))
+    };
     std::fs::create_dir_all(&dir).map_err(|err| io("creating", err))?;
     if let Some(pid) = running_pid(&dir) {
         return Err(CliError::bad_input(format!(
@@ -121,7 +128,8 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
     let log =
         std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|err| io("opening", err))?;
     let offset = log.metadata().map(|meta| meta.len()).unwrap_or(0);
-    let exe = std::env::current_exe().map_err(|err| CliError::new(NOT_OBSERVED, format!("finding anycloud: {err}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|err| CliError::new(NOT_OBSERVED, "START_FAILED", format!("finding anycloud: {err}")))?;
     let mut command = std::process::Command::new(exe);
     command
         .args(["api", "serve", "--id", &args.id, "--hosted-by", "sim", "--port", &args.port.to_string(), "--data-dir"])
@@ -134,7 +142,9 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
     if let Some(url) = &args.database_url {
         command.env("ANYCLOUD_DATABASE_URL", url);
     }
-    let mut child = command.spawn().map_err(|err| CliError::new(NOT_OBSERVED, format!("starting the API: {err}")))?;
+    let mut child = command
+        .spawn()
+        .map_err(|err| CliError::new(NOT_OBSERVED, "START_FAILED", format!("starting the API: {err}")))?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let url = loop {
         let text = std::fs::read(&log_path).unwrap_or_default();
@@ -146,12 +156,17 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(CliError::new(
                 NOT_OBSERVED,
+                "START_FAILED",
                 format!("the hosted API exited ({status}) before listening; its log says:\n{fresh}"),
             ));
         }
         if std::time::Instant::now() >= deadline {
             let _ = child.kill();
-            return Err(CliError::new(NOT_OBSERVED, format!("the hosted API did not listen within 60 s:\n{fresh}")));
+            return Err(CliError::new(
+                NOT_OBSERVED,
+                "START_FAILED",
+                format!("the hosted API did not listen within 60 s:\n{fresh}"),
+            ));
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
@@ -189,19 +204,20 @@ pub async fn stop(id: &str, data_dir: Option<PathBuf>, json: bool) -> CliResult 
     let Some(pid) = running_pid(&dir) else {
         return Err(CliError::new(
             NOT_OBSERVED,
+            "API_NOT_RUNNING",
             format!("API `{id}` is not running (no live process in {}/api.pid)", dir.display()),
         ));
     };
     let sent = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
     if !sent.is_ok_and(|status| status.success()) {
-        return Err(CliError::new(NOT_OBSERVED, format!("could not signal API `{id}` (pid {pid})")));
+        return Err(CliError::new(NOT_OBSERVED, "STOP_FAILED", format!("could not signal API `{id}` (pid {pid})")));
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
     while alive(pid) && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     if alive(pid) {
-        return Err(CliError::new(TIMEOUT, format!("API `{id}` (pid {pid}) did not stop within 40 s")));
+        return Err(CliError::new(TIMEOUT, "TIMEOUT", format!("API `{id}` (pid {pid}) did not stop within 40 s")));
     }
     let _ = std::fs::remove_file(dir.join("api.pid"));
     let mut config = Config::load()?;

@@ -1,13 +1,16 @@
 //! `anycloud credentials new | list | delete`.
 
-use crate::output::say;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use anycloud_workflows::api::{CredentialDeleted, CredentialList, CredentialSaved, CredentialShown, NewCredential};
+use anycloud_workflows::db::credentials::CredentialStatus;
+use anycloud_workflows::providers::ProviderKind;
+use anycloud_workflows::providers::sim_settings::{LIMITS, SimSettings};
 
 use super::print_json;
 use crate::client::Client;
 use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, OK};
+use crate::output::say;
 use crate::render;
 
 /// What `credentials new` was given.
@@ -35,26 +38,26 @@ pub struct NewArgs {
 /// `--sim-*`: how a simulated account behaves (all deterministic under `--sim-seed`).
 #[derive(Debug, Default, clap::Args)]
 pub struct SimFlags {
-    /// sim: the first N calls fail with a transient error.
-    #[arg(long)]
+    /// sim: the first N calls fail with a transient error (0 to 1000000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(LIMITS.fail_first)))]
     pub sim_fail_first: Option<u32>,
     /// sim: every call is rejected with this message.
     #[arg(long)]
     pub sim_reject: Option<String>,
-    /// sim: each call takes this many milliseconds.
-    #[arg(long)]
+    /// sim: each call takes this many milliseconds (0 to 60000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=LIMITS.latency_ms))]
     pub sim_latency_ms: Option<u64>,
     /// sim: this percentage (0-100) of calls fail with a transient error, chosen by --sim-seed.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=i64::from(LIMITS.error_rate)))]
     pub sim_error_rate: Option<u8>,
     /// sim: the seed of transient errors, VM ids and addresses.
     #[arg(long)]
     pub sim_seed: Option<u64>,
-    /// sim: at most N live VMs in the account; launches beyond fail with a quota error.
-    #[arg(long)]
+    /// sim: at most N live VMs in the account (0 to 10000); launches beyond fail with a quota error.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub sim_quota_vms: Option<u32>,
-    /// sim: how long a VM takes to boot, and its node to become Ready [default: 300].
-    #[arg(long)]
+    /// sim: how long a VM takes to boot, and its node to become Ready (0 to 3600000) [default: 300].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=LIMITS.boot_ms))]
     pub sim_boot_ms: Option<u64>,
     /// sim: VMs boot but their Kubernetes nodes never become Ready.
     #[arg(long)]
@@ -62,25 +65,19 @@ pub struct SimFlags {
 }
 
 impl SimFlags {
-    /// The `sim` settings the API takes; flags not given keep the simulated cloud's defaults.
-    fn settings(&self) -> Value {
-        let mut settings = serde_json::Map::new();
-        let mut set = |key: &str, value: Value| {
-            if !value.is_null() {
-                settings.insert(key.to_owned(), value);
-            }
-        };
-        set("fail_first", json!(self.sim_fail_first));
-        set("reject", json!(self.sim_reject));
-        set("latency_ms", json!(self.sim_latency_ms));
-        set("error_rate", json!(self.sim_error_rate));
-        set("seed", json!(self.sim_seed));
-        set("quota_vms", json!(self.sim_quota_vms));
-        set("boot_ms", json!(self.sim_boot_ms));
-        if self.sim_never_ready {
-            set("never_ready", json!(true));
+    /// The settings: the simulated cloud's defaults, with each flag given in their place.
+    fn settings(&self) -> SimSettings {
+        let defaults = SimSettings::default();
+        SimSettings {
+            fail_first: self.sim_fail_first.unwrap_or(defaults.fail_first),
+            reject: self.sim_reject.clone(),
+            latency_ms: self.sim_latency_ms.unwrap_or(defaults.latency_ms),
+            error_rate: self.sim_error_rate.unwrap_or(defaults.error_rate),
+            seed: self.sim_seed.unwrap_or(defaults.seed),
+            quota_vms: self.sim_quota_vms,
+            boot_ms: self.sim_boot_ms.unwrap_or(defaults.boot_ms),
+            never_ready: self.sim_never_ready,
         }
-        Value::Object(settings)
     }
 }
 
@@ -88,14 +85,19 @@ impl SimFlags {
 pub async fn new(args: NewArgs, json: bool) -> CliResult {
     let client = Client::active()?;
     let from_env = |value: Option<String>, var: &str| value.or_else(|| std::env::var(var).ok());
-    let mut body = json!({ "name": args.name, "provider": args.provider });
-    match args.provider.as_str() {
-        "aws" => {
-            body["access_key_id"] = json!(from_env(args.access_key_id, "AWS_ACCESS_KEY_ID"));
-            body["secret_access_key"] = json!(from_env(args.secret_access_key, "AWS_SECRET_ACCESS_KEY"));
-            body["region"] = json!(args.region);
+    let mut request = NewCredential {
+        name: args.name.clone(),
+        provider: args.provider.clone(),
+        endpoint: args.endpoint,
+        ..NewCredential::default()
+    };
+    match args.provider.parse::<ProviderKind>() {
+        Ok(ProviderKind::Aws) => {
+            request.access_key_id = from_env(args.access_key_id, "AWS_ACCESS_KEY_ID");
+            request.secret_access_key = from_env(args.secret_access_key, "AWS_SECRET_ACCESS_KEY");
+            request.region = args.region;
         }
-        "gcp" => {
+        Ok(ProviderKind::Gcp) => {
             let path = args
                 .service_account_file
                 .or_else(|| std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").map(Into::into));
@@ -103,17 +105,15 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
                 let text = std::fs::read_to_string(&path).map_err(|err| {
                     CliError::bad_input(format!("reading the service-account key file {}: {err}", path.display()))
                 })?;
-                body["service_account_json"] = json!(text);
+                request.service_account_json = Some(text);
             }
         }
-        "sim" => body["sim"] = args.sim.settings(),
-        _ => {}
+        Ok(ProviderKind::Sim) => request.sim = Some(args.sim.settings()),
+        // The API names the providers it knows.
+        Err(_) => {}
     }
-    if args.endpoint.is_some() {
-        body["endpoint"] = json!(args.endpoint);
-    }
-    let saved: Value = client.post("/v1/credentials", &body).await?;
-    let run = saved["workflow_id"].as_str().unwrap_or_default().to_owned();
+    let saved: CredentialSaved = client.post("/v1/credentials", &request).await?;
+    let run = saved.workflow_id.to_string();
     if json && !args.wait {
         print_json(&saved);
         return Ok(OK);
@@ -126,41 +126,47 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
         return Ok(OK);
     }
     let code = super::workflow::follow(&client, &run, Duration::from_secs(15 * 60), json).await?;
-    let shown: Value = client.get(&format!("/v1/credentials/{}", args.name)).await?;
-    let credential = &shown["credential"];
+    let shown: CredentialShown = client.get(&format!("/v1/credentials/{}", args.name)).await?;
+    let credential = &shown.credential;
     if json {
         print_json(&shown);
     } else {
         say!(
             "credential {} is {}: {}",
             args.name,
-            credential["status"].as_str().unwrap_or("?"),
-            credential["status_message"].as_str().unwrap_or("")
+            credential.status.as_str(),
+            credential.status_message.as_deref().unwrap_or("")
         );
     }
-    Ok(if code == OK && credential["status"] == "valid" { OK } else { ENDED_OTHERWISE })
+    Ok(if code == OK && credential.status == CredentialStatus::Valid { OK } else { ENDED_OTHERWISE })
 }
 
 /// Lists credentials; secrets are never shown.
 pub async fn list(json: bool) -> CliResult {
     let client = Client::active()?;
-    let answer: Value = client.get("/v1/credentials").await?;
+    let answer: CredentialList = client.get("/v1/credentials").await?;
     if json {
-        print_json(&answer["credentials"]);
+        print_json(&answer.credentials);
         return Ok(OK);
     }
-    let rows: Vec<Vec<String>> = answer["credentials"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    let rows: Vec<Vec<String>> = answer
+        .credentials
         .iter()
-        .map(|c| {
-            let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
-            let mut identity = text(&c["public"]["identity"]);
-            if c["provider"] == "aws" && identity.len() > 8 {
-                identity = format!("{}…{}", &identity[..4], &identity[identity.len() - 4..]);
+        .map(|credential| {
+            let mut identity = credential.public.identity.clone();
+            let chars: Vec<char> = identity.chars().collect();
+            if credential.provider == ProviderKind::Aws && chars.len() > 8 {
+                let (head, tail): (String, String) =
+                    (chars[..4].iter().collect(), chars[chars.len() - 4..].iter().collect());
+                identity = format!("{head}…{tail}");
             }
-            vec![text(&c["name"]), text(&c["provider"]), identity, text(&c["status"]), text(&c["status_message"])]
+            vec![
+                credential.name.clone(),
+                credential.provider.to_string(),
+                identity,
+                credential.status.as_str().to_owned(),
+                credential.status_message.clone().unwrap_or_default(),
+            ]
         })
         .collect();
     if rows.is_empty() {
@@ -174,7 +180,7 @@ pub async fn list(json: bool) -> CliResult {
 /// Deletes a credential nothing uses.
 pub async fn delete(name: &str, json: bool) -> CliResult {
     let client = Client::active()?;
-    let answer: Value = client.delete(&format!("/v1/credentials/{name}")).await?;
+    let answer: CredentialDeleted = client.delete(&format!("/v1/credentials/{name}")).await?;
     if json {
         print_json(&answer);
     } else {

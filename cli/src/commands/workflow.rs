@@ -1,16 +1,20 @@
-//! `anycloud workflow list | inspect | retry | resume | cancel`.
+//! `anycloud workflow list | inspect | retry | resume | cancel`, and the follower every `--wait`
+//! uses.
 //!
 //! `inspect` is written for someone debugging a stuck operation at 3 a.m.: its first lines say
 //! what the run is doing, what is wrong and when it will next try, then every step follows.
 
-use crate::output::say;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use anycloud_engine::{EventRecord, Phase, RunDetail, RunStatus, StepError, StepStatus};
+use anycloud_workflows::api::{
+    EventsQuery, WorkflowActed, WorkflowAction, WorkflowDetail, WorkflowEvents, WorkflowList, WorkflowQuery,
+};
 
-use super::{items, print_json};
+use super::print_json;
 use crate::client::Client;
-use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, OK, TIMEOUT};
+use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
+use crate::output::say;
 use crate::render;
 
 /// Filters of `workflow list`.
@@ -28,28 +32,30 @@ pub struct ListArgs {
 /// Lists runs, newest first.
 pub async fn list(args: ListArgs, json: bool) -> CliResult {
     let client = Client::active()?;
-    let mut query = vec![format!("limit={}", args.limit)];
-    for (key, value) in [("kind", &args.kind), ("status", &args.status), ("resource", &args.resource)] {
-        if let Some(value) = value {
-            query.push(format!("{key}={}", encode(value)));
-        }
-    }
-    let answer: Value = client.get(&format!("/v1/workflows?{}", query.join("&"))).await?;
+    let query = WorkflowQuery {
+        kind: args.kind,
+        status: args.status,
+        resource: args.resource,
+        limit: Some(args.limit),
+        before: None,
+    };
+    let answer: WorkflowList = client.get_query("/v1/workflows", &query).await?;
     if json {
-        print_json(&answer["workflows"]);
+        print_json(&answer.workflows);
         return Ok(OK);
     }
     let now = anycloud_workflows::now_ms();
-    let rows: Vec<Vec<String>> = items(&answer["workflows"])
+    let rows: Vec<Vec<String>> = answer
+        .workflows
         .iter()
         .map(|run| {
             vec![
-                text(&run["id"]),
-                text(&run["kind"]),
-                text(&run["status"]),
-                text(&run["current_step"]),
-                text(&run["resource_key"]),
-                run["updated_at"].as_i64().map(|t| render::relative(t, now)).unwrap_or_default(),
+                run.id.to_string(),
+                run.kind.clone(),
+                run.status.to_string(),
+                run.current_step.clone().unwrap_or_default(),
+                run.resource_key.clone().unwrap_or_default(),
+                render::relative(run.updated_at, now),
             ]
         })
         .collect();
@@ -68,83 +74,79 @@ pub async fn inspect(id: &str, events: bool, follow: bool, json: bool) -> CliRes
     if follow {
         return self::follow(&client, id, Duration::from_secs(24 * 3600), json).await;
     }
-    let answer: Value = client.get(&format!("/v1/workflows/{id}")).await?;
-    let timeline: Option<Value> =
+    let answer: WorkflowDetail = client.get(&format!("/v1/workflows/{id}")).await?;
+    let timeline: Option<WorkflowEvents> =
         if events { Some(client.get(&format!("/v1/workflows/{id}/events")).await?) } else { None };
     if json {
-        let mut out = answer["workflow"].clone();
+        let mut out = serde_json::to_value(&answer.workflow).unwrap_or_default();
         if let Some(timeline) = timeline {
-            out["events"] = timeline["events"].clone();
+            out["events"] = serde_json::to_value(&timeline.events).unwrap_or_default();
         }
         print_json(&out);
         return Ok(OK);
     }
-    print_detail(&answer["workflow"], answer["now"].as_i64().unwrap_or_else(anycloud_workflows::now_ms));
+    print_detail(&answer.workflow, answer.now);
     if let Some(timeline) = timeline {
         say!("\nevents");
-        for event in items(&timeline["events"]) {
+        for event in &timeline.events {
             say!("  {}", event_line(event));
         }
     }
     Ok(OK)
 }
 
-/// `ANYCLOUD_TEST_FOLLOW_GAP_MS`: a test seam, a pause between the follower's two reads, so that
-/// a test can make a run end between them.
-fn test_gap() -> Option<Duration> {
-    let millis = std::env::var("ANYCLOUD_TEST_FOLLOW_GAP_MS").ok()?.parse().ok()?;
-    Some(Duration::from_millis(millis))
-}
-
-/// Streams a run's events until it ends; survives the API restarting meanwhile. Exit code: 0
-/// succeeded, 1 failed or cancelled, 2 could not observe, 4 timed out.
+/// Streams a run's events until it ends or stops for a person; survives the API restarting
+/// meanwhile. Exit code: 0 succeeded, 1 failed or cancelled, 2 could not observe, 4 timed out;
+/// a run that needs attention is an error (exit 5) that names the commands to run next.
 pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) -> CliResult {
     let deadline = Instant::now() + timeout;
     let mut after = 0_i64;
     let mut unreachable_since: Option<Instant> = None;
-    let gap = test_gap();
+    let gap = crate::seams::get().follow_gap;
     loop {
-        // The run before its events: a run that had ended when it was read has all its events
-        // committed (its end and its last step are one transaction), so the events read next
-        // include them. Read the other way round, a run ending between the two reads would stop
-        // the follower short of its last step.
-        let polled: Result<(Value, Value), CliError> = async {
-            let run: Value = client.get(&format!("/v1/workflows/{id}")).await?;
+        // The run before its events: a run that had ended (or parked) when it was read has all
+        // the events of that committed (its state and its last events are one transaction), so
+        // the events read next include them. Read the other way round, a run ending between the
+        // two reads would stop the follower short of its last step.
+        let polled: Result<(WorkflowEvents, WorkflowDetail), CliError> = async {
+            let run: WorkflowDetail = client.get(&format!("/v1/workflows/{id}")).await?;
             if let Some(gap) = gap {
                 tokio::time::sleep(gap).await;
             }
-            let events: Value = client.get(&format!("/v1/workflows/{id}/events?after={after}")).await?;
+            let query = EventsQuery { after: Some(after) };
+            let events: WorkflowEvents = client.get_query(&format!("/v1/workflows/{id}/events"), &query).await?;
             Ok((events, run))
         }
         .await;
         match polled {
-            Ok((events, run)) => {
+            Ok((events, detail)) => {
                 if unreachable_since.take().is_some() && !json {
                     say!("  (API reachable again)");
                 }
-                for event in items(&events["events"]) {
-                    after = after.max(event["seq"].as_i64().unwrap_or(after));
+                for event in &events.events {
+                    after = after.max(event.seq);
                     if json {
                         say!("{}", serde_json::to_string(event).unwrap_or_default());
                     } else {
                         say!("  {}", event_line(event));
                     }
                 }
-                let status = text(&run["workflow"]["run"]["status"]);
-                match status.as_str() {
-                    "succeeded" => return Ok(OK),
-                    "failed" | "cancelled" => {
+                let run = &detail.workflow.run;
+                let reason = run.status_reason.clone().unwrap_or_default();
+                match run.status {
+                    RunStatus::Succeeded => return Ok(OK),
+                    RunStatus::Failed | RunStatus::Cancelled => {
                         if !json {
-                            let reason = text(&run["workflow"]["run"]["status_reason"]);
-                            say!("workflow {id} {status}: {reason}");
+                            say!("workflow {id} {}: {reason}", run.status);
                         }
                         return Ok(ENDED_OTHERWISE);
                     }
+                    RunStatus::NeedsAttention => return Err(needs_attention(id, run.phase, &reason)),
                     _ => {}
                 }
             }
             // The API may be restarting: keep trying for a while, saying so once.
-            Err(err) if err.error_code.as_deref() == Some("API_UNREACHABLE") => {
+            Err(err) if err.error_code == "API_UNREACHABLE" => {
                 let since = *unreachable_since.get_or_insert_with(|| {
                     if !json {
                         say!("  (API unreachable; waiting for it to come back)");
@@ -160,6 +162,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
         if Instant::now() >= deadline {
             return Err(CliError::new(
                 TIMEOUT,
+                "TIMEOUT",
                 format!("workflow {id} did not end within {}", render::duration(timeout.as_millis() as i64)),
             ));
         }
@@ -167,124 +170,126 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
     }
 }
 
+/// A parked run: nothing moves until a person acts; say what to run, with the run's id.
+fn needs_attention(id: &str, phase: Phase, reason: &str) -> CliError {
+    let next = match phase {
+        Phase::Forward => format!(
+            "fix the cause, then `anycloud workflow retry {id}` (one more attempt) or `anycloud workflow resume {id}` \
+             (a fresh retry budget); `anycloud workflow cancel {id}` gives up and undoes what was done"
+        ),
+        Phase::Undo => format!(
+            "fix what blocks the undo, then `anycloud workflow retry {id}` or `anycloud workflow resume {id}` to \
+             finish unwinding"
+        ),
+    };
+    CliError::new(NEEDS_ATTENTION, "NEEDS_ATTENTION", format!("workflow {id} needs attention: {reason}\n{next}"))
+}
+
 /// `retry`, `resume` or `cancel`.
-pub async fn act(id: &str, action: &str, json: bool) -> CliResult {
+pub async fn act(id: &str, action: WorkflowAction, json: bool) -> CliResult {
     check_id(id)?;
     let client = Client::active()?;
-    let answer: Value = client.post(&format!("/v1/workflows/{id}/{action}"), &serde_json::json!({})).await?;
+    let path = format!("/v1/workflows/{id}/{}", action.as_str());
+    let answer: WorkflowActed = client.post(&path, &serde_json::json!({})).await?;
     if json {
         print_json(&answer);
     } else {
         let done = match action {
-            "retry" => "will run its current step now",
-            "resume" => "resumed with a fresh retry budget",
-            _ => "cancel requested: completed steps will be undone",
+            WorkflowAction::Retry => "will run its current step now",
+            WorkflowAction::Resume => "resumed with a fresh retry budget",
+            WorkflowAction::Cancel => {
+                "cancel requested: the step in hand is stopped, then it and the completed steps are undone"
+            }
         };
-        say!("workflow {id} {done} (status: {})", text(&answer["status"]));
+        say!("workflow {id} {done} (status: {})", answer.status);
     }
     Ok(OK)
 }
 
-fn print_detail(detail: &Value, now: i64) {
-    let run = &detail["run"];
-    let status = text(&run["status"]);
-    let step = text(&run["current_step"]);
-    let attempt = run["attempt"].as_u64().unwrap_or(0);
+fn print_detail(detail: &RunDetail, now: i64) {
+    let run = &detail.run;
+    let status = run.status;
+    let step = run.current_step.clone().unwrap_or_default();
+    let attempt = run.attempt;
+    let ended = status.is_final();
     say!(
         "workflow {}  {} v{}{}",
-        text(&run["id"]),
-        text(&run["kind"]),
-        run["version"],
-        run["resource_key"].as_str().map(|k| format!("  resource {k}")).unwrap_or_default()
+        run.id,
+        run.kind,
+        run.version,
+        run.resource_key.as_deref().map(|key| format!("  resource {key}")).unwrap_or_default()
     );
-    let headline = match status.as_str() {
-        "retrying" => format!("retrying: step `{step}` failed {attempt} time(s)"),
-        "waiting" => format!("waiting: step `{step}`"),
-        "needs-attention" => format!("NEEDS ATTENTION at step `{step}`"),
-        "running" => format!("running: step `{step}` (attempt {})", attempt + 1),
-        "unwinding" => format!("unwinding: undoing `{step}`"),
-        other => other.to_owned(),
+    let headline = match status {
+        RunStatus::Retrying => format!("retrying: step `{step}` failed {attempt} time(s)"),
+        RunStatus::Waiting => format!("waiting: step `{step}`"),
+        RunStatus::NeedsAttention => format!("NEEDS ATTENTION at step `{step}`"),
+        RunStatus::Running => format!("running: step `{step}` (attempt {})", attempt + 1),
+        RunStatus::Unwinding => format!("unwinding: undoing `{step}`"),
+        other => other.to_string(),
     };
     say!("status    {headline}");
-    if let Some(reason) = run["status_reason"].as_str() {
+    if let Some(reason) = &run.status_reason {
         say!("why       {reason}");
     }
-    if let Some(chain) = run["error"]["chain"].as_array() {
-        for (i, cause) in chain.iter().enumerate() {
+    if let Some(error) = &run.error {
+        for (i, cause) in error.chain.iter().enumerate() {
             let label = if i == 0 { "error" } else { "  caused by" };
-            say!("{label:<9} {}", cause.as_str().unwrap_or(""));
+            say!("{label:<9} {cause}");
         }
     }
-    if let Some(next) =
-        run["next_at"].as_i64().filter(|_| !matches!(status.as_str(), "succeeded" | "failed" | "cancelled"))
-    {
-        let what = if status == "waiting" { "next check" } else { "next try" };
+    if let Some(next) = run.next_at.filter(|_| !ended) {
+        let what = if status == RunStatus::Waiting { "next check" } else { "next try" };
         say!("{what:<9} {} ({})", render::relative(next, now), render::time(next));
     }
-    match run["lease"].as_object() {
+    match &run.lease {
         Some(lease) => say!(
             "lease     held by {} until {} (generation {})",
-            lease["owner"].as_str().unwrap_or("?"),
-            lease["expires_at"].as_i64().map(render::time).unwrap_or_default(),
-            run["lease_generation"]
+            lease.owner,
+            render::time(lease.expires_at),
+            run.lease_generation
         ),
-        None if !matches!(status.as_str(), "succeeded" | "failed" | "cancelled") => {
-            say!("lease     none: no engine is running a step of it now")
-        }
+        None if !ended => say!("lease     none: no engine is running a step of it now"),
         None => {}
     }
     say!(
         "created   {}   updated {}{}",
-        run["created_at"].as_i64().map(render::time).unwrap_or_default(),
-        run["updated_at"].as_i64().map(render::time).unwrap_or_default(),
-        run["finished_at"].as_i64().map(|t| format!("   ended {}", render::time(t))).unwrap_or_default()
+        render::time(run.created_at),
+        render::time(run.updated_at),
+        run.finished_at.map(|t| format!("   ended {}", render::time(t))).unwrap_or_default()
     );
-    if let Some(output) = run.get("output").filter(|o| !o.is_null()) {
+    if let Some(output) = run.output.as_ref().filter(|o| !o.is_null()) {
         say!("output    {}", summary(output));
     }
     say!("\nsteps");
     let mut rows = Vec::new();
-    for record in items(&detail["steps"]) {
-        let undo = record["phase"] == "undo";
-        let name = if undo { format!("undo {}", text(&record["name"])) } else { text(&record["name"]) };
-        let took = record["finished_at"]
-            .as_i64()
-            .zip(record["started_at"].as_i64())
-            .map(|(end, start)| render::duration(end - start));
-        let error = record["error"]["chain"].as_array().map(|chain| {
-            let parts: Vec<&str> = chain.iter().filter_map(Value::as_str).collect();
-            format!("last error: {}", parts.join(": "))
-        });
-        let output = record.get("output").filter(|o| !o.is_null()).map(summary);
+    for record in &detail.steps {
+        let name = match record.phase {
+            Phase::Undo => format!("undo {}", record.name),
+            Phase::Forward => record.name.clone(),
+        };
+        let error = record.error.as_ref().map(last_error);
+        let output = record.output.as_ref().filter(|o| !o.is_null()).map(summary);
+        let shown = if record.status == StepStatus::Failed { error.or(output) } else { output.or(error) };
         rows.push(vec![
             name,
-            text(&record["status"]),
-            record["attempts"].to_string(),
-            took.unwrap_or_default(),
-            if record["status"] == "failed" { error.or(output) } else { output.or(error) }.unwrap_or_default(),
+            record.status.to_string(),
+            record.attempts.to_string(),
+            render::duration(record.finished_at - record.started_at),
+            shown.unwrap_or_default(),
         ]);
     }
     // The step in hand and the ones not reached yet, from the definition's plan.
-    let done = items(&detail["steps"]).iter().filter(|s| s["phase"] == "forward").count();
-    if let Some(plan) = detail["plan"].as_array()
-        && run["phase"] == "forward"
-        && !matches!(status.as_str(), "succeeded" | "failed" | "cancelled")
+    let done = detail.steps.iter().filter(|s| s.phase == Phase::Forward).count();
+    if let Some(plan) = &detail.plan
+        && run.phase == Phase::Forward
+        && !ended
     {
         for (index, name) in plan.iter().enumerate().skip(done) {
-            let name = name.as_str().unwrap_or("").to_owned();
             let row = if index == done {
-                let error = run["error"]["chain"]
-                    .as_array()
-                    .map(|c| c.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(": "));
-                vec![
-                    name,
-                    status.clone(),
-                    attempt.to_string(),
-                    String::new(),
-                    error.map(|e| format!("last error: {e}")).unwrap_or_default(),
-                ]
+                let error = run.error.as_ref().map(last_error).unwrap_or_default();
+                vec![name.clone(), status.to_string(), attempt.to_string(), String::new(), error]
             } else {
-                vec![name, "not started".into(), "0".into(), String::new(), String::new()]
+                vec![name.clone(), "not started".into(), "0".into(), String::new(), String::new()]
             };
             rows.push(row);
         }
@@ -292,23 +297,18 @@ fn print_detail(detail: &Value, now: i64) {
     render::table(&["STEP", "STATUS", "ATTEMPTS", "TOOK", "OUTPUT / LAST ERROR"], &rows);
 }
 
-fn event_line(event: &Value) -> String {
-    let step = event["step"].as_str().map(|s| format!(" [{s}]")).unwrap_or_default();
-    format!(
-        "{}  {:<15}{step} {}",
-        event["at"].as_i64().map(render::time).unwrap_or_default(),
-        text(&event["kind"]),
-        text(&event["message"])
-    )
+fn last_error(error: &StepError) -> String {
+    format!("last error: {}", error.chain.join(": "))
 }
 
-fn summary(value: &Value) -> String {
+fn event_line(event: &EventRecord) -> String {
+    let step = event.step.as_deref().map(|s| format!(" [{s}]")).unwrap_or_default();
+    format!("{}  {:<15}{step} {}", render::time(event.at), event.kind, event.message)
+}
+
+fn summary(value: &serde_json::Value) -> String {
     let text = value.to_string();
     if text.chars().count() > 80 { format!("{}…", text.chars().take(79).collect::<String>()) } else { text }
-}
-
-fn text(value: &Value) -> String {
-    value.as_str().unwrap_or("").to_owned()
 }
 
 fn check_id(id: &str) -> Result<(), CliError> {
@@ -318,17 +318,4 @@ fn check_id(id: &str) -> Result<(), CliError> {
         )));
     }
     Ok(())
-}
-
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }

@@ -1,13 +1,15 @@
 //! API errors: a stable code, a message that names the resource and the next step, and the
-//! right HTTP status, as `{"error": {"code": ..., "message": ...}}`.
+//! right HTTP status, as `{"error": {"code": ..., "message": ...}}`. The one place where a
+//! domain refusal becomes an HTTP status, and where the transport's own failures (a malformed
+//! body, no token, no route) get their codes.
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
-use anycloud_engine::EngineError;
+use anycloud_workflows::api::{ErrorBody, ErrorDetail};
+use anycloud_workflows::refusal::{Class, OperationError, Refusal};
 
 /// An error answer of the API.
 #[derive(Debug)]
@@ -31,18 +33,8 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    /// 404 with this code.
-    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, code, message)
-    }
-
-    /// 409 with this code.
-    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, message)
-    }
-
-    /// 500: the API's own failure, logged whole; the answer says nothing of internals.
-    pub fn internal(err: &dyn std::error::Error) -> Self {
+    /// The API's own failure, logged whole; the answer says nothing of internals.
+    fn internal(err: &dyn std::error::Error) -> Self {
         tracing::error!(error = %anycloud_engine::error_chain(err), "request failed");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -52,34 +44,31 @@ impl ApiError {
     }
 }
 
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        let status = match refusal.code.class() {
+            Class::BadInput => StatusCode::BAD_REQUEST,
+            Class::NotFound => StatusCode::NOT_FOUND,
+            Class::Conflict => StatusCode::CONFLICT,
+            Class::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        Self::new(status, refusal.code.as_str(), refusal.message)
+    }
+}
+
+impl From<OperationError> for ApiError {
+    fn from(err: OperationError) -> Self {
+        match err {
+            OperationError::Refused(refusal) => refusal.into(),
+            OperationError::Failed(cause) => Self::internal(&*cause),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let body = ErrorBody { error: ErrorDetail { code: self.code.to_owned(), message: self.message } };
         (self.status, axum::Json(body)).into_response()
-    }
-}
-
-impl From<sqlx::Error> for ApiError {
-    fn from(err: sqlx::Error) -> Self {
-        Self::internal(&err)
-    }
-}
-
-impl From<EngineError> for ApiError {
-    fn from(err: EngineError) -> Self {
-        match &err {
-            EngineError::UnknownRun(id) => Self::not_found(
-                "WORKFLOW_NOT_FOUND",
-                format!("workflow {id} does not exist; `anycloud workflow list` shows the workflows that do"),
-            ),
-            EngineError::InvalidState { .. } => Self::conflict("INVALID_WORKFLOW_STATE", err.to_string()),
-            EngineError::ShuttingDown => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "SHUTTING_DOWN",
-                "the API is shutting down; try again when it is back",
-            ),
-            _ => Self::internal(&err),
-        }
     }
 }
 

@@ -1,10 +1,13 @@
 //! The API server: HTTP/JSON under `/v1` on axum (hyper 1), with the workflow engine inside.
 //!
 //! ```text
-//!   CLI ──bearer──> axum router ──> handlers ──> domain records (SQL) ┐ one transaction
-//!                                           └──> Engine::submit_in ───┘
+//!   CLI ──bearer──> axum router ──> handler ──> one domain operation ──> records + run, one transaction
+//!                                     │                                   (Engine::submit_in)
+//!                                     └── its answer, or its refusal ──> HTTP status (error.rs)
 //!                   Engine (claim loop, heartbeat, drivers) <──> store (SQLite | PostgreSQL)
 //! ```
+//!
+//! Handlers only decode, call one operation of `anycloud_workflows::operations`, and encode.
 
 mod auth;
 mod clusters;
@@ -25,17 +28,18 @@ use axum::{Json, Router, middleware};
 use rand::RngCore;
 use serde_json::{Value, json};
 
-use anycloud_engine::{Engine, EngineConfig, Registry, Store};
-use anycloud_workflows::cluster_create::CreateCluster;
-use anycloud_workflows::cluster_delete::DeleteCluster;
-use anycloud_workflows::cluster_deps::{ClusterDeps, TestSeams};
-use anycloud_workflows::providers::sim::SimCloud;
-use anycloud_workflows::providers::sim_kube;
+use anycloud_engine::{Engine, EngineConfig, EngineError, Store};
+use anycloud_sim::SimCloud;
+use anycloud_workflows::api::ApiStatus;
+use anycloud_workflows::db::{Db, sealing_key};
+use anycloud_workflows::deps::Deps;
+use anycloud_workflows::operations::Operations;
+use anycloud_workflows::providers::Clouds;
 use anycloud_workflows::secrets::SecretBox;
-use anycloud_workflows::verify_credential::VerifyCredential;
 
 use crate::config::{ApiEntry, Config, data_home};
 use crate::exit::{CliError, CliResult, NOT_OBSERVED, OK};
+use crate::seams::Seams;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -43,14 +47,9 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
-    engine: Arc<Engine>,
-    store: Store,
-    sealer: SecretBox,
+    ops: Operations,
     token: Arc<str>,
-    id: Arc<str>,
-    /// A hosted API (it may create clusters); a local one may not.
-    hosted: bool,
-    sim: SimCloud,
+    status: Arc<ApiStatus>,
 }
 
 /// How `anycloud api serve` was asked to run.
@@ -77,45 +76,44 @@ impl ServeOptions {
     }
 }
 
-/// Runs a local API until SIGTERM or SIGINT.
-pub async fn serve(options: ServeOptions) -> CliResult {
+/// Runs an API until SIGTERM or SIGINT.
+pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     anycloud_workflows::names::check_dns_label("API", &options.id).map_err(CliError::bad_input)?;
     let data_dir = options.data_dir.clone().unwrap_or_else(|| data_home().join("apis").join(&options.id));
-    let io =
-        |what: &str, err: std::io::Error| CliError::new(NOT_OBSERVED, format!("{what} {}: {err}", data_dir.display()));
+    let io = |what: &str, err: std::io::Error| {
+        CliError::new(NOT_OBSERVED, "DATA_DIR", format!("{what} {}: {err}", data_dir.display()))
+    };
     std::fs::create_dir_all(&data_dir).map_err(|err| io("creating the data directory", err))?;
     std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|err| io("restricting the data directory", err))?;
     let token = load_or_create_token(&data_dir).map_err(|err| io("storing the API token in", err))?;
     let sealer = SecretBox::load_or_create(&data_dir)
-        .map_err(|err| CliError::new(NOT_OBSERVED, anycloud_engine::error_chain(&err)))?;
+        .map_err(|err| CliError::new(NOT_OBSERVED, "SECRET_KEY", anycloud_engine::error_chain(&err)))?;
     let database_url =
         options.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", data_dir.join("anycloud.db").display()));
-    let store = open_store(&database_url).await?;
+    let (store, db) = open_database(&database_url).await?;
+    sealing_key::check(&db, &sealer).await.map_err(|err| {
+        CliError::new(
+            NOT_OBSERVED,
+            "SECRET_KEY_MISMATCH",
+            format!("API `{}` on {}: {}", options.id, redact(&database_url), anycloud_engine::error_chain(&err)),
+        )
+    })?;
 
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", options.port))
-        .await
-        .map_err(|err| CliError::new(NOT_OBSERVED, format!("listening on 127.0.0.1:{}: {err}", options.port)))?;
-    let address = listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, err.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", options.port)).await.map_err(|err| {
+        CliError::new(NOT_OBSERVED, "LISTEN_FAILED", format!("listening on 127.0.0.1:{}: {err}", options.port))
+    })?;
+    let address = listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?;
     let url = format!("http://{address}");
 
-    let sim = SimCloud::new(store.pool().clone(), url.clone());
-    let cluster_deps = ClusterDeps {
-        pool: store.pool().clone(),
-        sealer: sealer.clone(),
-        sim: sim.clone(),
-        seams: TestSeams::from_env(),
-    };
-    let registry = Registry::new()
-        .with(Arc::new(VerifyCredential { pool: store.pool().clone(), sealer: sealer.clone(), sim: sim.clone() }))
-        .with(Arc::new(CreateCluster { deps: cluster_deps.clone() }))
-        .with(Arc::new(DeleteCluster { deps: cluster_deps }));
-    // A stable owner name: after a crash, the restarted API takes its runs back at once.
-    let engine = Engine::start(store.clone(), registry, EngineConfig::named(format!("api-{}", options.id)))
+    let sim = SimCloud::new(db.clone(), url.clone());
+    let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim.clone()))), seams: seams.api.clone() };
+    // A stable owner name: after a crash, the restarted API takes its runs back at once. The
+    // engine holds it exclusively, so a second API with this id on this database is refused.
+    let owner = format!("api-{}", options.id);
+    let engine = Engine::start(store.clone(), anycloud_workflows::registry(&deps), EngineConfig::named(&owner))
         .await
-        .map_err(|err| {
-            CliError::new(NOT_OBSERVED, format!("starting the workflow engine: {}", anycloud_engine::error_chain(&err)))
-        })?;
+        .map_err(|err| engine_refused(&options.id, &err))?;
     let engine = Arc::new(engine);
     if options.use_it {
         let mut config = Config::load()?;
@@ -126,26 +124,34 @@ pub async fn serve(options: ServeOptions) -> CliResult {
         config.active = Some(options.id.clone());
         config.save()?;
     }
+    let status = ApiStatus {
+        id: options.id.clone(),
+        kind: options.kind().to_owned(),
+        store: store.backend().to_owned(),
+        engine_owner: owner,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        test_seams: seams.describe(),
+    };
     let state = AppState {
-        engine: engine.clone(),
-        store: store.clone(),
-        sealer,
+        ops: Operations::new(engine.clone(), deps, &options.id, options.hosted_by.is_some()),
         token: token.into(),
-        id: options.id.clone().into(),
-        hosted: options.hosted_by.is_some(),
-        sim: sim.clone(),
+        status: Arc::new(status),
     };
     // Listen for SIGTERM before saying we are up, so that a stop right after start is clean.
     let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|err| CliError::new(NOT_OBSERVED, format!("listening for SIGTERM: {err}")))?;
+        .map_err(|err| CliError::new(NOT_OBSERVED, "SIGNALS", format!("listening for SIGTERM: {err}")))?;
+    for seam in &state.status.test_seams {
+        println!("WARNING: TEST SEAM ON (never in production): {seam}");
+        tracing::warn!(%seam, "test seam on: this binary is the test suite's, never run it in production");
+    }
     println!("anycloud API `{}` ({}) listening on {url} (store: {})", options.id, options.kind(), store.backend());
     let _ = std::io::stdout().flush();
     tracing::info!(api = %options.id, %url, store = store.backend(), "API started");
 
-    axum::serve(listener, router(state))
+    axum::serve(listener, router(state, sim))
         .with_graceful_shutdown(stop_signal(terminate))
         .await
-        .map_err(|err| CliError::new(NOT_OBSERVED, format!("serving HTTP: {err}")))?;
+        .map_err(|err| CliError::new(NOT_OBSERVED, "SERVE_FAILED", format!("serving HTTP: {err}")))?;
     tracing::info!("stopping: letting steps in flight finish and releasing leases");
     match Arc::try_unwrap(engine) {
         Ok(engine) => engine.shutdown(Duration::from_secs(30)).await,
@@ -155,16 +161,37 @@ pub async fn serve(options: ServeOptions) -> CliResult {
     Ok(OK)
 }
 
-async fn open_store(url: &str) -> Result<Store, CliError> {
-    let fail = |err: anycloud_engine::EngineError| {
+/// The engine's store and the domain's tables, brought up to date.
+async fn open_database(url: &str) -> Result<(Store, Db), CliError> {
+    let fail = |err: EngineError| {
         CliError::new(
             NOT_OBSERVED,
+            "DATABASE_UNAVAILABLE",
             format!("opening the database {}: {}", redact(url), anycloud_engine::error_chain(&err)),
         )
     };
     let store = Store::connect(url).await.map_err(fail)?;
-    anycloud_workflows::migrate(&store).await.map_err(fail)?;
-    Ok(store)
+    let db = Db::open(&store).await.map_err(fail)?;
+    Ok((store, db))
+}
+
+/// Why the engine would not start, for the person who ran `api serve`.
+fn engine_refused(id: &str, err: &EngineError) -> CliError {
+    match err {
+        EngineError::OwnerInUse(_) => CliError::new(
+            NOT_OBSERVED,
+            "API_ALREADY_RUNNING",
+            format!(
+                "API `{id}` is already running on this database (another process holds its engine's name); stop \
+                 it first (`anycloud api stop {id}`), or start this one with another --id"
+            ),
+        ),
+        other => CliError::new(
+            NOT_OBSERVED,
+            "ENGINE_FAILED",
+            format!("starting the workflow engine: {}", anycloud_engine::error_chain(other)),
+        ),
+    }
 }
 
 /// A database URL without its password.
@@ -179,8 +206,7 @@ fn redact(url: &str) -> String {
     }
 }
 
-fn router(state: AppState) -> Router {
-    let sim = state.sim.clone();
+fn router(state: AppState, sim: SimCloud) -> Router {
     let authenticated = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/credentials", get(credentials::list).post(credentials::create))
@@ -202,21 +228,15 @@ fn router(state: AppState) -> Router {
         .layer(middleware::from_fn(timing::server_timing))
         .with_state(state)
         // The simulated cloud's Kubernetes APIs check their clusters' own tokens.
-        .merge(sim_kube::router(sim))
+        .merge(anycloud_sim::kube::router(Arc::new(sim)))
 }
 
 async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-async fn status(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({
-        "id": &*state.id,
-        "kind": if state.hosted { "hosted (simulated)" } else { "local" },
-        "store": state.store.backend(),
-        "engine_owner": state.engine.owner(),
-        "version": env!("CARGO_PKG_VERSION"),
-    }))
+async fn status(State(state): State<AppState>) -> Json<ApiStatus> {
+    Json(ApiStatus::clone(&state.status))
 }
 
 /// Unknown routes answer 404 only to a caller with the token: without it, every route but
@@ -225,7 +245,11 @@ async fn not_found(State(state): State<AppState>, headers: axum::http::HeaderMap
     if !auth::has_token(&state, &headers) {
         return auth::unauthorized();
     }
-    error::ApiError::not_found("NOT_FOUND", "no such route; the API's routes are listed in docs/cli.md")
+    error::ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        "no such route; the API's routes are listed in docs/cli.md",
+    )
 }
 
 /// The token is 32 random bytes, hex, in `token` (mode 0600), made on first start.

@@ -1,11 +1,13 @@
 //! A checkpoint's values, owned, so that it can be handed to the group-commit task, and the
 //! one place they are bound to the commit statement (same parameter numbers on both databases).
 
-use super::records::{Commit, NEVER, to_json};
+use super::commit::Commit;
+use super::records::{NEVER, to_json};
 use crate::status::Phase;
+use crate::timeline::StepStatus;
 
-/// Everything a commit statement binds: run state $1-$13, fence $14-$16, step $17-$26 ($17:
-/// whether there is one), events $27, timeline entries $28-$29.
+/// Everything a commit statement binds: run state $1-$13 and $30, fence $14-$16, step $17-$26
+/// ($17: whether there is one), events $27, timeline entries $28-$29.
 pub(crate) struct CommitArgs {
     pub(crate) sql: &'static str,
     pub(crate) status: &'static str,
@@ -28,7 +30,7 @@ pub(crate) struct CommitArgs {
     pub(crate) step_phase: Option<&'static str>,
     pub(crate) step_position: Option<i64>,
     pub(crate) step_name: Option<String>,
-    pub(crate) step_status: Option<String>,
+    pub(crate) step_status: Option<&'static str>,
     pub(crate) step_attempts: Option<i64>,
     pub(crate) step_output: Option<String>,
     pub(crate) step_error: Option<String>,
@@ -39,6 +41,7 @@ pub(crate) struct CommitArgs {
     pub(crate) entries: i64,
     /// The step row is a timeline entry: a forward step that succeeded.
     pub(crate) step_entry: bool,
+    pub(crate) unwind_reason: Option<String>,
 }
 
 impl CommitArgs {
@@ -48,9 +51,11 @@ impl CommitArgs {
         let events: Vec<serde_json::Value> = commit
             .events
             .iter()
-            .map(|event| serde_json::json!({ "kind": event.kind, "step": event.step, "message": event.message }))
+            .map(|event| {
+                serde_json::json!({ "kind": event.kind.as_str(), "step": event.step, "message": event.message })
+            })
             .collect();
-        let step_entry = step.is_some_and(|step| step.phase == Phase::Forward && step.status == "succeeded");
+        let step_entry = step.is_some_and(|step| step.phase == Phase::Forward && step.status == StepStatus::Succeeded);
         Self {
             sql,
             status: run.status.as_str(),
@@ -73,7 +78,7 @@ impl CommitArgs {
             step_phase: step.map(|step| step.phase.as_str()),
             step_position: step.map(|step| i64::from(step.index)),
             step_name: step.map(|step| step.name.clone()),
-            step_status: step.map(|step| step.status.clone()),
+            step_status: step.map(|step| step.status.as_str()),
             step_attempts: step.map(|step| i64::from(step.attempts)),
             step_output: step.and_then(|step| step.output.as_ref().map(to_json)),
             step_error: step.and_then(|step| step.error.as_ref().map(to_json)),
@@ -82,6 +87,7 @@ impl CommitArgs {
             events: to_json(&events),
             entries: events.len() as i64 + i64::from(step_entry),
             step_entry,
+            unwind_reason: run.unwind_reason.clone(),
         }
     }
 }
@@ -113,7 +119,7 @@ macro_rules! bind_commit {
             .bind(args.step_phase)
             .bind(args.step_position)
             .bind(args.step_name.as_deref())
-            .bind(args.step_status.as_deref())
+            .bind(args.step_status)
             .bind(args.step_attempts)
             .bind(args.step_output.as_deref())
             .bind(args.step_error.as_deref())
@@ -122,6 +128,7 @@ macro_rules! bind_commit {
             .bind(args.events.as_str())
             .bind(args.entries)
             .bind(args.step_entry)
+            .bind(args.unwind_reason.as_deref())
     }};
 }
 pub(crate) use bind_commit;

@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sqlx::SqlitePool;
 use tokio::sync::{mpsc, oneshot};
 
-use super::BeginWrite;
+use super::commit::SQLITE_SELF_COMMIT;
 use super::commit_args::{CommitArgs, bind_commit};
+use super::connect::BeginWrite;
 use super::self_commit::self_commit;
 
 /// Most checkpoints in one transaction.
@@ -72,7 +73,7 @@ impl GroupCommit {
 impl GroupCommit {
     /// The whole transaction as one batch, in one round trip.
     async fn commit_alone(&self, mut args: CommitArgs, advance: bool) -> Answer {
-        args.sql = super::SQLITE_SELF_COMMIT[usize::from(advance)].as_str();
+        args.sql = SQLITE_SELF_COMMIT[usize::from(advance)].as_str();
         self_commit(&self.pool, move |conn| {
             Box::pin(async move { Ok(bind_commit!(args).fetch_all(conn).await?.into_iter().next()) })
         })

@@ -1,11 +1,12 @@
 //! The rows the store reads and writes, in their typed form.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::StepError;
 use crate::status::{Phase, RunStatus};
+use crate::timeline::{EventKind, StepStatus};
 
 /// Milliseconds since the Unix epoch: every time the engine stores.
 pub type Millis = i64;
@@ -14,7 +15,7 @@ pub type Millis = i64;
 pub(crate) const NEVER: Millis = i64::MAX;
 
 /// One run, as stored.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRecord {
     /// Submission order.
     pub seq: i64,
@@ -48,6 +49,9 @@ pub struct RunRecord {
     pub status_reason: Option<String>,
     /// The last error, with its cause chain.
     pub error: Option<StepError>,
+    /// Why the run turned back (`step `x` failed: ...`, `cancelled by an operator`), once it has.
+    #[serde(default)]
+    pub unwind_reason: Option<String>,
     /// An operator asked to cancel the run.
     pub cancel_requested: bool,
     /// Who holds the run now.
@@ -63,7 +67,7 @@ pub struct RunRecord {
 }
 
 /// A worker's hold on a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// The engine instance holding the run.
     pub owner: String,
@@ -72,7 +76,7 @@ pub struct Lease {
 }
 
 /// One finished step (or undo), as stored.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepRecord {
     /// Forward or undo.
     pub phase: Phase,
@@ -80,8 +84,8 @@ pub struct StepRecord {
     pub index: u32,
     /// Stable step name.
     pub name: String,
-    /// `succeeded`, `failed` or `undone`.
-    pub status: String,
+    /// How it finished.
+    pub status: StepStatus,
     /// Attempts in all, the last one included.
     pub attempts: u32,
     /// The checkpointed output.
@@ -95,7 +99,7 @@ pub struct StepRecord {
 }
 
 /// One entry of a run's append-only timeline.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EventRecord {
     /// Position in the run's timeline: 1 for `submitted`, then 2, 3, ...
     pub seq: i64,
@@ -103,8 +107,8 @@ pub struct EventRecord {
     pub run_id: Uuid,
     /// When.
     pub at: Millis,
-    /// What kind of event, e.g. `step-succeeded`.
-    pub kind: String,
+    /// What happened.
+    pub kind: EventKind,
     /// The step it concerns.
     pub step: Option<String>,
     /// Details in words.
@@ -114,13 +118,13 @@ pub struct EventRecord {
 /// An event to append.
 #[derive(Debug, Clone)]
 pub(crate) struct NewEvent {
-    pub(crate) kind: &'static str,
+    pub(crate) kind: EventKind,
     pub(crate) step: Option<String>,
     pub(crate) message: String,
 }
 
 impl NewEvent {
-    pub(crate) fn new(kind: &'static str, step: Option<&str>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: EventKind, step: Option<&str>, message: impl Into<String>) -> Self {
         Self { kind, step: step.map(str::to_owned), message: message.into() }
     }
 }
@@ -150,28 +154,6 @@ pub struct RunFilter {
     pub limit: Option<u32>,
 }
 
-/// A commit of a run's state at the end of an attempt, fenced by the claim's generation.
-pub(crate) struct Commit<'a> {
-    pub(crate) run: &'a RunRecord,
-    pub(crate) owner: &'a str,
-    pub(crate) now: Millis,
-    /// Give the run up (it waits, is parked, or has ended).
-    pub(crate) release: bool,
-    /// Only the step moved on: status, due time and lease stay as they are.
-    pub(crate) advance: bool,
-    pub(crate) step: Option<&'a StepRecord>,
-    pub(crate) events: &'a [NewEvent],
-}
-
-/// What a commit found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CommitOutcome {
-    /// Written. Carries whether a cancel has been requested meanwhile.
-    Committed { cancel_requested: bool },
-    /// The lease was taken over: nothing was written.
-    Fenced,
-}
-
 /// The raw row, decoded the same way from both databases.
 #[derive(sqlx::FromRow)]
 pub(crate) struct RunRow {
@@ -191,6 +173,7 @@ pub(crate) struct RunRow {
     next_at: i64,
     status_reason: Option<String>,
     error: Option<String>,
+    unwind_reason: Option<String>,
     cancel_requested: bool,
     lease_owner: Option<String>,
     lease_expires_at: Option<i64>,
@@ -201,7 +184,7 @@ pub(crate) struct RunRow {
 }
 
 pub(crate) const RUN_COLUMNS: &str = "seq, id, kind, version, resource_key, input, output, status, phase, \
-     step_index, current_step, attempt, step_started_at, next_at, status_reason, error, \
+     step_index, current_step, attempt, step_started_at, next_at, status_reason, error, unwind_reason, \
      cancel_requested, lease_owner, lease_expires_at, lease_generation, created_at, updated_at, finished_at";
 
 impl TryFrom<RunRow> for RunRecord {
@@ -225,6 +208,7 @@ impl TryFrom<RunRow> for RunRecord {
             next_at: (row.next_at != NEVER).then_some(row.next_at),
             status_reason: row.status_reason,
             error: row.error.as_deref().map(parse_json).transpose()?,
+            unwind_reason: row.unwind_reason,
             cancel_requested: row.cancel_requested,
             lease: row.lease_owner.map(|owner| Lease { owner, expires_at: row.lease_expires_at.unwrap_or(0) }),
             lease_generation: row.lease_generation,
@@ -256,7 +240,7 @@ impl TryFrom<StepRow> for StepRecord {
             phase: Phase::parse(&row.phase),
             index: row.idx as u32,
             name: row.name,
-            status: row.status,
+            status: parse_text(&row.status)?,
             attempts: row.attempts as u32,
             output: row.output.as_deref().map(parse_json).transpose()?,
             error: row.error.as_deref().map(parse_json).transpose()?,
@@ -280,11 +264,11 @@ pub(crate) struct EventRow {
 }
 
 impl EventRow {
-    pub(crate) fn into_record(self, run_id: Uuid) -> EventRecord {
+    pub(crate) fn into_record(self, run_id: Uuid) -> Result<EventRecord, sqlx::Error> {
         let message = self.message.unwrap_or_else(|| {
             format!("attempt {} succeeded after {} ms", self.attempts.unwrap_or(1), self.took.unwrap_or(0))
         });
-        EventRecord { seq: self.n, run_id, at: self.at, kind: self.kind, step: self.step, message }
+        Ok(EventRecord { seq: self.n, run_id, at: self.at, kind: parse_text(&self.kind)?, step: self.step, message })
     }
 }
 
@@ -293,6 +277,11 @@ pub(crate) fn parse_uuid(text: &str) -> Result<Uuid, sqlx::Error> {
 }
 
 pub(crate) fn parse_status(text: &str) -> Result<RunStatus, sqlx::Error> {
+    parse_text(text)
+}
+
+/// A stored name (a status, an event kind) as its enum.
+fn parse_text<T: std::str::FromStr<Err = String>>(text: &str) -> Result<T, sqlx::Error> {
     text.parse().map_err(|err: String| sqlx::Error::Decode(err.into()))
 }
 

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anycloud_engine::{
-    Check, Engine, EngineConfig, OnExhausted, Registry, RetryPolicy, Step, StepCtx, StepError, Steps, Store, Workflow,
+    Check, Effect, Engine, EngineConfig, OnExhausted, Registry, RetryPolicy, Step, StepCtx, StepError, StepKey, Steps,
+    Store, Workflow,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgConnectOptions;
@@ -128,6 +129,10 @@ pub struct ProbeOutput {
     pub keys: Vec<Uuid>,
 }
 
+const RESERVE: StepKey<String> = StepKey::new("reserve");
+const FLAKY: StepKey<(u32, Uuid)> = StepKey::new("flaky");
+const FINISH: StepKey<Uuid> = StepKey::new("finish");
+
 /// reserve -> flaky -> gate -> finish, each with an undo that writes to the journal.
 /// `PARK` selects the policy when `flaky` runs out of retries.
 pub struct Probe<const PARK: bool> {
@@ -158,35 +163,32 @@ impl<const PARK: bool> Workflow for Probe<PARK> {
         Steps::new()
             .then(
                 Step::action("reserve", reserve::<PARK>)
-                    .undo(|ctx: StepCtx<Self>, reserved: String| async move {
+                    .undo(|ctx: StepCtx<Self>, reserved: Effect<String>| async move {
                         if ctx.workflow().break_reserve_undo.load(Ordering::SeqCst) {
                             return Err(StepError::retryable(std::io::Error::other("the reservation service is down")));
                         }
+                        let reserved = reserved.done().unwrap_or_else(|| "(unknown)".into());
                         ctx.workflow().journal.push(format!("undo reserve {reserved}"));
                         Ok(())
                     })
                     .undo_retry(RetryPolicy::fixed(Duration::from_millis(10), 2)),
             )
-            .then(Step::action("flaky", flaky::<PARK>).retry(policy).undo(
-                |ctx: StepCtx<Self>, _: (u32, Uuid)| async move {
+            .then(Step::action(FLAKY, flaky::<PARK>).retry(policy).undo(
+                |ctx: StepCtx<Self>, _: Effect<(u32, Uuid)>| async move {
                     ctx.workflow().journal.push("undo flaky");
                     Ok(())
                 },
             ))
             .then(Step::poll("gate", gate::<PARK>).every(Duration::from_millis(20)).timeout(Duration::from_secs(60)))
-            .then(Step::action("finish", |ctx: StepCtx<Self>| async move {
+            .then(Step::action(FINISH, |ctx: StepCtx<Self>| async move {
                 ctx.workflow().journal.push("finish");
                 Ok(ctx.idempotency_key())
             }))
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<ProbeOutput, StepError> {
-        let (flaky_attempts, flaky_key): (u32, Uuid) = ctx.output("flaky")?;
-        Ok(ProbeOutput {
-            reserved: ctx.output("reserve")?,
-            flaky_attempts,
-            keys: vec![flaky_key, ctx.output("finish")?],
-        })
+        let (flaky_attempts, flaky_key) = ctx.output(FLAKY)?;
+        Ok(ProbeOutput { reserved: ctx.output(RESERVE)?, flaky_attempts, keys: vec![flaky_key, ctx.output(FINISH)?] })
     }
 }
 
@@ -237,6 +239,9 @@ impl std::error::Error for Wrapped {
     }
 }
 
+const BEFORE: StepKey<i64> = StepKey::new("before");
+const AFTER: StepKey<i64> = StepKey::new("after");
+
 /// before -> nap (a durable sleep of `ms`) -> after.
 pub struct Nap<const V: u32> {
     pub journal: Journal,
@@ -250,19 +255,19 @@ impl<const V: u32> Workflow for Nap<V> {
 
     fn steps() -> Steps<Self> {
         Steps::new()
-            .then(Step::action("before", |ctx: StepCtx<Self>| async move {
+            .then(Step::action(BEFORE, |ctx: StepCtx<Self>| async move {
                 ctx.workflow().journal.push("before");
                 Ok(now_ms())
             }))
             .then(Step::sleep("nap", |ctx: &StepCtx<Self>| Duration::from_millis(*ctx.input())))
-            .then(Step::action("after", |ctx: StepCtx<Self>| async move {
+            .then(Step::action(AFTER, |ctx: StepCtx<Self>| async move {
                 ctx.workflow().journal.push("after");
                 Ok(now_ms())
             }))
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<i64, StepError> {
-        Ok(ctx.output::<i64>("after")? - ctx.output::<i64>("before")?)
+        Ok(ctx.output(AFTER)? - ctx.output(BEFORE)?)
     }
 }
 

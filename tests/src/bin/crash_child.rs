@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anycloud_engine::{
-    Engine, EngineConfig, Registry, RetryPolicy, RunFilter, RunStatus, Step, StepCtx, StepError, Steps, Store, Workflow,
+    Engine, EngineConfig, Registry, RetryPolicy, RunFilter, RunStatus, Step, StepCtx, StepError, StepKey, Steps, Store,
+    Workflow,
 };
 use anycloud_tests::crash::{MAX_CONCURRENCY, OWNER, SIDE_EFFECTS_TABLE, STEP_NAMES, StepOutput, WORKFLOW_KIND};
 use rand::Rng;
@@ -187,12 +188,14 @@ impl Workflow for CrashSteps {
         // ends a run in this test.
         let policy = RetryPolicy::fixed(Duration::from_millis(10), 10_000);
         STEP_NAMES.iter().enumerate().fold(Steps::new(), |steps, (index, &name)| {
-            steps.then(Step::action(name, move |ctx: StepCtx<Self>| step(ctx, index)).retry(policy.clone()))
+            steps.then(
+                Step::action(StepKey::new(name), move |ctx: StepCtx<Self>| step(ctx, index)).retry(policy.clone()),
+            )
         })
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<Vec<StepOutput>, StepError> {
-        STEP_NAMES.iter().map(|name| ctx.output(name)).collect()
+        STEP_NAMES.iter().map(|&name| ctx.output(StepKey::<StepOutput>::new(name))).collect()
     }
 }
 

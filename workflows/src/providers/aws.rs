@@ -2,10 +2,8 @@
 //! endpoint, or moto on loopback in tests); requests are otherwise exactly what EC2 receives.
 
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 
-use super::Verdict;
-use crate::credentials::PublicPart;
+use crate::db::credentials::PublicPart;
 
 /// EC2 error codes that mean the keys themselves are refused: retrying cannot help.
 const REJECTING_CODES: &[&str] = &[
@@ -31,35 +29,6 @@ pub fn ec2_client(public: &PublicPart, secret_access_key: &str) -> aws_sdk_ec2::
         config = config.endpoint_url(endpoint);
     }
     aws_sdk_ec2::Client::from_conf(config.build())
-}
-
-/// The cheapest read call: DescribeRegions. A refusal of the keys is a verdict; anything else
-/// (network, throttling, 5xx) is an error to retry.
-pub async fn verify(
-    public: &PublicPart,
-    secret_access_key: &str,
-) -> Result<Verdict, SdkError<aws_sdk_ec2::operation::describe_regions::DescribeRegionsError>> {
-    let client = ec2_client(public, secret_access_key);
-    match client.describe_regions().send().await {
-        Ok(output) => {
-            let regions = output.regions().len();
-            Ok(Verdict::Accepted { detail: format!("EC2 DescribeRegions: {regions} regions enabled for these keys") })
-        }
-        Err(SdkError::ServiceError(failure)) if rejects(failure.err().code()) => {
-            let err = failure.err();
-            let message = format!(
-                "EC2 refused the keys: {}: {}",
-                err.code().unwrap_or("error"),
-                err.message().unwrap_or("no message")
-            );
-            Ok(Verdict::Rejected { message })
-        }
-        // The request could not even be built (a bad endpoint, say): retrying cannot help.
-        Err(err @ SdkError::ConstructionFailure(_)) => Ok(Verdict::Rejected {
-            message: format!("the EC2 request could not be built: {}", anycloud_engine::error_chain(&err)),
-        }),
-        Err(err) => Err(err),
-    }
 }
 
 /// Whether an EC2 error code says the keys themselves are refused.

@@ -18,9 +18,9 @@ use aws_sdk_ec2::types::{
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::aws;
+use super::{Verdict, aws};
 use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
-use crate::credentials::PublicPart;
+use crate::db::credentials::PublicPart;
 
 /// Canonical's AWS account: the owner of the official Ubuntu images.
 const CANONICAL: &str = "099720109477";
@@ -478,6 +478,33 @@ where
 
 #[async_trait]
 impl Cloud for AwsCloud {
+    /// The cheapest read call: DescribeRegions, in the credential's own region. Refused keys are
+    /// a verdict; anything else (network, throttling, 5xx) is an error to retry.
+    async fn verify(&self) -> Result<Verdict, CloudError> {
+        match self.home.describe_regions().send().await {
+            Ok(output) => {
+                let regions = output.regions().len();
+                Ok(Verdict::Accepted {
+                    detail: format!("EC2 DescribeRegions: {regions} regions enabled for these keys"),
+                })
+            }
+            Err(SdkError::ServiceError(failure)) if aws::rejects(failure.err().code()) => {
+                let err = failure.err();
+                let message = format!(
+                    "EC2 refused the keys: {}: {}",
+                    err.code().unwrap_or("error"),
+                    err.message().unwrap_or("no message")
+                );
+                Ok(Verdict::Rejected { message })
+            }
+            // The request could not even be built (a bad endpoint, say): retrying cannot help.
+            Err(err @ SdkError::ConstructionFailure(_)) => Ok(Verdict::Rejected {
+                message: format!("the EC2 request could not be built: {}", anycloud_engine::error_chain(&err)),
+            }),
+            Err(err) => Err(CloudError::retryable("calling EC2 DescribeRegions", &err)),
+        }
+    }
+
     /// Checks the region (DescribeRegions) and the instance type (offered in the region, amd64),
     /// and picks the newest Ubuntu 24.04 or 22.04 amd64 image by Canonical.
     async fn placement(&self, cluster_id: &str, region: &str, vm_type: &str) -> Result<Placement, CloudError> {

@@ -1,11 +1,7 @@
 //! Google Cloud, through google-cloud-compute-v1 with a service-account key. The endpoint can
 //! be overridden (a private endpoint, or the test suite's fake Compute server).
 
-use google_cloud_compute_v1::client::Zones;
 use serde::Deserialize;
-
-use super::Verdict;
-use crate::credentials::PublicPart;
 
 /// The fields of a service-account key file that Anycloud needs to see.
 #[derive(Debug, Deserialize)]
@@ -55,19 +51,10 @@ impl ServiceAccountKey {
     }
 }
 
-/// Why the Compute API could not be asked.
+/// The service-account key could not be turned into credentials.
 #[derive(Debug, thiserror::Error)]
-pub enum GcpError {
-    /// The key could not be turned into credentials.
-    #[error("building credentials from the service-account key")]
-    Credentials(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The client could not be built.
-    #[error("building the Compute client")]
-    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The call failed in a way worth retrying.
-    #[error("calling Compute Engine")]
-    Call(#[source] google_cloud_compute_v1::Error),
-}
+#[error("building credentials from the service-account key")]
+pub struct CredentialsError(#[source] Box<dyn std::error::Error + Send + Sync>);
 
 /// Credentials for a service-account key, for every Compute client of this key.
 ///
@@ -76,40 +63,12 @@ pub enum GcpError {
 /// `cloud-platform`), not a token exchanged with `oauth2.googleapis.com`. They therefore work
 /// unchanged against an overridden endpoint (a private endpoint, the test suite's fake Compute
 /// server), and a malformed key fails here or at the first call, never on a network round trip.
-pub fn credentials(service_account_json: &str) -> Result<google_cloud_auth::credentials::Credentials, GcpError> {
+pub fn credentials(
+    service_account_json: &str,
+) -> Result<google_cloud_auth::credentials::Credentials, CredentialsError> {
     let key: serde_json::Value =
-        serde_json::from_str(service_account_json).map_err(|err| GcpError::Credentials(err.into()))?;
+        serde_json::from_str(service_account_json).map_err(|err| CredentialsError(err.into()))?;
     google_cloud_auth::credentials::service_account::Builder::new(key)
         .build()
-        .map_err(|err| GcpError::Credentials(err.into()))
-}
-
-/// A Zones client for this key.
-pub async fn zones_client(public: &PublicPart, service_account_json: &str) -> Result<Zones, GcpError> {
-    let credentials = credentials(service_account_json)?;
-    let mut builder = Zones::builder().with_credentials(credentials);
-    if let Some(endpoint) = &public.endpoint {
-        builder = builder.with_endpoint(endpoint.clone());
-    }
-    builder.build().await.map_err(|err| GcpError::Client(err.into()))
-}
-
-/// The cheapest read call: one page of the project's zones. A refusal (401, 403, 404 on the
-/// project, or an authentication failure) is a verdict; anything else is an error to retry.
-pub async fn verify(public: &PublicPart, service_account_json: &str) -> Result<Verdict, GcpError> {
-    let client = zones_client(public, service_account_json).await?;
-    let project = public.project.clone().unwrap_or_default();
-    match client.list().set_project(&project).set_max_results(50_u32).send().await {
-        Ok(list) => Ok(Verdict::Accepted {
-            detail: format!("Compute Engine zones.list: {} zones visible in project {project}", list.items.len()),
-        }),
-        Err(err) if err.is_authentication() || matches!(err.http_status_code(), Some(401 | 403 | 404)) => {
-            let message = match err.status() {
-                Some(status) => format!("Compute Engine refused the key: {}", status.message),
-                None => format!("Compute Engine refused the key: {err}"),
-            };
-            Ok(Verdict::Rejected { message })
-        }
-        Err(err) => Err(GcpError::Call(err)),
-    }
+        .map_err(|err| CredentialsError(err.into()))
 }

@@ -27,9 +27,9 @@ use google_cloud_compute_v1::model::{
     Operation, Tags, access_config, firewall, metadata, operation,
 };
 
-use super::gcp;
+use super::{Verdict, gcp};
 use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
-use crate::credentials::PublicPart;
+use crate::db::credentials::PublicPart;
 
 /// The boot image of every VM: the Ubuntu 22.04 LTS family (its newest image at insert time).
 pub const IMAGE: &str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts";
@@ -332,6 +332,25 @@ impl GcpCloud {
 
 #[async_trait]
 impl Cloud for GcpCloud {
+    /// The cheapest read call: one page of the project's zones. A refusal (401, 403, 404 on the
+    /// project, or an authentication failure) is a verdict; anything else is an error to retry.
+    async fn verify(&self) -> Result<Verdict, CloudError> {
+        let project = &self.project;
+        match self.zones.list().set_project(project).set_max_results(50_u32).send().await {
+            Ok(list) => Ok(Verdict::Accepted {
+                detail: format!("Compute Engine zones.list: {} zones visible in project {project}", list.items.len()),
+            }),
+            Err(err) if err.is_authentication() || matches!(err.http_status_code(), Some(401 | 403 | 404)) => {
+                let message = match err.status() {
+                    Some(status) => format!("Compute Engine refused the key: {}", status.message),
+                    None => format!("Compute Engine refused the key: {err}"),
+                };
+                Ok(Verdict::Rejected { message })
+            }
+            Err(err) => Err(CloudError::retryable("calling Compute Engine zones.list", &err)),
+        }
+    }
+
     async fn placement(&self, cluster_id: &str, region: &str, vm_type: &str) -> Result<Placement, CloudError> {
         let mut zones = Vec::new();
         let mut page_token: Option<String> = None;

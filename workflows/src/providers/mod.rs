@@ -1,15 +1,21 @@
-//! The clouds Anycloud acts on. Each provider module speaks its cloud's real API through the
-//! cloud's own SDK (`aws`, `gcp`) or the simulated cloud's (`sim`).
+//! The clouds Anycloud acts on, each behind the [`Cloud`] trait: AWS (aws-sdk-ec2), GCP
+//! (google-cloud-compute-v1), and the simulated cloud, which lives in its own crate
+//! (`anycloud-sim`) and reaches the domain through [`SimulatedCloud`]. [`Clouds::open`] is the
+//! one place that picks an implementation for a credential: a new provider is one more arm there.
 
-pub mod account;
 pub mod aws;
 pub mod aws_cloud;
 pub mod gcp;
 pub mod gcp_cloud;
-pub mod sim;
-pub mod sim_kube;
+pub mod sim_settings;
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+use crate::cloud::{Cloud, CloudError};
+use crate::db::credentials::Credential;
+use sim_settings::SimSettings;
 
 /// Which cloud a credential belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,4 +81,52 @@ pub enum Verdict {
         /// The provider's message.
         message: String,
     },
+}
+
+/// The simulated cloud, as the domain sees it: accounts that are [`Cloud`]s.
+pub trait SimulatedCloud: Send + Sync {
+    /// The account a `sim` credential names.
+    fn account(&self, identity: &str, settings: SimSettings) -> Result<Box<dyn Cloud>, CloudError>;
+}
+
+/// Opens the cloud account a credential names.
+#[derive(Clone, Default)]
+pub struct Clouds {
+    simulated: Option<Arc<dyn SimulatedCloud>>,
+}
+
+impl std::fmt::Debug for Clouds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clouds").field("simulated", &self.simulated.is_some()).finish()
+    }
+}
+
+impl Clouds {
+    /// AWS and GCP, and the simulated cloud when one is given.
+    pub fn new(simulated: Option<Arc<dyn SimulatedCloud>>) -> Self {
+        Self { simulated }
+    }
+
+    /// The account of `credential` (its secret opened), acting in `region`.
+    pub async fn open(
+        &self,
+        credential: &Credential,
+        secret: &str,
+        region: &str,
+    ) -> Result<Box<dyn Cloud>, CloudError> {
+        let public = &credential.public;
+        Ok(match credential.provider {
+            ProviderKind::Aws => Box::new(aws_cloud::AwsCloud::new(public, secret, region)),
+            ProviderKind::Gcp => Box::new(gcp_cloud::GcpCloud::new(public, secret).await?),
+            ProviderKind::Sim => match &self.simulated {
+                Some(sim) => sim.account(&public.identity, public.sim.clone().unwrap_or_default())?,
+                None => {
+                    return Err(CloudError::Terminal(format!(
+                        "credential `{}` is of the simulated cloud, which this API does not run",
+                        credential.name
+                    )));
+                }
+            },
+        })
+    }
 }

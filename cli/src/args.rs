@@ -1,0 +1,246 @@
+//! The command line: every command, flag and range, as clap parses it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::commands;
+
+/// Provision VMs on your own cloud accounts and run container workloads on them.
+#[derive(Debug, Parser)]
+#[command(name = "anycloud", version, about, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+const EXIT_CODES: &str = "Exit codes: 0 done or target reached; 1 the resource ended another way (failed, \
+cancelled, invalid); 2 could not observe (no active API, API unreachable, token rejected, unknown id); \
+3 bad input (refused arguments or request); 4 timeout; 5 the workflow stopped for a person (needs-attention).";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run and choose Anycloud APIs.
+    #[command(subcommand)]
+    Api(ApiCommand),
+    /// Save, list and delete cloud credentials on the active API.
+    #[command(subcommand)]
+    Credentials(CredentialsCommand),
+    /// Create, inspect and delete Kubernetes clusters (needs a hosted API to create).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+    /// Wait for resources, e.g. `anycloud wait cluster/training`: one line per state change.
+    /// Exit 0 reached (ready, or deleted), 1 ended another way, 2 not observable, 4 timeout.
+    Wait {
+        /// Typed references: `cluster/NAME`.
+        #[arg(required = true)]
+        refs: Vec<String>,
+        /// Give up after this long (e.g. 90s, 15m, 1h).
+        #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Inspect and steer the durable workflows of the active API.
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClusterCommand {
+    /// Store a cluster's durable intent; the hosted API then brings up its control plane and VMs.
+    Create(CreateClusterArgs),
+    /// Phase, placement, VMs with their provider ids, endpoint, running workflow, last error.
+    Status {
+        /// The cluster's name.
+        name: String,
+    },
+    /// List clusters that are not deleted.
+    List,
+    /// Delete a cluster (asynchronous); refused while a deployment references it.
+    Delete {
+        /// The cluster's name.
+        name: String,
+        /// Follow the deletion; exit 0 once deleted.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits (e.g. 90s, 15m).
+        #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+        timeout: std::time::Duration,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CreateClusterArgs {
+    /// The cluster's name (a DNS label).
+    pub(crate) name: String,
+    /// The credential whose account holds the capacity VMs.
+    #[arg(long)]
+    pub(crate) credentials: String,
+    /// The provider's region, e.g. us-east-1, us-central1, sim-east-1.
+    #[arg(long)]
+    pub(crate) region: String,
+    /// The provider's machine type, e.g. t3.medium, e2-standard-2, sim.small.
+    #[arg(long)]
+    pub(crate) vm_type: String,
+    /// Capacity VMs (currently equal to --max-vms).
+    #[arg(long)]
+    pub(crate) min_vms: i64,
+    /// Capacity VMs (currently equal to --min-vms).
+    #[arg(long)]
+    pub(crate) max_vms: i64,
+    /// Follow the creation step by step; exit 0 once ready, 1 if it failed.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// How long --wait waits (e.g. 90s, 15m).
+    #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+    pub(crate) timeout: std::time::Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ApiCommand {
+    /// Run an API: a local one on 127.0.0.1 (SQLite in its data directory unless --database-url is
+    /// given), or with --credentials a hosted one, which may create clusters.
+    Serve(ServeArgs),
+    /// List the APIs the CLI knows; `*` marks the active one.
+    List,
+    /// Make a known API the active one.
+    Use {
+        /// The API's name.
+        name: String,
+    },
+    /// Show the active API and whether it answers.
+    Status,
+    /// Stop a hosted API this CLI started (SIGTERM: it finishes steps in flight and releases leases).
+    Stop {
+        /// The API's name.
+        #[arg(default_value = "local")]
+        id: String,
+        /// Its data directory, if not the default.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The API's name (a DNS label); its data lives under it.
+    #[arg(long, default_value = "local")]
+    pub(crate) id: String,
+    /// Port on 127.0.0.1; 0 picks a free one [default: 7878 for a local API, any free port for a hosted one].
+    #[arg(long)]
+    pub(crate) port: Option<u16>,
+    /// Data directory (token, secret key, SQLite database). Default: $XDG_DATA_HOME/anycloud/apis/ID.
+    #[arg(long)]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// Keep state in PostgreSQL instead of SQLite, e.g. postgres://user@host/db.
+    #[arg(long, env = "ANYCLOUD_DATABASE_URL", hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+    /// Make this API the CLI's active API (stores its URL and token in the CLI config).
+    #[arg(long = "use")]
+    pub(crate) use_it: bool,
+    /// Host the API (and clusters' control planes) with this credential: `sim` starts it as a
+    /// detached process hosted by the simulated cloud. AWS and GCP hosting are not implemented yet.
+    #[arg(long)]
+    pub(crate) credentials: Option<String>,
+    /// Hosted API: the VM type of its host (AWS/GCP hosting; not implemented yet).
+    #[arg(long, requires = "credentials")]
+    pub(crate) vm_type: Option<String>,
+    /// Hosted API: the bucket its state is checkpointed to (AWS/GCP hosting; not implemented yet).
+    #[arg(long, requires = "credentials")]
+    pub(crate) checkpoint_bucket: Option<String>,
+    /// Hosted API: the credential of the checkpoint bucket (AWS/GCP hosting; not implemented yet).
+    #[arg(long, requires = "credentials")]
+    pub(crate) checkpoint_storage_credentials: Option<String>,
+    /// Runs as the hosted API process itself (what `--credentials sim` starts).
+    #[arg(long, hide = true, conflicts_with = "credentials")]
+    pub(crate) hosted_by: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CredentialsCommand {
+    /// Save a credential; the API verifies it with the provider (one cheap read call).
+    New(Box<NewCredentialArgs>),
+    /// List credentials (secrets are never shown).
+    List,
+    /// Delete a credential that nothing uses.
+    Delete {
+        /// The credential's name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NewCredentialArgs {
+    /// The credential's name (a DNS label).
+    pub(crate) name: String,
+    /// aws, gcp or sim (the local simulated cloud).
+    #[arg(long)]
+    pub(crate) provider: String,
+    /// AWS access key id [default: $AWS_ACCESS_KEY_ID].
+    #[arg(long)]
+    pub(crate) access_key_id: Option<String>,
+    /// AWS secret access key [default: $AWS_SECRET_ACCESS_KEY]. Prefer the variable: flags show in `ps`.
+    #[arg(long)]
+    pub(crate) secret_access_key: Option<String>,
+    /// GCP service-account key file [default: $GOOGLE_APPLICATION_CREDENTIALS].
+    #[arg(long)]
+    pub(crate) service_account_file: Option<PathBuf>,
+    /// AWS region for the verification call [default: us-east-1].
+    #[arg(long)]
+    pub(crate) region: Option<String>,
+    /// Another endpoint for the provider's API (a private endpoint, or a local test peer).
+    #[arg(long)]
+    pub(crate) endpoint: Option<String>,
+    #[command(flatten)]
+    pub(crate) sim: commands::credentials::SimFlags,
+    /// Follow the verification; exit 0 if the credential is valid, 1 if not.
+    #[arg(long)]
+    pub(crate) wait: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum WorkflowCommand {
+    /// List workflows, newest first.
+    List {
+        /// Only this kind, e.g. credentials.verify.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only this status: pending, running, waiting, retrying, needs-attention, unwinding, succeeded, failed, cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this resource key, e.g. credential/team-aws.
+        #[arg(long)]
+        resource: Option<String>,
+        /// At most this many (1 to 1000; the API checks the range).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show where a workflow is and why: status, current step, next attempt, lease, every step.
+    Inspect {
+        /// The workflow id.
+        id: String,
+        /// Add the timeline of events.
+        #[arg(long)]
+        events: bool,
+        /// Stream step transitions until the workflow ends (exit 0 succeeded, 1 otherwise).
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Run the current (parked or backing-off) step now.
+    Retry {
+        /// The workflow id.
+        id: String,
+    },
+    /// Continue a parked workflow with a fresh retry budget for its current step.
+    Resume {
+        /// The workflow id.
+        id: String,
+    },
+    /// Cancel: undo completed steps in reverse order.
+    Cancel {
+        /// The workflow id.
+        id: String,
+    },
+}

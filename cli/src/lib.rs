@@ -1,0 +1,197 @@
+//! `anycloud`: the command-line tool and the API server, as a library that the `anycloud` binary
+//! runs with no test seams ([`main`]), and that the test suite's own binary runs with the seams
+//! it reads from its environment.
+//!
+//! Exit codes (docs/cli.md): 0 done or reached, 1 ended another way, 2 could not observe, 3 bad
+//! input, 4 timeout, 5 a workflow stopped for a person.
+
+mod args;
+mod client;
+mod commands;
+mod config;
+mod exit;
+mod output;
+mod render;
+mod seams;
+mod server;
+
+use std::process::ExitCode;
+
+use anycloud_workflows::api::{NewCluster, WorkflowAction};
+use clap::Parser;
+
+use crate::args::{ApiCommand, Cli, ClusterCommand, Command, CredentialsCommand, WorkflowCommand};
+use crate::exit::{BAD_INPUT, CliError, CliResult, OK};
+pub use crate::seams::Seams;
+
+/// Runs the command line with these test seams (none in the `anycloud` binary) and returns the
+/// process's exit code.
+pub fn main(seams: Seams) -> ExitCode {
+    seams::install(seams);
+    let wants_json = std::env::args().any(|arg| arg == "--json");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => {
+            let _ = err.print();
+            return ExitCode::from(OK);
+        }
+        // clap's own words, with the stable code every other error carries.
+        Err(err) => {
+            let rendered = err.render().to_string();
+            let message = rendered.trim_end().strip_prefix("error: ").unwrap_or(rendered.trim_end());
+            report(&CliError::bad_input(message), wants_json);
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    let serving = matches!(cli.command, Command::Api(ApiCommand::Serve(_)));
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ANYCLOUD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if serving { "info" } else { "warn" })),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            let err = CliError::new(exit::NOT_OBSERVED, "RUNTIME", format!("starting the async runtime: {err}"));
+            report(&err, wants_json);
+            return ExitCode::from(err.code);
+        }
+    };
+    let json = cli.json;
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            report(&err, json);
+            ExitCode::from(err.code)
+        }
+    }
+}
+
+/// Prints a failure on stderr: `error[CODE]: message`, or the API's JSON error body.
+fn report(err: &CliError, json: bool) {
+    if json {
+        let body = anycloud_workflows::api::ErrorBody {
+            error: anycloud_workflows::api::ErrorDetail { code: err.error_code.clone(), message: err.message.clone() },
+        };
+        eprintln!("{}", serde_json::to_string(&body).unwrap_or_default());
+    } else {
+        eprintln!("error[{}]: {}", err.error_code, err.message);
+    }
+}
+
+async fn run(cli: Cli) -> CliResult {
+    let json = cli.json;
+    match cli.command {
+        Command::Api(ApiCommand::Serve(args)) => match args.credentials {
+            Some(credentials) => {
+                let cloud_hosting_flags = args.vm_type.is_some()
+                    || args.checkpoint_bucket.is_some()
+                    || args.checkpoint_storage_credentials.is_some();
+                if cloud_hosting_flags && credentials.eq_ignore_ascii_case("sim") {
+                    return Err(CliError::bad_input(
+                        "--vm-type, --checkpoint-bucket and --checkpoint-storage-credentials apply to hosting on AWS or \
+                         GCP; the simulated cloud's host takes none of them",
+                    ));
+                }
+                let args = commands::api::HostArgs {
+                    id: args.id,
+                    credentials,
+                    port: args.port.unwrap_or(0),
+                    data_dir: args.data_dir,
+                    database_url: args.database_url,
+                    use_it: args.use_it,
+                };
+                commands::api::host(args, json).await
+            }
+            None => {
+                if let Some(host) = &args.hosted_by
+                    && !host.eq_ignore_ascii_case("sim")
+                {
+                    return Err(CliError::bad_input(format!("--hosted-by {host}: only `sim` is supported")));
+                }
+                let options = server::ServeOptions {
+                    id: args.id,
+                    port: args.port.unwrap_or(if args.hosted_by.is_some() { 0 } else { 7878 }),
+                    data_dir: args.data_dir,
+                    database_url: args.database_url,
+                    use_it: args.use_it,
+                    hosted_by: args.hosted_by,
+                };
+                server::serve(options, seams::get()).await
+            }
+        },
+        Command::Api(ApiCommand::Stop { id, data_dir }) => commands::api::stop(&id, data_dir, json).await,
+        Command::Api(ApiCommand::List) => commands::api::list(json),
+        Command::Api(ApiCommand::Use { name }) => commands::api::use_api(&name),
+        Command::Api(ApiCommand::Status) => commands::api::status(json).await,
+        Command::Credentials(CredentialsCommand::New(args)) => {
+            let args = commands::credentials::NewArgs {
+                name: args.name,
+                provider: args.provider,
+                access_key_id: args.access_key_id,
+                secret_access_key: args.secret_access_key,
+                service_account_file: args.service_account_file,
+                region: args.region,
+                endpoint: args.endpoint,
+                sim: args.sim,
+                wait: args.wait,
+            };
+            commands::credentials::new(args, json).await
+        }
+        Command::Credentials(CredentialsCommand::List) => commands::credentials::list(json).await,
+        Command::Credentials(CredentialsCommand::Delete { name }) => commands::credentials::delete(&name, json).await,
+        Command::Cluster(ClusterCommand::Create(args)) => {
+            let args = commands::cluster::CreateArgs {
+                cluster: NewCluster {
+                    name: args.name,
+                    credentials: args.credentials,
+                    region: args.region,
+                    vm_type: args.vm_type,
+                    min_vms: args.min_vms,
+                    max_vms: args.max_vms,
+                },
+                wait: args.wait,
+                timeout: args.timeout,
+            };
+            commands::cluster::create(args, json).await
+        }
+        Command::Cluster(ClusterCommand::Status { name }) => commands::cluster::status(&name, json).await,
+        Command::Cluster(ClusterCommand::List) => commands::cluster::list(json).await,
+        Command::Cluster(ClusterCommand::Delete { name, wait, timeout }) => {
+            commands::cluster::delete(&name, wait, timeout, json).await
+        }
+        Command::Wait { refs, timeout } => {
+            let mut worst = OK;
+            for reference in refs {
+                let code = match reference.split_once('/') {
+                    Some(("cluster", name)) if !name.is_empty() => commands::cluster::wait(name, timeout, json).await?,
+                    _ => {
+                        return Err(CliError::bad_input(format!(
+                            "`{reference}` is not a reference anycloud can wait for; write cluster/NAME"
+                        )));
+                    }
+                };
+                worst = worst.max(code);
+            }
+            Ok(worst)
+        }
+        Command::Workflow(WorkflowCommand::List { kind, status, resource, limit }) => {
+            commands::workflow::list(commands::workflow::ListArgs { kind, status, resource, limit }, json).await
+        }
+        Command::Workflow(WorkflowCommand::Inspect { id, events, follow }) => {
+            commands::workflow::inspect(&id, events, follow, json).await
+        }
+        Command::Workflow(WorkflowCommand::Retry { id }) => {
+            commands::workflow::act(&id, WorkflowAction::Retry, json).await
+        }
+        Command::Workflow(WorkflowCommand::Resume { id }) => {
+            commands::workflow::act(&id, WorkflowAction::Resume, json).await
+        }
+        Command::Workflow(WorkflowCommand::Cancel { id }) => {
+            commands::workflow::act(&id, WorkflowAction::Cancel, json).await
+        }
+    }
+}

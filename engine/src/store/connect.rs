@@ -1,0 +1,189 @@
+//! Opening the store on SQLite or PostgreSQL, and the SQL surface the domain shares with the
+//! engine: the same database, a [`Pool`] for its own tables, and a [`WriteTx`] in which its
+//! records and a submitted run commit together.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Postgres, Sqlite, Transaction};
+
+use super::Store;
+use super::group_commit::GroupCommit;
+use crate::error::EngineError;
+
+/// The store's connection pool. The domain keeps its own tables in the same database and
+/// reaches them through [`with_pool!`](crate::with_pool).
+#[derive(Clone, Debug)]
+pub enum Pool {
+    /// An embedded SQLite database.
+    Sqlite(SqlitePool),
+    /// A PostgreSQL server.
+    Postgres(PgPool),
+}
+
+/// A write transaction on either database; see [`with_tx!`](crate::with_tx).
+pub enum WriteTx {
+    /// On SQLite (begun `IMMEDIATE`).
+    Sqlite(Transaction<'static, Sqlite>),
+    /// On PostgreSQL.
+    Postgres(Transaction<'static, Postgres>),
+}
+
+impl WriteTx {
+    /// Commits the transaction.
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Sqlite(tx) => tx.commit().await,
+            Self::Postgres(tx) => tx.commit().await,
+        }
+    }
+
+    /// Whether this is a PostgreSQL transaction.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Self::Postgres(_))
+    }
+}
+
+/// Runs `$body` with `$pool` bound to whichever pool a [`Pool`] holds. Both databases take the
+/// same SQL text (sqlx binds `$1` on both), so the body is written once.
+#[macro_export]
+macro_rules! with_pool {
+    ($pool_ref:expr, |$pool:ident| $body:expr) => {
+        match $pool_ref {
+            $crate::store::Pool::Sqlite($pool) => $body,
+            $crate::store::Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Runs `$body` with `$tx` bound to the `&mut Transaction` a [`WriteTx`] holds; execute on
+/// `&mut **$tx`.
+#[macro_export]
+macro_rules! with_tx {
+    ($write_tx:expr, |$tx:ident| $body:expr) => {
+        match $write_tx {
+            $crate::store::WriteTx::Sqlite($tx) => $body,
+            $crate::store::WriteTx::Postgres($tx) => $body,
+        }
+    };
+}
+
+/// Starts a transaction that will write. SQLite takes its write lock at once (`BEGIN
+/// IMMEDIATE`), so that a transaction that reads first never deadlocks on upgrading its lock.
+pub(super) trait BeginWrite {
+    type Db: sqlx::Database;
+    async fn begin_write(&self) -> Result<Transaction<'static, Self::Db>, sqlx::Error>;
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = Sqlite;
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        self.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+impl BeginWrite for PgPool {
+    type Db = Postgres;
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        self.begin().await
+    }
+}
+
+impl Store {
+    /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`) and brings its
+    /// schema up to date.
+    pub async fn connect(url: &str) -> Result<Self, EngineError> {
+        if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?;
+            Self::open_sqlite(options).await
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Self::open_postgres(PgConnectOptions::from_str(url)?, 16).await
+        } else {
+            Err(EngineError::UnsupportedUrl(url.to_owned()))
+        }
+    }
+
+    /// Opens (creating if needed) the SQLite database at `path`.
+    pub async fn sqlite(path: &Path) -> Result<Self, EngineError> {
+        Self::open_sqlite(SqliteConnectOptions::new().filename(path)).await
+    }
+
+    /// Opens SQLite with these options, adding the engine's: WAL, a full sync on every
+    /// commit (an acknowledged checkpoint survives power loss too), and a busy timeout.
+    pub async fn open_sqlite(options: SqliteConnectOptions) -> Result<Self, EngineError> {
+        let options = options
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
+        let path = options.get_filename().to_owned();
+        // One connection: SQLite has one writer at a time anyway, and queueing writers in the
+        // pool (first come, first served) beats SQLite's busy handler, which sleeps up to 100 ms.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await?;
+        let mut migrator = sqlx::migrate!("./migrations/sqlite");
+        migrator.set_ignore_missing(true);
+        migrator.run(&pool).await.map_err(EngineError::Migrate)?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .test_before_acquire(false)
+            .connect_with(options.read_only(true))
+            .await?;
+        let group_commit = Some(GroupCommit::start(pool.clone()));
+        let sqlite_path = (path.as_os_str() != ":memory:").then_some(path);
+        Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader), group_commit, sqlite_path })
+    }
+
+    /// Opens PostgreSQL with these options and a pool of `max_connections`.
+    pub async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> Result<Self, EngineError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await?;
+        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        migrator.set_ignore_missing(true);
+        migrator.run(&pool).await.map_err(EngineError::Migrate)?;
+        Ok(Self {
+            pool: Pool::Postgres(pool.clone()),
+            reader: Pool::Postgres(pool),
+            group_commit: None,
+            sqlite_path: None,
+        })
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "sqlite",
+            Pool::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The connection pool, for the domain's own tables in the same database.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Begins a write transaction, in which the domain can write its records and submit runs
+    /// (with `Engine::submit_in`) atomically.
+    pub async fn begin_write(&self) -> Result<WriteTx, sqlx::Error> {
+        Ok(match &self.pool {
+            Pool::Sqlite(pool) => WriteTx::Sqlite(pool.begin_write().await?),
+            Pool::Postgres(pool) => WriteTx::Postgres(pool.begin_write().await?),
+        })
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        crate::with_pool!(&self.pool, |pool| pool.close().await);
+        crate::with_pool!(&self.reader, |pool| pool.close().await)
+    }
+}

@@ -1,0 +1,141 @@
+//! The kinds of entries in a run's append-only timeline, and how a finished step is recorded.
+//! Both are stored as their kebab-case names, which is also how `inspect` shows them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::status::RunStatus;
+
+/// Declares a stored enum: its variants with their stored names, `as_str`, parsing, serde as
+/// the same names, `Display`, and comparison with a `str` (so that a test may write
+/// `event.kind == "parked"`).
+macro_rules! stored_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant,)+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The stored and shown name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                Self::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| {
+                    let names: Vec<&str> = Self::ALL.iter().map(|v| v.as_str()).collect();
+                    format!("unknown {} `{s}`; expected one of {}", stringify!($name), names.join(", "))
+                })
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+
+stored_enum! {
+    /// What happened, in one timeline entry.
+    EventKind {
+        /// The run was stored (always entry 1).
+        Submitted = "submitted",
+        /// An engine took the run to drive it.
+        Claimed = "claimed",
+        /// An engine took the run over from a holder whose lease lapsed (it died or stalled).
+        Recovered = "recovered",
+        /// A forward step completed; read from the step's own row.
+        StepSucceeded = "step-succeeded",
+        /// An attempt of a forward step failed (it will be retried, or the run turns back).
+        StepFailed = "step-failed",
+        /// A poll or sleep is not done; the run waits as a row until its next check.
+        Waiting = "waiting",
+        /// The run stopped for an operator.
+        Parked = "parked",
+        /// The run turned back: its undos run in reverse order.
+        Unwinding = "unwinding",
+        /// An undo completed.
+        UndoSucceeded = "undo-succeeded",
+        /// An attempt of an undo failed.
+        UndoFailed = "undo-failed",
+        /// Every step succeeded.
+        Succeeded = "succeeded",
+        /// A step failed and every completed step was undone.
+        Failed = "failed",
+        /// The run was cancelled and every completed step was undone.
+        Cancelled = "cancelled",
+        /// Every step succeeded but the workflow could not build its output.
+        OutputFailed = "output-failed",
+        /// A signal was delivered.
+        Signal = "signal",
+        /// An operator asked to cancel the run.
+        CancelRequested = "cancel-requested",
+        /// An operator asked to run the current step now.
+        RetryRequested = "retry-requested",
+        /// An operator resumed a parked run with a fresh retry budget.
+        Resumed = "resumed",
+    }
+}
+
+impl EventKind {
+    /// The entry that says a run ended with `status`.
+    pub(crate) fn ended(status: RunStatus) -> Self {
+        match status {
+            RunStatus::Cancelled => Self::Cancelled,
+            RunStatus::Succeeded => Self::Succeeded,
+            _ => Self::Failed,
+        }
+    }
+}
+
+stored_enum! {
+    /// How a step (or its undo) finished.
+    StepStatus {
+        /// The step's action completed; its output is checkpointed.
+        Succeeded = "succeeded",
+        /// The step's action failed for good, and the run turned back.
+        Failed = "failed",
+        /// The step's undo completed.
+        Undone = "undone",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_names_round_trip() {
+        for kind in EventKind::ALL {
+            assert_eq!(kind.as_str().parse::<EventKind>(), Ok(*kind));
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+        assert!("stepped".parse::<EventKind>().unwrap_err().contains("expected one of submitted, claimed"));
+        assert!(EventKind::Parked == "parked");
+        assert_eq!(StepStatus::Undone.to_string(), "undone");
+    }
+}

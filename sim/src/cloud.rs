@@ -1,0 +1,134 @@
+//! The simulated cloud: its state, kept beside the API's in the same database (tables
+//! `sim_api_calls`, `sim_vms`, `sim_networks`), so that its VMs and injected faults survive API
+//! restarts like a real cloud's would. Everything it returns says it is simulated, and its public
+//! addresses are from TEST-NET-3 (203.0.113.0/24).
+
+use anycloud_engine::{Pool, with_pool};
+use anycloud_workflows::cloud::{Cloud, CloudError};
+use anycloud_workflows::db::Db;
+use anycloud_workflows::now_ms;
+use anycloud_workflows::providers::SimulatedCloud;
+use anycloud_workflows::providers::sim_settings::SimSettings;
+
+use crate::account::SimAccount;
+use crate::kube::{Machine, Machines};
+use crate::vms::{SELECT_VMS, SHUTDOWN_MS, SimVm, SimVmRow};
+
+/// A transient failure of the simulated cloud.
+#[derive(Debug, thiserror::Error)]
+#[error("simulated cloud: 503 Service Unavailable (injected fault on call {call})")]
+pub struct Unavailable {
+    pub(crate) call: u32,
+}
+
+/// A failure of the simulated cloud's own bookkeeping.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// An injected transient fault.
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+    /// Its state could not be read or written.
+    #[error("simulated cloud state")]
+    State(#[from] sqlx::Error),
+}
+
+impl From<SimError> for CloudError {
+    fn from(err: SimError) -> Self {
+        CloudError::retryable("simulated cloud", &err)
+    }
+}
+
+/// The simulated cloud, on the API's database.
+#[derive(Clone, Debug)]
+pub struct SimCloud {
+    db: Db,
+    api_url: String,
+}
+
+impl SimCloud {
+    /// The simulated cloud whose state lives in the API's database, "hosted" by the API at
+    /// `api_url` (its control planes' Kubernetes APIs are served under `{api_url}/sim/kube/`).
+    pub fn new(db: Db, api_url: impl Into<String>) -> Self {
+        Self { db, api_url: api_url.into() }
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        self.db.pool()
+    }
+
+    /// One account of the simulated cloud.
+    pub fn account(&self, account: &str, settings: SimSettings) -> SimAccount {
+        SimAccount { cloud: self.clone(), account: account.to_owned(), settings }
+    }
+
+    /// Where the Kubernetes API of the simulated control plane `vm` answers.
+    pub(crate) fn kube_url(&self, vm: &str) -> String {
+        format!("{}/sim/kube/{vm}", self.api_url.trim_end_matches('/'))
+    }
+
+    /// Counts a call to `account` and returns its number (1 for the first).
+    pub(crate) async fn count_call(&self, account: &str) -> Result<u32, sqlx::Error> {
+        let calls: i64 = with_pool!(self.pool(), |pool| {
+            sqlx::query_scalar(
+                "INSERT INTO sim_api_calls (account, calls) VALUES ($1, 1) \
+                 ON CONFLICT (account) DO UPDATE SET calls = sim_api_calls.calls + 1 RETURNING calls",
+            )
+            .bind(account)
+            .fetch_one(pool)
+            .await
+        })?;
+        Ok(calls as u32)
+    }
+
+    /// Every simulated VM of every account that is not terminated, for the simulated
+    /// Kubernetes API and for tests that check what the "provider" holds.
+    pub async fn live_vms(&self) -> Result<Vec<SimVm>, sqlx::Error> {
+        let now = now_ms();
+        let rows: Vec<SimVmRow> = with_pool!(self.pool(), |pool| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{SELECT_VMS} WHERE terminated_at IS NULL OR terminated_at > $1 ORDER BY launched_at, id"
+            )))
+            .bind(now - SHUTDOWN_MS)
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(rows.into_iter().map(|row| row.into_vm(now)).collect())
+    }
+
+    /// One simulated VM by id, whatever its state.
+    pub async fn vm(&self, id: &str) -> Result<Option<SimVm>, sqlx::Error> {
+        let row: Option<SimVmRow> = with_pool!(self.pool(), |pool| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_VMS} WHERE id = $1")))
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+        })?;
+        Ok(row.map(|row| row.into_vm(now_ms())))
+    }
+
+    /// How many network rules of any account are not deleted (for tests).
+    pub async fn live_networks(&self) -> Result<i64, sqlx::Error> {
+        with_pool!(self.pool(), |pool| {
+            sqlx::query_scalar("SELECT COUNT(*) FROM sim_networks WHERE deleted_at IS NULL").fetch_one(pool).await
+        })
+    }
+}
+
+impl SimulatedCloud for SimCloud {
+    fn account(&self, identity: &str, settings: SimSettings) -> Result<Box<dyn Cloud>, CloudError> {
+        Ok(Box::new(SimCloud::account(self, identity, settings)))
+    }
+}
+
+#[async_trait::async_trait]
+impl Machines for SimCloud {
+    async fn machine(&self, id: &str) -> Result<Option<Machine>, String> {
+        let vm = self.vm(id).await.map_err(|err| format!("simulated cloud state: {err}"))?;
+        Ok(vm.as_ref().map(SimVm::machine))
+    }
+
+    async fn running(&self) -> Result<Vec<Machine>, String> {
+        let live = self.live_vms().await.map_err(|err| format!("simulated cloud state: {err}"))?;
+        Ok(live.iter().filter(|vm| vm.state == "running").map(SimVm::machine).collect())
+    }
+}

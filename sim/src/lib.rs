@@ -1,0 +1,22 @@
+//! The simulated cloud: a local cloud for the quick start and for deterministic tests.
+//!
+//! - [`SimCloud`]: VMs and network rules kept in SQL beside the API's own state, with fault
+//!   injection (latency, transient errors, quotas, slow or never-ready nodes), deterministic
+//!   under a seed. The domain reaches its accounts ([`SimAccount`]) only through the `Cloud`
+//!   trait, as the `sim` provider ([`anycloud_workflows::providers::SimulatedCloud`]).
+//! - [`kube`]: the Kubernetes-compatible API of its control planes, which the real kube client
+//!   talks to; tests also serve it for clusters on moto and the fake Compute server, whose VMs
+//!   cannot boot here, so the project has one fake Kubernetes.
+//!
+//! Its tables (`sim_api_calls`, `sim_vms`, `sim_networks`) were created by the domain's first
+//! migrations, which cannot move (sqlx checksums applied migrations); later changes to them
+//! belong in this crate.
+
+mod account;
+mod cloud;
+pub mod kube;
+mod vms;
+
+pub use account::SimAccount;
+pub use cloud::{SimCloud, SimError, Unavailable};
+pub use vms::SimVm;

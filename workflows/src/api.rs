@@ -1,0 +1,302 @@
+//! The HTTP API's requests and answers, shared by the server (`cli/src/server`) and the CLI's
+//! client (`cli/src/client.rs`), so that both sides agree on every field. docs/cli.md ("The HTTP
+//! API") lists the routes that carry them.
+
+use anycloud_engine::{EventRecord, RunDetail, RunRecord, RunStatus};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::db::clusters::Cluster;
+use crate::db::credentials::Credential;
+use crate::db::vms::VmRecord;
+use crate::providers::sim_settings::SimSettings;
+
+/// `POST /v1/credentials`: a credential to save and verify.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewCredential {
+    /// DNS-label name.
+    pub name: String,
+    /// `aws`, `gcp` or `sim`.
+    pub provider: String,
+    /// AWS: the access key id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    /// AWS: the secret access key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_access_key: Option<String>,
+    /// GCP: the service-account key file's JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_json: Option<String>,
+    /// Region used for the verification call (AWS; default `us-east-1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Another endpoint for the provider's API (a local peer such as moto, or a private endpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// sim: how the simulated account behaves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimSettings>,
+}
+
+impl std::fmt::Debug for NewCredential {
+    /// Secrets are never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewCredential")
+            .field("name", &self.name)
+            .field("provider", &self.provider)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<secret>"))
+            .field("service_account_json", &self.service_account_json.as_ref().map(|_| "<secret>"))
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("sim", &self.sim)
+            .finish()
+    }
+}
+
+/// The answer to `POST /v1/credentials`: the credential as saved (`verifying`) and its
+/// verification's run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CredentialSaved {
+    /// The credential, without its secret.
+    pub credential: Credential,
+    /// The `credentials.verify` run.
+    pub workflow_id: Uuid,
+}
+
+/// `GET /v1/credentials`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CredentialList {
+    /// Every credential, by name, without secrets.
+    pub credentials: Vec<Credential>,
+}
+
+/// `GET /v1/credentials/{name}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CredentialShown {
+    /// The credential, without its secret.
+    pub credential: Credential,
+}
+
+/// `DELETE /v1/credentials/{name}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CredentialDeleted {
+    /// The name of the credential deleted.
+    pub deleted: String,
+}
+
+/// `POST /v1/clusters`: a cluster to create.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewCluster {
+    /// DNS-label name, unique among clusters that are not deleted.
+    pub name: String,
+    /// The credential whose account holds the capacity VMs.
+    pub credentials: String,
+    /// Provider region.
+    pub region: String,
+    /// Provider machine type.
+    pub vm_type: String,
+    /// Fixed capacity: must equal `max_vms` for now.
+    pub min_vms: i64,
+    /// Fixed capacity.
+    pub max_vms: i64,
+}
+
+/// The answer to `POST /v1/clusters`: the cluster's durable intent and its create run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterCreated {
+    /// The cluster as stored.
+    pub cluster: Cluster,
+    /// The `cluster.create` run.
+    pub workflow_id: Uuid,
+}
+
+/// One cluster of `GET /v1/clusters`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterSummary {
+    /// The record.
+    pub cluster: Cluster,
+    /// On the simulated cloud.
+    pub simulated: bool,
+    /// Capacity VMs the provider last reported running.
+    pub running_vms: usize,
+}
+
+/// `GET /v1/clusters`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterList {
+    /// Every cluster that is not deleted, by name.
+    pub clusters: Vec<ClusterSummary>,
+}
+
+/// `GET /v1/clusters/{name}`, and the answer to `DELETE` on it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterDetail {
+    /// The record: spec, phase (with its reason), placement, endpoint.
+    pub cluster: Cluster,
+    /// On the simulated cloud.
+    pub simulated: bool,
+    /// Capacity VMs asked for.
+    pub desired_vms: i64,
+    /// Capacity VMs the provider last reported running.
+    pub running_vms: usize,
+    /// Its VMs, control plane first.
+    pub vms: Vec<VmRecord>,
+    /// The last workflow started on it.
+    pub workflow: Option<WorkflowSummary>,
+    /// What went wrong: the cause of a run that turned back, or the last error of one in hand.
+    pub last_error: Option<String>,
+}
+
+/// Where a resource's workflow stands, in a resource's detail.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowSummary {
+    /// The run.
+    pub id: Uuid,
+    /// Its kind.
+    pub kind: String,
+    /// Its status.
+    pub status: RunStatus,
+    /// The step in hand.
+    pub current_step: Option<String>,
+    /// Failed attempts of that step.
+    pub attempt: u32,
+    /// Why it waits, parked, or ended.
+    pub status_reason: Option<String>,
+    /// When it acts next.
+    pub next_at: Option<i64>,
+}
+
+impl From<&RunRecord> for WorkflowSummary {
+    fn from(run: &RunRecord) -> Self {
+        Self {
+            id: run.id,
+            kind: run.kind.clone(),
+            status: run.status,
+            current_step: run.current_step.clone(),
+            attempt: run.attempt,
+            status_reason: run.status_reason.clone(),
+            next_at: run.next_at,
+        }
+    }
+}
+
+/// The query of `GET /v1/workflows`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowQuery {
+    /// Only this kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Only this status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Only this resource key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// At most this many (1 to 1000; 50 by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Only runs submitted before this sequence number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<i64>,
+}
+
+/// `GET /v1/workflows`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowList {
+    /// Runs, newest first.
+    pub workflows: Vec<RunRecord>,
+}
+
+/// `GET /v1/workflows/{id}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowDetail {
+    /// The run, its steps and its definition's plan.
+    pub workflow: RunDetail,
+    /// The API's clock, for "in 3 s" and "2 min ago".
+    pub now: i64,
+}
+
+/// The query of `GET /v1/workflows/{id}/events`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Only entries after this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<i64>,
+}
+
+/// `GET /v1/workflows/{id}/events`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowEvents {
+    /// The run's timeline, oldest first.
+    pub events: Vec<EventRecord>,
+}
+
+/// What an operator asks of a run (`POST /v1/workflows/{id}/{action}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkflowAction {
+    /// Run the current step now.
+    Retry,
+    /// Continue a parked run with a fresh retry budget.
+    Resume,
+    /// Turn back and end `cancelled`.
+    Cancel,
+}
+
+impl WorkflowAction {
+    /// The last segment of its route.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Resume => "resume",
+            Self::Cancel => "cancel",
+        }
+    }
+}
+
+/// The answer to a [`WorkflowAction`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowActed {
+    /// The run.
+    pub id: Uuid,
+    /// Its status now.
+    pub status: RunStatus,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiStatus {
+    /// The API's id.
+    pub id: String,
+    /// `local` or `hosted (simulated)`.
+    pub kind: String,
+    /// `sqlite` or `postgres`.
+    pub store: String,
+    /// The name its engine holds leases under.
+    pub engine_owner: String,
+    /// Its version.
+    pub version: String,
+    /// The test seams this API runs with: always empty in a production binary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub test_seams: Vec<String>,
+}
+
+/// Every error answer: `{"error": {"code": ..., "message": ...}}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// A stable code and a sentence that says what to do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// The stable code.
+    pub code: String,
+    /// What happened, to which resource, and what to do.
+    pub message: String,
+}

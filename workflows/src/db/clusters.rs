@@ -1,0 +1,279 @@
+//! The `clusters` table: the spec a user asked for, where its create or delete stands, and what
+//! the cloud gave it. Workflows change a cluster; operations create, hold and read it.
+
+use anycloud_engine::{WriteTx, with_pool, with_tx};
+use serde::{Deserialize, Serialize};
+
+use super::Db;
+use crate::providers::ProviderKind;
+
+/// Where a cluster stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// `cluster.create` is running (or queued).
+    Creating,
+    /// Every capacity VM is a Ready Kubernetes node.
+    Ready,
+    /// Creation failed and was unwound; `reason` says why.
+    Failed,
+    /// `cluster.delete` is running.
+    Deleting,
+    /// Everything it owned at the provider is gone.
+    Deleted,
+}
+
+impl Phase {
+    /// The stored and shown name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Creating => "creating",
+            Self::Ready => "ready",
+            Self::Failed => "failed",
+            Self::Deleting => "deleting",
+            Self::Deleted => "deleted",
+        }
+    }
+}
+
+impl TryFrom<String> for Phase {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        Ok(match s.as_str() {
+            "creating" => Self::Creating,
+            "ready" => Self::Ready,
+            "failed" => Self::Failed,
+            "deleting" => Self::Deleting,
+            "deleted" => Self::Deleted,
+            other => return Err(format!("unknown cluster phase `{other}`")),
+        })
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A cluster record.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, sqlx::FromRow)]
+pub struct Cluster {
+    /// Stable id; the value of the cluster tag on everything it owns.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// The credential of the capacity account.
+    pub credential: String,
+    /// Its provider.
+    #[sqlx(try_from = "String")]
+    pub provider: ProviderKind,
+    /// Region.
+    pub region: String,
+    /// Zone, once picked (GCP).
+    pub zone: Option<String>,
+    /// Machine type.
+    pub vm_type: String,
+    /// Capacity VMs (min).
+    pub min_vms: i64,
+    /// Capacity VMs (max).
+    pub max_vms: i64,
+    /// Where it stands.
+    #[sqlx(try_from = "String")]
+    pub phase: Phase,
+    /// Why it failed, when it did.
+    pub reason: Option<String>,
+    /// The Kubernetes API endpoint, once it answers.
+    pub endpoint: Option<String>,
+    /// The provider's id of its network rules.
+    pub network_id: Option<String>,
+    /// The last workflow started on it.
+    pub workflow_id: Option<String>,
+    /// When a delete was accepted.
+    pub delete_requested_at: Option<i64>,
+    /// Created at (ms since the epoch).
+    pub created_at: i64,
+    /// Changed at.
+    pub updated_at: i64,
+}
+
+impl Cluster {
+    /// The resource key every workflow on this cluster runs under, so that they run one at a time.
+    pub fn resource_key(name: &str) -> String {
+        format!("cluster/{name}")
+    }
+}
+
+const COLUMNS: &str = "id, name, credential, provider, region, zone, vm_type, min_vms, max_vms, phase, reason, \
+                       endpoint, network_id, workflow_id, delete_requested_at, created_at, updated_at";
+
+/// The live (not deleted) cluster of this name, read inside the caller's transaction. On
+/// PostgreSQL the row stays locked until the transaction ends, so that a delete and a new
+/// deployment on the same cluster cannot interleave (SQLite has one writer at a time).
+pub async fn lock_live_in(tx: &mut WriteTx, name: &str) -> Result<Option<Cluster>, sqlx::Error> {
+    match tx {
+        WriteTx::Sqlite(tx) => {
+            let sql =
+                sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM clusters WHERE name = $1 AND phase <> 'deleted'"));
+            sqlx::query_as(sql).bind(name).fetch_optional(&mut **tx).await
+        }
+        WriteTx::Postgres(tx) => {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {COLUMNS} FROM clusters WHERE name = $1 AND phase <> 'deleted' FOR UPDATE"
+            ));
+            sqlx::query_as(sql).bind(name).fetch_optional(&mut **tx).await
+        }
+    }
+}
+
+/// Inserts a new cluster inside the caller's transaction. A live cluster of the same name makes it
+/// fail with a unique violation (`clusters_live_name`).
+pub async fn insert_in(tx: &mut WriteTx, cluster: &Cluster) -> Result<(), sqlx::Error> {
+    with_tx!(tx, |tx| {
+        sqlx::query(
+            "INSERT INTO clusters (id, name, credential, provider, region, zone, vm_type, min_vms, max_vms, phase, \
+             workflow_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)",
+        )
+        .bind(&cluster.id)
+        .bind(&cluster.name)
+        .bind(&cluster.credential)
+        .bind(cluster.provider.as_str())
+        .bind(&cluster.region)
+        .bind(&cluster.zone)
+        .bind(&cluster.vm_type)
+        .bind(cluster.min_vms)
+        .bind(cluster.max_vms)
+        .bind(cluster.phase.as_str())
+        .bind(&cluster.workflow_id)
+        .bind(cluster.created_at)
+        .execute(&mut **tx)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// The names of the live (not deleted) clusters whose capacity `credential` holds, read inside the
+/// caller's transaction.
+pub async fn live_on_credential_in(tx: &mut WriteTx, credential: &str) -> Result<Vec<String>, sqlx::Error> {
+    with_tx!(tx, |tx| {
+        sqlx::query_scalar("SELECT name FROM clusters WHERE credential = $1 AND phase <> 'deleted' ORDER BY name")
+            .bind(credential)
+            .fetch_all(&mut **tx)
+            .await
+    })
+}
+
+/// Records that a delete was accepted and which run carries it, inside the caller's transaction.
+pub async fn request_delete_in(tx: &mut WriteTx, id: &str, workflow_id: &str, now: i64) -> Result<(), sqlx::Error> {
+    with_tx!(tx, |tx| {
+        sqlx::query("UPDATE clusters SET delete_requested_at = $2, workflow_id = $3, updated_at = $2 WHERE id = $1")
+            .bind(id)
+            .bind(now)
+            .bind(workflow_id)
+            .execute(&mut **tx)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// The live cluster of this name, or else the most recently deleted one.
+pub async fn get_by_name(db: &Db, name: &str) -> Result<Option<Cluster>, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM clusters WHERE name = $1 ORDER BY (phase = 'deleted'), created_at DESC LIMIT 1"
+    ));
+    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)
+}
+
+/// One cluster by id.
+pub async fn get(db: &Db, id: &str) -> Result<Option<Cluster>, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM clusters WHERE id = $1"));
+    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)
+}
+
+/// Every cluster that is not deleted, by name.
+pub async fn list(db: &Db) -> Result<Vec<Cluster>, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM clusters WHERE phase <> 'deleted' ORDER BY name, created_at"
+    ));
+    with_pool!(db.pool(), |pool| sqlx::query_as(sql).fetch_all(pool).await)
+}
+
+/// Sets the phase and its reason.
+pub async fn set_phase(db: &Db, id: &str, phase: Phase, reason: Option<&str>) -> Result<(), sqlx::Error> {
+    with_pool!(db.pool(), |pool| {
+        sqlx::query("UPDATE clusters SET phase = $2, reason = $3, updated_at = $4 WHERE id = $1")
+            .bind(id)
+            .bind(phase.as_str())
+            .bind(reason)
+            .bind(crate::now_ms())
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Records what the provider gave the cluster: its zone and network rules.
+pub async fn set_network(db: &Db, id: &str, zone: Option<&str>, network_id: Option<&str>) -> Result<(), sqlx::Error> {
+    with_pool!(db.pool(), |pool| {
+        sqlx::query("UPDATE clusters SET zone = $2, network_id = $3, updated_at = $4 WHERE id = $1")
+            .bind(id)
+            .bind(zone)
+            .bind(network_id)
+            .bind(crate::now_ms())
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Records the Kubernetes API endpoint (or clears it).
+pub async fn set_endpoint(db: &Db, id: &str, endpoint: Option<&str>) -> Result<(), sqlx::Error> {
+    with_pool!(db.pool(), |pool| {
+        sqlx::query("UPDATE clusters SET endpoint = $2, updated_at = $3 WHERE id = $1")
+            .bind(id)
+            .bind(endpoint)
+            .bind(crate::now_ms())
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Stores the sealed secrets unless some are stored already (a rerun keeps the first ones).
+pub async fn keep_secrets(db: &Db, id: &str, sealed: &str) -> Result<(), sqlx::Error> {
+    with_pool!(db.pool(), |pool| {
+        sqlx::query("UPDATE clusters SET secrets = $2 WHERE id = $1 AND secrets IS NULL")
+            .bind(id)
+            .bind(sealed)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// The sealed secrets, when generated.
+pub async fn sealed_secrets(db: &Db, id: &str) -> Result<Option<String>, sqlx::Error> {
+    let found: Option<Option<String>> = with_pool!(db.pool(), |pool| {
+        sqlx::query_scalar("SELECT secrets FROM clusters WHERE id = $1").bind(id).fetch_optional(pool).await
+    })?;
+    Ok(found.flatten())
+}
+
+/// Forgets the secrets (after an unwind or a delete, nothing may use them again).
+pub async fn erase_secrets(db: &Db, id: &str) -> Result<(), sqlx::Error> {
+    with_pool!(db.pool(), |pool| {
+        sqlx::query("UPDATE clusters SET secrets = NULL WHERE id = $1")
+            .bind(id)
+            .execute(pool)
+            .await
+            .map(|d| d.rows_affected())
+    })?;
+    Ok(())
+}

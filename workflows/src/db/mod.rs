@@ -1,0 +1,54 @@
+//! The domain's own tables (credentials, clusters, their VMs, deployments) in the engine's
+//! database: their migrations, and every SQL statement the domain runs, one file per table.
+//! Nothing else in the domain names sqlx or a pool: workflows and operations call these
+//! functions with a [`Db`], or with the [`WriteTx`] an operation submits its run in.
+
+pub mod clusters;
+pub mod credentials;
+pub mod deployments;
+pub mod sealing_key;
+pub mod vms;
+
+use anycloud_engine::{EngineError, Pool, Store, WriteTx};
+
+/// The database the domain shares with the engine. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Db {
+    store: Store,
+}
+
+impl Db {
+    /// The domain's tables in `store`'s database, brought up to date.
+    pub async fn open(store: &Store) -> Result<Self, EngineError> {
+        match store.pool() {
+            Pool::Sqlite(pool) => {
+                let mut migrator = sqlx::migrate!("./migrations/sqlite");
+                migrator.set_ignore_missing(true);
+                migrator.run(pool).await.map_err(EngineError::Migrate)?;
+            }
+            Pool::Postgres(pool) => {
+                let mut migrator = sqlx::migrate!("./migrations/postgres");
+                migrator.set_ignore_missing(true);
+                migrator.run(pool).await.map_err(EngineError::Migrate)?;
+            }
+        }
+        Ok(Self { store: store.clone() })
+    }
+
+    /// Begins a write transaction: records written in it and runs submitted in it
+    /// (`Engine::submit_in`) commit together.
+    pub async fn begin(&self) -> Result<WriteTx, sqlx::Error> {
+        self.store.begin_write().await
+    }
+
+    /// The pool, for the domain's table modules (and the simulated cloud's, which keeps its
+    /// state in the same database).
+    pub fn pool(&self) -> &Pool {
+        self.store.pool()
+    }
+}
+
+/// Whether a write failed on a unique constraint: another request took the name first.
+pub fn is_unique_violation(err: &sqlx::Error) -> bool {
+    err.as_database_error().is_some_and(|err| err.is_unique_violation())
+}

@@ -1,0 +1,166 @@
+//! What the domain's workflows and operations work with: the database, the sealer, the clouds and
+//! the test seams; and the few things every cluster workflow does with them (read a cluster's
+//! record and secrets, open its cloud account, find its Kubernetes API, sweep its VMs).
+
+use anycloud_engine::StepError;
+
+use crate::cloud::{Cloud, CloudError, Placement, Vm};
+use crate::cluster_secrets::ClusterSecrets;
+use crate::db::Db;
+use crate::db::clusters::{self, Cluster};
+use crate::db::credentials::{self, CredentialStatus, OpenError};
+use crate::db::vms;
+use crate::providers::Clouds;
+use crate::seams::TestSeams;
+use crate::secrets::SecretBox;
+
+/// Why a credential's cloud account could not be opened.
+///
+/// Like [`CloudError`], it is deliberately not a `std::error::Error`: a step's `?` must keep its
+/// class (terminal or retryable), through the `From` impl below.
+#[derive(Debug)]
+pub enum AccountError {
+    /// No credential has the name.
+    NoCredential(String),
+    /// The provider refused the credential.
+    Invalid {
+        /// The credential.
+        name: String,
+        /// The provider's words.
+        message: String,
+    },
+    /// The verification has not concluded.
+    Verifying(String),
+    /// The credential could not be read or opened.
+    Unreadable(String, OpenError),
+    /// The provider's client could not be made.
+    Cloud(CloudError),
+}
+
+impl std::fmt::Display for AccountError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoCredential(name) => {
+                write!(f, "credential `{name}` does not exist; `anycloud credentials list` shows the saved ones")
+            }
+            Self::Invalid { name, message } => {
+                write!(f, "credential `{name}` is invalid: {message}; save it again with working keys")
+            }
+            Self::Verifying(name) => write!(
+                f,
+                "credential `{name}` is still being verified; try again once `anycloud credentials list` shows it valid"
+            ),
+            Self::Unreadable(name, err) => write!(f, "credential `{name}`: {}", anycloud_engine::error_chain(err)),
+            Self::Cloud(err) => err.fmt(f),
+        }
+    }
+}
+
+impl From<CloudError> for AccountError {
+    fn from(err: CloudError) -> Self {
+        Self::Cloud(err)
+    }
+}
+
+impl From<AccountError> for StepError {
+    /// For a step: a credential that is missing, refused or cannot be opened will stay so
+    /// (terminal); one still being verified, or a database that failed, may not (retryable).
+    fn from(err: AccountError) -> Self {
+        match err {
+            AccountError::Cloud(err) => err.into(),
+            AccountError::Verifying(_) | AccountError::Unreadable(_, OpenError::Store(_)) => {
+                StepError::retryable_msg(err.to_string())
+            }
+            _ => StepError::terminal_msg(err.to_string()),
+        }
+    }
+}
+
+/// The dependencies of every workflow and operation. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Deps {
+    /// The API's database.
+    pub db: Db,
+    /// Seals and opens credentials and cluster secrets.
+    pub sealer: SecretBox,
+    /// Opens the cloud account of a credential.
+    pub clouds: Clouds,
+    /// Test seams; all off in production.
+    pub seams: TestSeams,
+}
+
+impl Deps {
+    /// The cluster record; its absence is terminal (the record is written with the run).
+    pub async fn cluster(&self, id: &str) -> Result<Cluster, StepError> {
+        clusters::get(&self.db, id)
+            .await?
+            .ok_or_else(|| StepError::terminal_msg(format!("cluster {id} has no record; it cannot be acted on")))
+    }
+
+    /// The cloud account of credential `name`, acting in `region`: the one place that checks a
+    /// credential before a cloud is asked anything on it.
+    pub async fn cloud(&self, name: &str, region: &str) -> Result<Box<dyn Cloud>, AccountError> {
+        let (credential, secret) = match credentials::open(&self.db, &self.sealer, name).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(AccountError::NoCredential(name.to_owned())),
+            Err(err) => return Err(AccountError::Unreadable(name.to_owned(), err)),
+        };
+        match credential.status {
+            CredentialStatus::Valid => Ok(self.clouds.open(&credential, &secret, region).await?),
+            CredentialStatus::Invalid => Err(AccountError::Invalid {
+                name: name.to_owned(),
+                message: credential.status_message.unwrap_or_default(),
+            }),
+            CredentialStatus::Verifying => Err(AccountError::Verifying(name.to_owned())),
+        }
+    }
+
+    /// Where the Kubernetes API of the cluster whose control plane is `cp` answers.
+    pub fn kube_url(&self, cloud: &dyn Cloud, cp: &Vm) -> String {
+        match &self.seams.simulated_kube {
+            Some(base) => format!("{}/{}", base.trim_end_matches('/'), cp.provider_id),
+            None => cloud.kube_url(cp),
+        }
+    }
+
+    /// After a launch call answered (the crash-test seam; nothing in production).
+    pub async fn after_launch(&self) {
+        if let Some(pause) = self.seams.pause_after_launch {
+            tracing::warn!(?pause, "test seam: pausing between a launch and its checkpoint");
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// The cluster's secrets, opened.
+    pub async fn secrets(&self, cluster_id: &str) -> Result<ClusterSecrets, StepError> {
+        let sealed = clusters::sealed_secrets(&self.db, cluster_id)
+            .await?
+            .ok_or_else(|| StepError::terminal_msg(format!("cluster {cluster_id} has no secrets")))?;
+        ClusterSecrets::open(&self.sealer, &sealed).map_err(StepError::terminal)
+    }
+
+    /// Terminates every VM that carries the cluster's tag and succeeds once the provider lists
+    /// none; until then it fails (retryably) with how many are left. Records what it sees.
+    pub async fn sweep(&self, cloud: &dyn Cloud, placement: &Placement) -> Result<(), StepError> {
+        let live = cloud.list_vms(placement).await?;
+        for vm in &live {
+            vms::upsert(&self.db, &placement.cluster_id, vm).await?;
+        }
+        vms::mark_gone(&self.db, &placement.cluster_id, &live).await?;
+        if live.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
+        cloud.terminate(placement, &ids).await?;
+        let left = cloud.list_vms(placement).await?;
+        vms::mark_gone(&self.db, &placement.cluster_id, &left).await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        Err(StepError::retryable_msg(format!(
+            "asked the provider to terminate {} VM(s) ({}); waiting until it lists none",
+            ids.len(),
+            ids.join(", ")
+        )))
+    }
+}

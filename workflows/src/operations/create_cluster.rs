@@ -1,0 +1,141 @@
+//! Creating a cluster: its record (the durable intent) and its `cluster.create` run, in one
+//! transaction that holds the credential, once the provider has said the placement exists.
+
+use uuid::Uuid;
+
+use crate::api::{ClusterCreated, NewCluster};
+use crate::cloud::CloudError;
+use crate::cluster_create::{CreateCluster, CreateInput};
+use crate::db::clusters::{self, Cluster, Phase};
+use crate::db::credentials::{self, CredentialStatus, Hold};
+use crate::db::is_unique_violation;
+use crate::deps::AccountError;
+use crate::names::check_dns_label;
+use crate::refusal::{Code, OperationError, Refusal};
+
+use super::Operations;
+
+/// Largest fixed capacity accepted.
+pub const MAX_VMS: i64 = 100;
+
+impl Operations {
+    /// Stores the cluster's intent and starts its creation. Refused on a local API, for a spec
+    /// that cannot be, for a credential that is missing or not valid, for a placement the provider
+    /// does not have, and for a name a live cluster holds (also when a racing create took it).
+    pub async fn create_cluster(&self, request: NewCluster) -> Result<ClusterCreated, OperationError> {
+        if !self.hosted {
+            return Err(Refusal::new(
+                Code::HostedApiRequired,
+                format!(
+                    "cluster creation requires a hosted API, and `{}` is a local API; start a hosted one with \
+                     `anycloud api serve --id NAME --credentials sim --use` (the simulated cloud hosts it) and create \
+                     the cluster there",
+                    self.api_id
+                ),
+            )
+            .into());
+        }
+        check(&request).map_err(|why| Refusal::new(Code::InvalidCluster, why))?;
+        let name = &request.name;
+        // The provider says whether the region and VM type exist before any intent is stored.
+        let cluster_id = Uuid::new_v4().to_string();
+        let cloud =
+            self.deps.cloud(&request.credentials, &request.region).await.map_err(|err| account_refusal(name, err))?;
+        cloud
+            .placement(&cluster_id, &request.region, &request.vm_type)
+            .await
+            .map_err(|err| account_refusal(name, err.into()))?;
+
+        let mut tx = self.deps.db.begin().await?;
+        // Held until the commit: a credential delete racing this create waits, then sees the cluster.
+        let credential = credentials::hold_in(&mut tx, &request.credentials, Hold::Shared)
+            .await?
+            .filter(|credential| credential.status == CredentialStatus::Valid)
+            .ok_or_else(|| account_refusal(name, AccountError::NoCredential(request.credentials.clone())))?;
+        if let Some(existing) = clusters::lock_live_in(&mut tx, name).await? {
+            return Err(exists(name, existing.phase).into());
+        }
+        let input = CreateInput { cluster_id: cluster_id.clone(), name: name.clone() };
+        let run = self.engine.submit_in::<CreateCluster>(&mut tx, &input, Some(&Cluster::resource_key(name))).await?;
+        let now = crate::now_ms();
+        let cluster = Cluster {
+            id: cluster_id,
+            name: name.clone(),
+            credential: credential.name,
+            provider: credential.provider,
+            region: request.region.clone(),
+            zone: None,
+            vm_type: request.vm_type.clone(),
+            min_vms: request.min_vms,
+            max_vms: request.max_vms,
+            phase: Phase::Creating,
+            reason: None,
+            endpoint: None,
+            network_id: None,
+            workflow_id: Some(run.to_string()),
+            delete_requested_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        match clusters::insert_in(&mut tx, &cluster).await {
+            // A create of the same name committed between the check and the insert.
+            Err(err) if is_unique_violation(&err) => return Err(exists(name, Phase::Creating).into()),
+            result => result?,
+        }
+        tx.commit().await?;
+        self.engine.wake_up();
+        Ok(ClusterCreated { cluster, workflow_id: run })
+    }
+}
+
+/// What can be checked without the database or the provider.
+fn check(request: &NewCluster) -> Result<(), String> {
+    let name = &request.name;
+    check_dns_label("cluster", name)?;
+    if request.region.trim().is_empty() {
+        return Err(format!("cluster `{name}`: --region is empty; pass the provider's region"));
+    }
+    if request.vm_type.trim().is_empty() {
+        return Err(format!("cluster `{name}`: --vm-type is empty; pass the provider's machine type"));
+    }
+    if request.min_vms != request.max_vms {
+        return Err(format!(
+            "cluster `{name}`: --min-vms ({}) and --max-vms ({}) differ; clusters currently have fixed capacity, so \
+             the minimum and maximum must be equal (autoscaling is not supported yet)",
+            request.min_vms, request.max_vms
+        ));
+    }
+    if !(1..=MAX_VMS).contains(&request.min_vms) {
+        return Err(format!(
+            "cluster `{name}`: --min-vms {} is out of range; a cluster has 1 to {MAX_VMS} capacity VMs",
+            request.min_vms
+        ));
+    }
+    Ok(())
+}
+
+fn exists(name: &str, phase: Phase) -> Refusal {
+    Refusal::new(
+        Code::ClusterExists,
+        format!(
+            "cluster `{name}` already exists ({phase}); pick another name, or delete it first with `anycloud cluster \
+             delete {name}`"
+        ),
+    )
+}
+
+/// Why the cluster cannot be placed with this credential, as the user should hear it.
+fn account_refusal(cluster: &str, err: AccountError) -> OperationError {
+    let code = match &err {
+        AccountError::NoCredential(_) => Code::CredentialNotFound,
+        AccountError::Invalid { .. } | AccountError::Unreadable(..) => Code::CredentialInvalid,
+        AccountError::Verifying(_) => Code::CredentialNotVerified,
+        AccountError::Cloud(CloudError::Terminal(_)) => Code::InvalidPlacement,
+        AccountError::Cloud(CloudError::Retryable(why)) => {
+            let message =
+                format!("cluster `{cluster}`: the provider could not check the region and VM type ({why}); try again");
+            return Refusal::new(Code::ProviderUnavailable, message).into();
+        }
+    };
+    Refusal::new(code, format!("cluster `{cluster}`: {err}")).into()
+}

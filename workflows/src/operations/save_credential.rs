@@ -1,0 +1,115 @@
+//! Saving a credential: its secret sealed, and its `credentials.verify` run, in one transaction.
+
+use crate::api::{CredentialSaved, NewCredential};
+use crate::credentials_verify::{VerifyCredential, VerifyInput};
+use crate::db::credentials::{self, NewRecord, PublicPart};
+use crate::db::is_unique_violation;
+use crate::names::check_dns_label;
+use crate::providers::ProviderKind;
+use crate::refusal::{Code, OperationError, Refusal};
+
+use super::Operations;
+
+impl Operations {
+    /// Saves a credential as `verifying` and starts its verification. A name already taken (also
+    /// by a request racing this one) is refused with `CREDENTIAL_EXISTS`.
+    pub async fn save_credential(&self, request: NewCredential) -> Result<CredentialSaved, OperationError> {
+        let record = check(request).map_err(|why| Refusal::new(Code::InvalidCredential, why))?;
+        let name = record.name.clone();
+        let exists = || {
+            Refusal::new(
+                Code::CredentialExists,
+                format!(
+                    "credential `{name}` already exists; delete it first with `anycloud credentials delete {name}`, \
+                     or pick another name"
+                ),
+            )
+        };
+        let mut tx = self.deps.db.begin().await?;
+        let key = VerifyCredential::resource_key(&name);
+        let input = VerifyInput { name: name.clone() };
+        let run = self.engine.submit_in::<VerifyCredential>(&mut tx, &input, Some(&key)).await?;
+        let now = crate::now_ms();
+        match credentials::insert_in(&mut tx, &record, &self.deps.sealer, &run.to_string(), now).await {
+            Err(err) if is_unique_violation(&err) => return Err(exists().into()),
+            result => result?,
+        }
+        tx.commit().await?;
+        self.engine.wake_up();
+        let credential = credentials::get(&self.deps.db, &name).await?.ok_or_else(|| {
+            Refusal::new(Code::CredentialNotFound, format!("credential `{name}` was deleted as it was saved"))
+        })?;
+        Ok(CredentialSaved { credential, workflow_id: run })
+    }
+}
+
+/// Checks the request and splits it into what is shown and what is sealed; the error says what
+/// is wrong and how to fix it.
+fn check(request: NewCredential) -> Result<NewRecord, String> {
+    let NewCredential { name, provider, access_key_id, secret_access_key, service_account_json, region, endpoint, sim } =
+        request;
+    check_dns_label("credential", &name)?;
+    let provider: ProviderKind = provider.parse()?;
+    if let Some(endpoint) = &endpoint {
+        check_endpoint(&name, endpoint)?;
+    }
+    let present = |value: &Option<String>| value.as_deref().is_some_and(|v| !v.trim().is_empty());
+    let (public, secret) = match provider {
+        ProviderKind::Sim => {
+            let settings = sim.unwrap_or_default();
+            settings.validate().map_err(|why| format!("credential `{name}`: {why}"))?;
+            let public =
+                PublicPart { identity: format!("sim-account-{name}"), sim: Some(settings), ..PublicPart::default() };
+            // The simulated cloud takes any token; one is sealed like a real secret would be.
+            (public, format!("sim-token-{}", uuid::Uuid::new_v4().simple()))
+        }
+        _ if sim.is_some() => return Err(format!("credential `{name}`: sim settings apply only to --provider sim")),
+        ProviderKind::Aws => {
+            if !present(&access_key_id) {
+                return Err(format!(
+                    "credential `{name}`: the AWS access key id is missing; pass --access-key-id or set \
+                     AWS_ACCESS_KEY_ID"
+                ));
+            }
+            if !present(&secret_access_key) {
+                return Err(format!(
+                    "credential `{name}`: the AWS secret access key is missing; pass --secret-access-key or set \
+                     AWS_SECRET_ACCESS_KEY"
+                ));
+            }
+            let public = PublicPart {
+                identity: access_key_id.unwrap_or_default().trim().to_owned(),
+                region: Some(region.unwrap_or_else(|| "us-east-1".to_owned())),
+                endpoint,
+                ..PublicPart::default()
+            };
+            (public, secret_access_key.unwrap_or_default())
+        }
+        ProviderKind::Gcp => {
+            let json = service_account_json.unwrap_or_default();
+            let key = crate::providers::gcp::ServiceAccountKey::parse(&json)
+                .map_err(|why| format!("credential `{name}`: {why}"))?;
+            let public = PublicPart {
+                identity: key.client_email,
+                project: Some(key.project_id),
+                endpoint,
+                ..PublicPart::default()
+            };
+            (public, json)
+        }
+    };
+    Ok(NewRecord { name, provider, public, secret })
+}
+
+/// An endpoint override must be an http(s) URL with a host, or every later call fails.
+fn check_endpoint(name: &str, endpoint: &str) -> Result<(), String> {
+    let rest = endpoint.strip_prefix("https://").or_else(|| endpoint.strip_prefix("http://"));
+    let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    match host {
+        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
+        _ => Err(format!(
+            "credential `{name}`: endpoint `{endpoint}` is not an http(s) URL; pass one such as \
+             https://ec2.eu-west-1.amazonaws.com, or leave --endpoint out to use the provider's own"
+        )),
+    }
+}

@@ -1,0 +1,28 @@
+//! Reading credentials, never their secrets.
+
+use crate::api::{CredentialList, CredentialShown};
+use crate::db::credentials;
+use crate::refusal::{Code, OperationError, Refusal};
+
+use super::Operations;
+
+impl Operations {
+    /// Every credential, by name.
+    pub async fn list_credentials(&self) -> Result<CredentialList, OperationError> {
+        Ok(CredentialList { credentials: credentials::list(&self.deps.db).await? })
+    }
+
+    /// One credential.
+    pub async fn credential(&self, name: &str) -> Result<CredentialShown, OperationError> {
+        let credential = credentials::get(&self.deps.db, name).await?.ok_or_else(|| credential_not_found(name))?;
+        Ok(CredentialShown { credential })
+    }
+}
+
+/// No credential has this name.
+pub(super) fn credential_not_found(name: &str) -> Refusal {
+    Refusal::new(
+        Code::CredentialNotFound,
+        format!("credential `{name}` does not exist; `anycloud credentials list` shows the saved ones"),
+    )
+}

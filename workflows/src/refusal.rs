@@ -1,0 +1,151 @@
+//! How an operation says no: a [`Refusal`] (a stable [`Code`], and a sentence that names the
+//! resource and says what to do) when the request cannot be done as asked, changing nothing; or
+//! a failure of the API itself. The HTTP server turns a code's [`Class`] into a status, in one
+//! place.
+
+use anycloud_engine::EngineError;
+
+/// What kind of no a refusal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// The request is wrong as given (HTTP 400).
+    BadInput,
+    /// The resource it names does not exist (HTTP 404).
+    NotFound,
+    /// The resource's state forbids it now (HTTP 409).
+    Conflict,
+    /// Something the API depends on cannot answer now; try again (HTTP 503).
+    Unavailable,
+}
+
+macro_rules! codes {
+    ($($(#[$doc:meta])* $variant:ident = $text:literal, $class:ident;)+) => {
+        /// A refusal's stable, machine-readable code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Code {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Code {
+            /// Every code.
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)+];
+
+            /// The code as the API and the CLI show it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $text,)+
+                }
+            }
+
+            /// What kind of no it is.
+            pub fn class(self) -> Class {
+                match self {
+                    $(Code::$variant => Class::$class,)+
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    /// Creating a cluster needs a hosted API.
+    HostedApiRequired = "HOSTED_API_REQUIRED", BadInput;
+    /// The cluster's spec is wrong as given.
+    InvalidCluster = "INVALID_CLUSTER", BadInput;
+    /// The provider refused the region or the machine type.
+    InvalidPlacement = "INVALID_PLACEMENT", BadInput;
+    /// The provider could not be asked; try again.
+    ProviderUnavailable = "PROVIDER_UNAVAILABLE", Unavailable;
+    /// A live cluster has that name.
+    ClusterExists = "CLUSTER_EXISTS", Conflict;
+    /// No cluster has that name.
+    ClusterNotFound = "CLUSTER_NOT_FOUND", NotFound;
+    /// Deployments still run on the cluster.
+    ClusterInUse = "CLUSTER_IN_USE", Conflict;
+    /// The credential is wrong as given.
+    InvalidCredential = "INVALID_CREDENTIAL", BadInput;
+    /// A credential has that name.
+    CredentialExists = "CREDENTIAL_EXISTS", Conflict;
+    /// No credential has that name.
+    CredentialNotFound = "CREDENTIAL_NOT_FOUND", NotFound;
+    /// The provider refused the credential.
+    CredentialInvalid = "CREDENTIAL_INVALID", BadInput;
+    /// The credential is still being verified.
+    CredentialNotVerified = "CREDENTIAL_NOT_VERIFIED", Conflict;
+    /// A workflow or a live cluster uses the credential.
+    CredentialInUse = "CREDENTIAL_IN_USE", Conflict;
+    /// No workflow has that id.
+    WorkflowNotFound = "WORKFLOW_NOT_FOUND", NotFound;
+    /// The text is not a workflow id.
+    InvalidWorkflowId = "INVALID_WORKFLOW_ID", BadInput;
+    /// The workflow's state forbids the action.
+    InvalidWorkflowState = "INVALID_WORKFLOW_STATE", Conflict;
+    /// The status filter names no status.
+    InvalidStatus = "INVALID_STATUS", BadInput;
+    /// The page size is out of range.
+    InvalidLimit = "INVALID_LIMIT", BadInput;
+    /// The API is stopping.
+    ShuttingDown = "SHUTTING_DOWN", Unavailable;
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request refused as asked. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The stable code.
+    pub code: Code,
+    /// What was wrong, with which resource, and what to do.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal with this code and sentence.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+}
+
+/// Why an operation did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum OperationError {
+    /// Refused: nothing changed.
+    #[error("{}", .0.message)]
+    Refused(Refusal),
+    /// The API itself failed (its database, its engine); nothing acknowledged changed.
+    #[error("the API failed")]
+    Failed(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<Refusal> for OperationError {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(refusal)
+    }
+}
+
+impl From<sqlx::Error> for OperationError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::Failed(err.into())
+    }
+}
+
+impl From<EngineError> for OperationError {
+    fn from(err: EngineError) -> Self {
+        let refused = |code, message: String| Self::Refused(Refusal::new(code, message));
+        match err {
+            EngineError::UnknownRun(id) => refused(
+                Code::WorkflowNotFound,
+                format!("workflow {id} does not exist; `anycloud workflow list` shows the workflows that do"),
+            ),
+            EngineError::InvalidState { .. } => refused(Code::InvalidWorkflowState, err.to_string()),
+            EngineError::ShuttingDown => {
+                refused(Code::ShuttingDown, "the API is shutting down; try again when it is back".into())
+            }
+            other => Self::Failed(other.into()),
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Test seams: what a test may change in how the workflows reach the world. Every one is off in
+//! production: the `anycloud` binary builds its API with [`TestSeams::default()`], and only the
+//! test suite's own binary (`anycloud-seamed`, in the tests crate) turns them on, from variables
+//! it reads itself (docs/operations.md lists them). No code of the production binary reads them.
+
+use std::time::Duration;
+
+/// The seams; the default is none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TestSeams {
+    /// Where a simulated Kubernetes serves the control planes of clusters whose VMs cannot boot
+    /// here (moto's, the fake Compute server's): the URL of a cluster's API is this base, then
+    /// `/` and the control-plane VM's provider id. The Kubernetes calls are the production ones.
+    pub simulated_kube: Option<String>,
+    /// A pause between a launch call's answer and the end of its step, so that a crash test can
+    /// kill the API between the two.
+    pub pause_after_launch: Option<Duration>,
+}
+
+impl TestSeams {
+    /// Whether any seam is on.
+    pub fn any(&self) -> bool {
+        *self != Self::default()
+    }
+
+    /// The seams that are on, in words, for the loud announcement a binary with seams makes.
+    pub fn describe(&self) -> Vec<String> {
+        let mut on = Vec::new();
+        if let Some(url) = &self.simulated_kube {
+            on.push(format!("every cluster's Kubernetes API is the simulated one at {url}"));
+        }
+        if let Some(pause) = self.pause_after_launch {
+            on.push(format!("each launch step pauses {} ms before its checkpoint", pause.as_millis()));
+        }
+        on
+    }
+}
