@@ -244,3 +244,85 @@ pub(crate) enum WorkflowCommand {
         id: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// The commands a message tells a user to run (`anycloud cluster delete NAME`, ...), as
+    /// written in the sources of the domain and the CLI: every one must be a command this binary
+    /// has, so that a refusal never sends anyone to a command that does not exist yet.
+    #[test]
+    fn every_command_a_message_names_exists() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut checked = 0;
+        for dir in ["workflows/src", "cli/src", "engine/src", "sim/src"] {
+            for file in sources(&root.join(dir)) {
+                let text = joined(&std::fs::read_to_string(&file).unwrap());
+                for (at, _) in text.match_indices("`anycloud ") {
+                    let command: String = text[at + 1..].chars().take_while(|c| *c != '`').collect();
+                    if command.contains(['\n', '"']) {
+                        continue; // not a command in a message (this test's own code, say)
+                    }
+                    let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+                    check(&words, &command, &file);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 20, "only {checked} commands found in messages: is the scan right?");
+    }
+
+    /// The subcommand words, up to the first argument, resolve to a command of the CLI.
+    fn check(words: &[&str], command: &str, file: &std::path::Path) {
+        let mut at = Cli::command();
+        for word in words {
+            if word.starts_with('-') || word.chars().any(|c| c.is_ascii_uppercase() || "{}/<>.|".contains(c)) {
+                return;
+            }
+            match at.find_subcommand(word) {
+                Some(sub) => at = sub.clone(),
+                // An argument of a command that takes one (a name, an id).
+                None if at.get_positionals().next().is_some() => return,
+                None => panic!("{}: `{command}` names `{word}`, which `anycloud` does not have", file.display()),
+            }
+        }
+    }
+
+    /// The text with Rust's string continuations (a `\` ending a line, then the next line's
+    /// indentation) removed, as the compiler reads a literal.
+    fn joined(text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut lines = text.split('\n').peekable();
+        while let Some(line) = lines.next() {
+            match line.strip_suffix('\\') {
+                Some(head) => {
+                    out.push_str(head);
+                    if let Some(next) = lines.peek_mut() {
+                        *next = next.trim_start();
+                    }
+                }
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    fn sources(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files.extend(sources(&path));
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                files.push(path);
+            }
+        }
+        files
+    }
+}

@@ -245,6 +245,8 @@ pub struct Api {
     /// Extra environment of the API process. A test seam (`ANYCLOUD_TEST_*`) runs the API as the
     /// `anycloud-seamed` binary, the only one that reads them.
     pub env: Vec<(String, String)>,
+    /// Runs as the `anycloud` binary whatever `env` says.
+    production_binary: bool,
     dir: tempfile::TempDir,
     child: Option<Child>,
     pids: Vec<u32>,
@@ -262,6 +264,8 @@ pub struct ApiOptions {
     pub hosted: bool,
     /// Extra environment of the API process.
     pub env: Vec<(String, String)>,
+    /// Run the `anycloud` binary even when `env` names a seam (to prove it ignores them).
+    pub production_binary: bool,
 }
 
 impl Api {
@@ -282,7 +286,7 @@ impl Api {
 
     /// Starts an API as `options` say.
     pub fn start_opts(options: ApiOptions) -> Self {
-        let ApiOptions { id, database_url, hosted, env } = options;
+        let ApiOptions { id, database_url, hosted, env, production_binary } = options;
         let id = id.as_str();
         let dir = tempfile::Builder::new().prefix("anycloud-e2e-").tempdir().unwrap();
         for sub in ["config", "xdg-config", "xdg-data", "logs"] {
@@ -295,6 +299,7 @@ impl Api {
             url: String::new(),
             hosted,
             env,
+            production_binary,
             dir,
             child: None,
             pids: Vec::new(),
@@ -346,7 +351,7 @@ impl Api {
         let logs = self.dir.path().join("logs");
         let stdout_path = logs.join(format!("api-{incarnation}.stdout"));
         let stderr_path = logs.join(format!("api-{incarnation}.stderr"));
-        let mut command = self.command_for(wants_seams(&self.env));
+        let mut command = self.command_for(wants_seams(&self.env) && !self.production_binary);
         command
             .args(["api", "serve", "--id", &self.id, "--port", &self.port.to_string(), "--use", "--data-dir"])
             .arg(self.data_dir())
@@ -454,12 +459,22 @@ impl Api {
 
     /// Starts `anycloud ARGS` in the background with extra environment variables.
     pub fn spawn_cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> CliChild {
+        self.spawn_cli_as(wants_seams(env), args, env)
+    }
+
+    /// Runs `anycloud ARGS` as the `anycloud` binary whatever `env` says (to prove it ignores
+    /// seam variables).
+    pub fn cli_production(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        self.spawn_cli_as(false, args, env).wait(CLI_TIMEOUT)
+    }
+
+    fn spawn_cli_as(&self, seamed: bool, args: &[&str], env: &[(&str, &str)]) -> CliChild {
         let logs = self.dir.path().join("logs");
         let number = self.commands.get() + 1;
         self.commands.set(number);
         let stdout_path = logs.join(format!("cli-{number:04}.stdout"));
         let stderr_path = logs.join(format!("cli-{number:04}.stderr"));
-        let mut command = self.command_for(wants_seams(env));
+        let mut command = self.command_for(seamed);
         command
             .args(args)
             .envs(env.iter().copied())

@@ -17,6 +17,11 @@
 //! record names the same VMs; the run's timeline shows the restarts taking the run back and the
 //! interrupted launch steps' extra attempts. `cluster delete --wait` then leaves nothing live.
 //! A PostgreSQL variant repeats the first kill.
+//!
+//! A cancel that the API driving the run never hears of (it is sent through a second API on the
+//! same database) followed by a SIGKILL before the launch's checkpoint: the restarted API turns
+//! the run back, undoes the launch that was cut short first (its VM is found by tag), then the
+//! completed steps, and says so truthfully in the timeline; nothing is left at the provider.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -42,6 +47,7 @@ fn start_api(id: &str, database_url: Option<String>) -> Api {
         database_url,
         hosted: true,
         env: vec![("ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS".into(), PAUSE_AFTER_LAUNCH_MS.into())],
+        ..ApiOptions::default()
     })
 }
 
@@ -364,5 +370,106 @@ fn postgres_sigkill_between_control_plane_launch_and_checkpoint() {
     );
     delete_and_assert_gone(&api, &a);
     drop(api);
+    eprintln!("done in {:?}", started.elapsed());
+}
+
+/// A second API (another id) on the same data directory and database: an operator's cancel
+/// through it reaches the run's driver only at its next heartbeat.
+struct SecondApi {
+    child: std::process::Child,
+    url: String,
+}
+
+impl SecondApi {
+    fn start(api: &Api, id: &str) -> Self {
+        let stdout = api.scratch().join(format!("{id}.stdout"));
+        let mut command = api.command();
+        command
+            .args(["api", "serve", "--id", id, "--port", "0", "--hosted-by", "sim", "--data-dir"])
+            .arg(api.data_dir())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(api.scratch().join(format!("{id}.stderr"))).unwrap());
+        let child = command.spawn().unwrap();
+        let url = wait_until(STAGE, "the second API to listen", || {
+            let text = std::fs::read_to_string(&stdout).unwrap_or_default();
+            let line = text.lines().find(|line| line.contains("listening on "))?;
+            Some(line.split("listening on ").nth(1)?.split_whitespace().next()?.to_owned())
+        });
+        Self { child, url }
+    }
+}
+
+impl Drop for SecondApi {
+    fn drop(&mut self) {
+        e2e::send_sigterm(self.child.id());
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_cancel_then_a_sigkill_before_the_checkpoint_undoes_the_cut_short_launch() {
+    let started = Instant::now();
+    let mut api = start_api("cancel-crash", None);
+    slow_sim_credential(&api);
+    let cluster = create(&api, "cancel-crash");
+    let other = SecondApi::start(&api, "cancel-crash-operator");
+
+    // The control plane exists at the provider; the seam holds its step before the checkpoint.
+    wait_until(STAGE, "VM cp at the provider", || {
+        provider_vms(&api, &cluster.id).iter().any(|vm| vm.name == "cp" && vm.live).then_some(())
+    });
+    let token = format!("Bearer {}", api.token());
+    let path = format!("/v1/workflows/{}/cancel", cluster.run);
+    let answer = e2e::http(&other.url, "POST", &path, &[("Authorization", &token)], b"");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    api.kill();
+    assert!(
+        !checkpointed(&api, &cluster.run).iter().any(|step| step == "launch_control_plane"),
+        "the kill came after the launch's checkpoint"
+    );
+    let unwinding = api.query_strings(&format!(
+        "SELECT message FROM engine_events WHERE run_id = '{}' AND kind = 'unwinding'",
+        cluster.run
+    ));
+    assert!(unwinding.is_empty(), "the killed API had already turned the run back: {unwinding:?}");
+    drop(other);
+
+    api.restart();
+    let detail = wait_until(STAGE, "the run to end cancelled", || {
+        let detail = api.inspect(&cluster.run, true);
+        (detail["run"]["status"] == "cancelled").then_some(detail)
+    });
+    let events = e2e::events(&detail);
+    let recovered = events.iter().find(|event| event["kind"] == "recovered").unwrap_or_else(|| panic!("{detail:#}"));
+    assert!(
+        recovered["message"].as_str().unwrap().contains("of step `launch_control_plane` ended without a checkpoint"),
+        "{recovered:#}"
+    );
+    assert!(events.iter().all(|event| !event["message"].as_str().unwrap().contains("runs again")), "{detail:#}");
+    let unwinding = events.iter().find(|event| event["kind"] == "unwinding").unwrap_or_else(|| panic!("{detail:#}"));
+    assert!(
+        unwinding["message"].as_str().unwrap().contains("undoing step `launch_control_plane` first"),
+        "{unwinding:#}"
+    );
+    let undone: Vec<&str> = detail["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|step| step["phase"] == "undo")
+        .map(|step| step["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(undone[0], "launch_control_plane", "the cut-short launch is undone first: {detail:#}");
+
+    // Nothing of the cluster is left at the provider, and the record says why it failed.
+    let vms = provider_vms(&api, &cluster.id);
+    assert!(vms.iter().all(|vm| !vm.live), "{vms:#?}");
+    assert!(provider_networks(&api, &cluster.id).iter().all(|(_, live)| !live));
+    let out = api.cli(&["--json", "cluster", "status", &cluster.name]);
+    out.expect_code(0);
+    let status = out.json();
+    assert_eq!(status["cluster"]["phase"], "failed", "{out}");
+    assert!(status["cluster"]["reason"].as_str().unwrap().contains("creation was cancelled"), "{out}");
+    api.cli(&["cluster", "delete", &cluster.name, "--wait"]).expect_code(0);
     eprintln!("done in {:?}", started.elapsed());
 }

@@ -190,3 +190,17 @@ async fn mark_deleted(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
     clusters::set_phase(db, id, Phase::Deleted, None).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_step_is_documented_with_its_retry() {
+        let documented = include_str!("../../docs/workflows/cluster-delete.md");
+        for step in
+            ["mark_deleting", "remove_workloads", "terminate_vms", "delete_network", "wait_gone", "mark_deleted"]
+        {
+            assert!(documented.contains(&format!("| `{step}` |")), "docs/workflows/cluster-delete.md lacks `{step}`");
+        }
+        assert!(documented.contains("a timeout parks"), "the doc must say that `wait_gone` parks when it times out");
+    }
+}
