@@ -33,7 +33,8 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Cluster(ClusterCommand),
     /// Wait for resources, e.g. `anycloud wait cluster/training`: one line per state change.
-    /// Exit 0 reached (ready, or deleted), 1 ended another way, 2 not observable, 4 timeout.
+    /// Exit 0 reached (ready, or deleted), 1 ended another way, 2 not observable, 4 timeout,
+    /// 5 the workflow stopped for a person (the message says what to run).
     Wait {
         /// Typed references: `cluster/NAME`.
         #[arg(required = true)]
@@ -62,7 +63,7 @@ pub(crate) enum ClusterCommand {
     Delete {
         /// The cluster's name.
         name: String,
-        /// Follow the deletion; exit 0 once deleted.
+        /// Follow the deletion; exit 0 once deleted, 5 if it stops for a person.
         #[arg(long)]
         wait: bool,
         /// How long --wait waits (e.g. 90s, 15m).
@@ -90,7 +91,7 @@ pub(crate) struct CreateClusterArgs {
     /// Capacity VMs (currently equal to --min-vms).
     #[arg(long)]
     pub(crate) max_vms: i64,
-    /// Follow the creation step by step; exit 0 once ready, 1 if it failed.
+    /// Follow the creation step by step; exit 0 once ready, 1 if it failed, 5 if it stops for a person.
     #[arg(long)]
     pub(crate) wait: bool,
     /// How long --wait waits (e.g. 90s, 15m).
@@ -195,7 +196,7 @@ pub(crate) struct NewCredentialArgs {
     pub(crate) endpoint: Option<String>,
     #[command(flatten)]
     pub(crate) sim: commands::credentials::SimFlags,
-    /// Follow the verification; exit 0 if the credential is valid, 1 if not.
+    /// Follow the verification; exit 0 if the credential is valid, 1 if not, 5 if it stops for a person.
     #[arg(long)]
     pub(crate) wait: bool,
 }
@@ -224,7 +225,8 @@ pub(crate) enum WorkflowCommand {
         /// Add the timeline of events.
         #[arg(long)]
         events: bool,
-        /// Stream step transitions until the workflow ends (exit 0 succeeded, 1 otherwise).
+        /// Stream step transitions until the workflow ends (exit 0 succeeded, 1 failed or cancelled,
+        /// 5 needs attention).
         #[arg(long)]
         follow: bool,
     },

@@ -61,28 +61,8 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
-    let steps: Vec<&'static str> = W::steps().list.iter().map(|step| step.name).collect();
-    for step in steps {
-        let faults = Faults { fail_step: Some(step.to_owned()), run_undos_twice: true, ..Faults::default() };
-        let engine = engine_with(store, workflow.clone(), faults).await?;
-        let id = engine.submit::<W>(input, None).await.map_err(|err| error_chain(&err))?;
-        let run =
-            engine.wait(id, RUN_TIMEOUT).await.map_err(|err| format!("failing at `{step}`: {}", error_chain(&err)));
-        engine.shutdown(Duration::from_secs(5)).await;
-        let run = run?;
-        if run.status != RunStatus::Failed {
-            return Err(format!(
-                "{} failing at step `{step}` ended {} instead of failed: {}",
-                W::KIND,
-                run.status,
-                run.status_reason.unwrap_or_default()
-            ));
-        }
-        check_clean(step)
-            .await
-            .map_err(|dirt| format!("{} failing at step `{step}` left the world unclean: {dirt}", W::KIND))?;
-    }
-    Ok(())
+    let failing = |step: &str| Faults { fail_step: Some(step.to_owned()), ..Faults::default() };
+    at_every_step(store, workflow, input, failing, (RunStatus::Failed, "failing at step"), check_clean).await
 }
 
 /// For each step of `W` in turn: lets the step do its work, then loses its output as a crash
@@ -100,18 +80,38 @@ where
     F: Fn(&'static str) -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
+    let cancelling = |step: &str| Faults { cancel_in_flight: Some(step.to_owned()), ..Faults::default() };
+    let expected = (RunStatus::Cancelled, "cancelled while running step");
+    at_every_step(store, workflow, input, cancelling, expected, check_clean).await
+}
+
+/// For each step of `W` in turn: runs `input` with the faults `at(step)` (and every undo run
+/// twice), requires the run to end as `expected` says (its status, and how to say what was
+/// done), then asks `check_clean(step)` whether the world is as before.
+async fn at_every_step<W, F, Fut>(
+    store: &Store,
+    workflow: Arc<W>,
+    input: &W::Input,
+    at: impl Fn(&str) -> Faults,
+    (status, done): (RunStatus, &str),
+    check_clean: F,
+) -> Result<(), String>
+where
+    W: Workflow,
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
     let steps: Vec<&'static str> = W::steps().list.iter().map(|step| step.name).collect();
     for step in steps {
-        let faults = Faults { cancel_in_flight: Some(step.to_owned()), run_undos_twice: true, ..Faults::default() };
+        let faults = Faults { run_undos_twice: true, ..at(step) };
         let engine = engine_with(store, workflow.clone(), faults).await?;
         let id = engine.submit::<W>(input, None).await.map_err(|err| error_chain(&err))?;
-        let run =
-            engine.wait(id, RUN_TIMEOUT).await.map_err(|err| format!("cancelling in `{step}`: {}", error_chain(&err)));
+        let run = engine.wait(id, RUN_TIMEOUT).await.map_err(|err| format!("{done} `{step}`: {}", error_chain(&err)));
         engine.shutdown(Duration::from_secs(5)).await;
         let run = run?;
-        if run.status != RunStatus::Cancelled {
+        if run.status != status {
             return Err(format!(
-                "{} cancelled while step `{step}` ran ended {} instead of cancelled: {}",
+                "{} {done} `{step}` ended {} instead of {status}: {}",
                 W::KIND,
                 run.status,
                 run.status_reason.unwrap_or_default()
@@ -119,7 +119,7 @@ where
         }
         check_clean(step)
             .await
-            .map_err(|dirt| format!("{} cancelled while step `{step}` ran left the world unclean: {dirt}", W::KIND))?;
+            .map_err(|dirt| format!("{} {done} `{step}` left the world unclean: {dirt}", W::KIND))?;
     }
     Ok(())
 }

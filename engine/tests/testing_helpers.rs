@@ -120,5 +120,5 @@ async fn the_helpers_catch_a_careless_workflow() {
     })
     .await
     .unwrap_err();
-    assert!(err.contains("cancelled while step `open` ran left the world unclean"), "{err}");
+    assert!(err.contains("cancelled while running step `open` left the world unclean"), "{err}");
 }

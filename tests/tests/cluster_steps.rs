@@ -205,6 +205,19 @@ impl Harness {
             .collect()
     }
 
+    /// Nothing of the cluster is live at the simulated cloud: no VM, no network rule.
+    async fn sim_holds_nothing(&self) -> Result<(), String> {
+        let vms = self.sim_live_vms().await;
+        if !vms.is_empty() {
+            return Err(format!("the simulated cloud still runs {vms:?}"));
+        }
+        let networks = self.sim_live_networks().await;
+        if !networks.is_empty() {
+            return Err(format!("the simulated cloud still holds network rules {networks:?}"));
+        }
+        Ok(())
+    }
+
     /// The ids of the cluster's simulated network rules that are not deleted.
     async fn sim_live_networks(&self) -> Vec<String> {
         sqlx::query_scalar("SELECT id FROM sim_networks WHERE cluster = $1 AND deleted_at IS NULL ORDER BY id")
@@ -239,14 +252,7 @@ async fn sim_failure_at_every_step_unwinds_to_nothing() {
     let check_clean = |step: &'static str| {
         let h = &h;
         async move {
-            let vms = h.sim_live_vms().await;
-            if !vms.is_empty() {
-                return Err(format!("the simulated cloud still runs {vms:?}"));
-            }
-            let networks = h.sim_live_networks().await;
-            if !networks.is_empty() {
-                return Err(format!("the simulated cloud still holds network rules {networks:?}"));
-            }
+            h.sim_holds_nothing().await?;
             h.record_unwound(step).await?;
             eprintln!("failing at `{step}`: clean after {:?}", started.elapsed());
             Ok(())
@@ -274,14 +280,7 @@ async fn sim_cancel_in_flight_at_every_step_unwinds_to_nothing() {
     let check_clean = |step: &'static str| {
         let h = &h;
         async move {
-            let vms = h.sim_live_vms().await;
-            if !vms.is_empty() {
-                return Err(format!("the simulated cloud still runs {vms:?}"));
-            }
-            let networks = h.sim_live_networks().await;
-            if !networks.is_empty() {
-                return Err(format!("the simulated cloud still holds network rules {networks:?}"));
-            }
+            h.sim_holds_nothing().await?;
             h.record_cancelled().await?;
             eprintln!("cancelled in `{step}`: clean after {:?}", started.elapsed());
             Ok(())
@@ -396,6 +395,19 @@ async fn aws_groups(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<String> 
     output.security_groups().iter().map(|g| g.group_id().unwrap_or_default().to_owned()).collect()
 }
 
+/// Nothing of the cluster is live at moto: no instance, no security group.
+async fn moto_holds_nothing(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Result<(), String> {
+    let live = aws_live_instances(ec2, cluster_id).await;
+    if !live.is_empty() {
+        return Err(format!("moto still holds instances {:?}", describe(&live)));
+    }
+    let groups = aws_groups(ec2, cluster_id).await;
+    if !groups.is_empty() {
+        return Err(format!("moto still holds security groups {groups:?}"));
+    }
+    Ok(())
+}
+
 fn tag<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
     instance.tags().iter().find(|t| t.key() == Some(key)).and_then(|t| t.value())
 }
@@ -425,14 +437,7 @@ async fn aws_failure_at_every_step_unwinds_to_nothing() {
     let check_clean = |step: &'static str| {
         let (h, ec2) = (&h, &ec2);
         async move {
-            let live = aws_live_instances(ec2, h.cluster_id()).await;
-            if !live.is_empty() {
-                return Err(format!("moto still holds instances {:?}", describe(&live)));
-            }
-            let groups = aws_groups(ec2, h.cluster_id()).await;
-            if !groups.is_empty() {
-                return Err(format!("moto still holds security groups {groups:?}"));
-            }
+            moto_holds_nothing(ec2, h.cluster_id()).await?;
             h.record_unwound(step).await?;
             eprintln!("failing at `{step}`: clean after {:?}", started.elapsed());
             Ok(())
@@ -458,14 +463,7 @@ async fn aws_cancel_in_flight_at_every_step_unwinds_to_nothing() {
     let check_clean = |step: &'static str| {
         let (h, ec2) = (&h, &ec2);
         async move {
-            let live = aws_live_instances(ec2, h.cluster_id()).await;
-            if !live.is_empty() {
-                return Err(format!("moto still holds instances {:?}", describe(&live)));
-            }
-            let groups = aws_groups(ec2, h.cluster_id()).await;
-            if !groups.is_empty() {
-                return Err(format!("moto still holds security groups {groups:?}"));
-            }
+            moto_holds_nothing(ec2, h.cluster_id()).await?;
             h.record_cancelled().await?;
             eprintln!("cancelled in `{step}`: clean after {:?}", started.elapsed());
             Ok(())

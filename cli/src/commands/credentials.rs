@@ -45,7 +45,7 @@ pub struct SimFlags {
     #[arg(long)]
     pub sim_reject: Option<String>,
     /// sim: each call takes this many milliseconds (0 to 60000).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=LIMITS.latency_ms))]
+    #[arg(long, value_parser = super::at_most(LIMITS.latency_ms))]
     pub sim_latency_ms: Option<u64>,
     /// sim: this percentage (0-100) of calls fail with a transient error, chosen by --sim-seed.
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=i64::from(LIMITS.error_rate)))]
@@ -57,7 +57,7 @@ pub struct SimFlags {
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub sim_quota_vms: Option<u32>,
     /// sim: how long a VM takes to boot, and its node to become Ready (0 to 3600000) [default: 300].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=LIMITS.boot_ms))]
+    #[arg(long, value_parser = super::at_most(LIMITS.boot_ms))]
     pub sim_boot_ms: Option<u64>,
     /// sim: VMs boot but their Kubernetes nodes never become Ready.
     #[arg(long)]

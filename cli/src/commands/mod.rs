@@ -21,9 +21,15 @@ pub fn print_json(value: &impl serde::Serialize) {
 pub const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Parses `30s`, `5m`, `2h`, `1d` or plain seconds, from 1 s to a week.
+///
+/// Also the parser of every other number a user types with a bound (`--sim-latency-ms`, ...):
+/// see [`at_most`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    if number.is_empty() {
+        return Err(format!("`{text}` is not a duration; write it like 90s, 15m or 1h"));
+    }
     let unit_seconds = match unit {
         "" | "s" => 1,
         "m" => 60,
@@ -31,8 +37,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "d" => 86_400,
         _ => return Err(format!("`{text}` has an unknown unit; use s, m, h or d (e.g. 15m)")),
     };
-    let value: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration; write it like 90s, 15m or 1h"))?;
-    match value.checked_mul(unit_seconds) {
+    // All digits: a number too large for a u64 is out of range too.
+    match number.parse::<u64>().ok().and_then(|value| value.checked_mul(unit_seconds)) {
         Some(seconds) if (1..=MAX_WAIT.as_secs()).contains(&seconds) => Ok(Duration::from_secs(seconds)),
         _ => Err(format!("`{text}` is out of range: use 1s to 7d")),
     }
@@ -49,9 +55,24 @@ mod tests {
         assert_eq!(parse_duration("7d"), Ok(MAX_WAIT));
         assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         for bad in ["0s", "8d", "169h", "18446744073709551615h", "99999999999999999999999s"] {
-            let err = parse_duration(bad).unwrap_err();
-            assert!(err.contains("out of range") || err.contains("not a duration"), "{bad}: {err}");
+            assert_eq!(parse_duration(bad).unwrap_err(), format!("`{bad}` is out of range: use 1s to 7d"));
         }
+        assert!(parse_duration("-5s").unwrap_err().contains("not a duration"));
         assert!(parse_duration("5w").unwrap_err().contains("unknown unit"));
+    }
+}
+
+/// A clap parser for a whole number from 0 to `max`, whose error says the range whatever was
+/// typed (a negative number, one too large for any integer).
+pub fn at_most(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |text: &str| match text.trim().parse::<i128>() {
+        Ok(value) if (0..=i128::from(max)).contains(&value) => Ok(value as u64),
+        Ok(_) => Err(format!("`{text}` is out of range: use 0 to {max}")),
+        Err(_)
+            if text.trim().trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) && !text.trim().is_empty() =>
+        {
+            Err(format!("`{text}` is out of range: use 0 to {max}"))
+        }
+        Err(_) => Err(format!("`{text}` is not a whole number; use 0 to {max}")),
     }
 }
