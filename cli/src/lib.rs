@@ -45,10 +45,9 @@ pub fn main(seams: Seams) -> ExitCode {
     };
     let serving = matches!(cli.command, Command::Api(ApiCommand::Serve(_)));
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ANYCLOUD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if serving { "info" } else { "warn" })),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ANYCLOUD_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(if serving { "info,sqlx::postgres::notice=warn" } else { "warn" })
+        }))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
