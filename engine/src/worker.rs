@@ -236,7 +236,8 @@ impl Driver<'_> {
             Ok(Ok(Check::Ready(_))) if faults.cancel_in_flight.as_deref() == Some(name) => {
                 // As if a cancel arrived while the step ran and the process died before its
                 // checkpoint: the cancel is recorded, the output is lost.
-                if let Err(err) = self.inner.store.cancel(run.id, now_ms(), |_, _| false).await {
+                // Boxed: a rare path whose large future would otherwise swell every driver's.
+                if let Err(err) = Box::pin(self.inner.store.cancel(run.id, now_ms(), |_, _| false)).await {
                     warn!(error = %error_chain(&err), "injecting a cancel failed");
                 }
                 Attempt::Cancelled
