@@ -63,6 +63,11 @@ impl Client {
         self.send(self.http.post(self.endpoint(path)).json(body)).await
     }
 
+    /// POST with no body (an action on a resource).
+    pub async fn post_empty<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        self.send(self.http.post(self.endpoint(path))).await
+    }
+
     /// DELETE a resource.
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
         self.send(self.http.delete(self.endpoint(path))).await

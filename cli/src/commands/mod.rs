@@ -44,6 +44,21 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// A clap parser for a whole number from 0 to `max`, whose error says the range whatever was
+/// typed (a negative number, one too large for any integer).
+pub fn at_most(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |text: &str| match text.trim().parse::<i128>() {
+        Ok(value) if (0..=i128::from(max)).contains(&value) => Ok(value as u64),
+        Ok(_) => Err(format!("`{text}` is out of range: use 0 to {max}")),
+        Err(_)
+            if text.trim().trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) && !text.trim().is_empty() =>
+        {
+            Err(format!("`{text}` is out of range: use 0 to {max}"))
+        }
+        Err(_) => Err(format!("`{text}` is not a whole number; use 0 to {max}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,21 +73,16 @@ mod tests {
             assert_eq!(parse_duration(bad).unwrap_err(), format!("`{bad}` is out of range: use 1s to 7d"));
         }
         assert!(parse_duration("-5s").unwrap_err().contains("not a duration"));
-        assert!(parse_duration("5w").unwrap_err().contains("unknown unit"));
     }
-}
 
-/// A clap parser for a whole number from 0 to `max`, whose error says the range whatever was
-/// typed (a negative number, one too large for any integer).
-pub fn at_most(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
-    move |text: &str| match text.trim().parse::<i128>() {
-        Ok(value) if (0..=i128::from(max)).contains(&value) => Ok(value as u64),
-        Ok(_) => Err(format!("`{text}` is out of range: use 0 to {max}")),
-        Err(_)
-            if text.trim().trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) && !text.trim().is_empty() =>
-        {
-            Err(format!("`{text}` is out of range: use 0 to {max}"))
+    #[test]
+    fn bounded_numbers_say_their_range_whatever_was_typed() {
+        let parse = at_most(60_000);
+        assert_eq!(parse("60000"), Ok(60_000));
+        for bad in ["60001", "-1", "99999999999999999999999999999"] {
+            assert_eq!(parse(bad).unwrap_err(), format!("`{bad}` is out of range: use 0 to 60000"));
         }
-        Err(_) => Err(format!("`{text}` is not a whole number; use 0 to {max}")),
+        assert_eq!(parse("ten").unwrap_err(), "`ten` is not a whole number; use 0 to 60000");
+        assert!(parse_duration("5w").unwrap_err().contains("unknown unit"));
     }
 }

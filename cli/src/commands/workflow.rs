@@ -190,7 +190,7 @@ pub async fn act(id: &str, action: WorkflowAction, json: bool) -> CliResult {
     check_id(id)?;
     let client = Client::active()?;
     let path = format!("/v1/workflows/{id}/{}", action.as_str());
-    let answer: WorkflowActed = client.post(&path, &serde_json::json!({})).await?;
+    let answer: WorkflowActed = client.post_empty(&path).await?;
     if json {
         print_json(&answer);
     } else {

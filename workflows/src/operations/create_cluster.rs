@@ -48,10 +48,16 @@ impl Operations {
 
         let mut tx = self.deps.db.begin().await?;
         // Held until the commit: a credential delete racing this create waits, then sees the cluster.
-        let credential = credentials::hold_in(&mut tx, &request.credentials, Hold::Shared)
-            .await?
-            .filter(|credential| credential.status == CredentialStatus::Valid)
-            .ok_or_else(|| account_refusal(name, AccountError::NoCredential(request.credentials.clone())))?;
+        let credential = match credentials::hold_in(&mut tx, &request.credentials, Hold::Shared).await? {
+            Some(credential) if credential.status == CredentialStatus::Valid => credential,
+            // Deleted since the provider was asked, or deleted and saved again.
+            Some(credential) if credential.status == CredentialStatus::Invalid => {
+                let message = credential.status_message.unwrap_or_default();
+                return Err(account_refusal(name, AccountError::Invalid { name: credential.name, message }));
+            }
+            Some(credential) => return Err(account_refusal(name, AccountError::Verifying(credential.name))),
+            None => return Err(account_refusal(name, AccountError::NoCredential(request.credentials.clone()))),
+        };
         if let Some(existing) = clusters::lock_live_in(&mut tx, name).await? {
             return Err(exists(name, existing.phase).into());
         }
