@@ -83,6 +83,26 @@ fn wants_seams<K: AsRef<str>, V>(env: &[(K, V)]) -> bool {
     env.iter().any(|(name, _)| SEAM_VARS.contains(&name.as_ref()))
 }
 
+/// `cluster create NAME --credentials CREDENTIAL` of `vms` capacity VMs on the simulated cloud
+/// (`sim-east-1`, `sim.small`), to extend with `--wait` and the like.
+pub fn sim_cluster_create<'a>(name: &'a str, credential: &'a str, vms: &'a str) -> Vec<&'a str> {
+    vec![
+        "cluster",
+        "create",
+        name,
+        "--credentials",
+        credential,
+        "--region",
+        "sim-east-1",
+        "--vm-type",
+        "sim.small",
+        "--min-vms",
+        vms,
+        "--max-vms",
+        vms,
+    ]
+}
+
 /// The venv holding `bin/moto_server` and boto3: `$ANYCLOUD_TEST_MOTO_VENV`, else the venv
 /// `scripts/lib/moto.sh` makes by default (`/var/tmp/anycloud-venv`) when it is there.
 pub fn moto_venv() -> PathBuf {

@@ -47,21 +47,7 @@ impl Footprint {
 
 /// `cluster create c` on the valid credential, with these extra arguments.
 fn create<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "cluster",
-        "create",
-        "c",
-        "--credentials",
-        "good",
-        "--region",
-        "sim-east-1",
-        "--vm-type",
-        "sim.small",
-        "--min-vms",
-        "1",
-        "--max-vms",
-        "1",
-    ];
+    let mut args = e2e::sim_cluster_create("c", "good", "1");
     args.extend(extra);
     args
 }

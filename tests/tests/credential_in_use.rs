@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use anycloud_engine::Store;
-use anycloud_tests::e2e::{Api, PgDatabase};
+use anycloud_tests::e2e::{self, Api, PgDatabase};
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster, Phase};
 use anycloud_workflows::db::credentials::{self, Hold, NewRecord, PublicPart};
@@ -59,22 +59,8 @@ fn a_credential_holding_a_cluster_is_not_deleted_until_the_cluster_is_gone() {
     let started = Instant::now();
     let api = Api::start_hosted("credential-in-use");
     api.cli(&["credentials", "new", "cap", "--provider", "sim", "--sim-latency-ms", "1000", "--wait"]).expect_code(0);
-    let create = [
-        "cluster",
-        "create",
-        "k",
-        "--credentials",
-        "cap",
-        "--region",
-        "sim-east-1",
-        "--vm-type",
-        "sim.small",
-        "--min-vms",
-        "1",
-        "--max-vms",
-        "1",
-        "--wait",
-    ];
+    let mut create = e2e::sim_cluster_create("k", "cap", "1");
+    create.push("--wait");
     api.spawn_cli(&create).wait(Duration::from_secs(90)).expect_code(0);
     assert_eq!(phase(&api), "ready");
     let live = api.query_strings("SELECT id FROM sim_vms WHERE terminated_at IS NULL");

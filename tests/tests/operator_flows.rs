@@ -215,22 +215,8 @@ fn set_sim_setting(api: &Api, name: &str, setting: &str, value: i64) {
 fn wait_cluster_returns_as_soon_as_the_delete_needs_a_person() {
     let api = Api::start_hosted("wait-needs-attention");
     api.cli(&["credentials", "new", "w", "--provider", "sim", "--wait"]).expect_code(0);
-    let create = [
-        "cluster",
-        "create",
-        "k",
-        "--credentials",
-        "w",
-        "--region",
-        "sim-east-1",
-        "--vm-type",
-        "sim.small",
-        "--min-vms",
-        "1",
-        "--max-vms",
-        "1",
-        "--wait",
-    ];
+    let mut create = e2e::sim_cluster_create("k", "w", "1");
+    create.push("--wait");
     api.spawn_cli(&create).wait(Duration::from_secs(90)).expect_code(0);
 
     // From now on every call to the account fails transiently.

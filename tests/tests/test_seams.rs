@@ -56,22 +56,8 @@ fn the_production_binary_ignores_seam_variables() {
     api.cli(&["credentials", "new", "plain", "--provider", "sim", "--wait"]).expect_code(0);
     // With the seams honoured, the Kubernetes calls would go to a dead port (the create would
     // never become ready) and each launch would pause a minute.
-    let args = [
-        "cluster",
-        "create",
-        "plain",
-        "--credentials",
-        "plain",
-        "--region",
-        "sim-east-1",
-        "--vm-type",
-        "sim.small",
-        "--min-vms",
-        "1",
-        "--max-vms",
-        "1",
-        "--wait",
-    ];
+    let mut args = e2e::sim_cluster_create("plain", "plain", "1");
+    args.push("--wait");
     let out = api.cli_production(&args, &env);
     out.expect_code(0);
     assert!(out.stdout.contains("cluster plain is ready"), "{out}");
