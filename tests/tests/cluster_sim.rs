@@ -67,21 +67,7 @@ fn sim_credential_with(api: &Api, name: &str, sim: Value) {
 
 /// `cluster create NAME` with `vms` capacity VMs of sim.small in sim-east-1, plus `extra`.
 fn create(api: &Api, name: &str, credential: &str, vms: &str, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "cluster",
-        "create",
-        name,
-        "--credentials",
-        credential,
-        "--region",
-        "sim-east-1",
-        "--vm-type",
-        "sim.small",
-        "--min-vms",
-        vms,
-        "--max-vms",
-        vms,
-    ];
+    let mut args = e2e::sim_cluster_create(name, credential, vms);
     args.extend(extra);
     let child = api.spawn_cli(&args);
     child.wait(WAIT)
