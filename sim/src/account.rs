@@ -2,7 +2,7 @@
 //! the account's latency and may meet its injected faults; launches find VMs by tag first and
 //! honour client tokens, as EC2's do.
 
-use anycloud_engine::with_pool;
+use anycloud_engine::{execute, with_pool};
 use anycloud_workflows::cloud::{
     CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Vm,
 };
@@ -119,19 +119,15 @@ impl Cloud for SimAccount {
     async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError> {
         self.call().await?;
         let id = self.network_id(&placement.cluster_id);
-        with_pool!(self.cloud.pool(), |pool| {
-            sqlx::query(
-                "INSERT INTO sim_networks (id, account, cluster, created_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (id) DO UPDATE SET deleted_at = NULL",
-            )
-            .bind(&id)
-            .bind(&self.account)
-            .bind(&placement.cluster_id)
-            .bind(now_ms())
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-        })
+        execute!(
+            self.cloud.pool(),
+            "INSERT INTO sim_networks (id, account, cluster, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (id) DO UPDATE SET deleted_at = NULL",
+            &id,
+            &self.account,
+            &placement.cluster_id,
+            now_ms()
+        )
         .map_err(SimError::from)?;
         Ok(Network { id })
     }
@@ -147,17 +143,13 @@ impl Cloud for SimAccount {
                 vm.id
             )));
         }
-        with_pool!(self.cloud.pool(), |pool| {
-            sqlx::query(
-                "UPDATE sim_networks SET deleted_at = $3 WHERE account = $1 AND cluster = $2 AND deleted_at IS NULL",
-            )
-            .bind(&self.account)
-            .bind(&placement.cluster_id)
-            .bind(now_ms())
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-        })
+        execute!(
+            self.cloud.pool(),
+            "UPDATE sim_networks SET deleted_at = $3 WHERE account = $1 AND cluster = $2 AND deleted_at IS NULL",
+            &self.account,
+            &placement.cluster_id,
+            now_ms()
+        )
         .map_err(SimError::from)?;
         Ok(())
     }
@@ -209,28 +201,26 @@ impl Cloud for SimAccount {
         .into();
         let tags = serde_json::to_string(&tags).map_err(|err| CloudError::terminal("encoding tags", &err))?;
         // The client token makes a repeated launch return the first one, as EC2's ClientToken does.
-        with_pool!(self.cloud.pool(), |pool| {
-            sqlx::query(
-                "INSERT INTO sim_vms (id, account, region, vm_type, tags, user_data, client_token, private_ip, \
-                 public_ip, boot_ms, never_ready, launched_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-                 ON CONFLICT (account, client_token) DO NOTHING",
-            )
-            .bind(&id)
-            .bind(&self.account)
-            .bind(&placement.region)
-            .bind(&placement.vm_type)
-            .bind(&tags)
-            .bind(&spec.user_data)
-            .bind(&token)
-            .bind(format!("10.77.{}.{}", (n >> 8) % 250 + 1, n % 250 + 2))
-            .bind(format!("203.0.113.{}", (n >> 16) % 250 + 2))
-            .bind(self.settings.boot_ms as i64)
-            .bind(self.settings.never_ready)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-        })
+        let private_ip = format!("10.77.{}.{}", (n >> 8) % 250 + 1, n % 250 + 2);
+        let public_ip = format!("203.0.113.{}", (n >> 16) % 250 + 2);
+        execute!(
+            self.cloud.pool(),
+            "INSERT INTO sim_vms (id, account, region, vm_type, tags, user_data, client_token, private_ip, \
+             public_ip, boot_ms, never_ready, launched_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             ON CONFLICT (account, client_token) DO NOTHING",
+            &id,
+            &self.account,
+            &placement.region,
+            &placement.vm_type,
+            &tags,
+            &spec.user_data,
+            &token,
+            private_ip,
+            public_ip,
+            self.settings.boot_ms as i64,
+            self.settings.never_ready,
+            now
+        )
         .map_err(SimError::from)?;
         let row: SimVmRow = with_pool!(self.cloud.pool(), |pool| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_VMS} WHERE account = $1 AND client_token = $2")))
@@ -256,17 +246,13 @@ impl Cloud for SimAccount {
         }
         self.call().await?;
         for id in provider_ids {
-            with_pool!(self.cloud.pool(), |pool| {
-                sqlx::query(
-                    "UPDATE sim_vms SET terminated_at = $3 WHERE id = $1 AND account = $2 AND terminated_at IS NULL",
-                )
-                .bind(id)
-                .bind(&self.account)
-                .bind(now_ms())
-                .execute(pool)
-                .await
-                .map(|done| done.rows_affected())
-            })
+            execute!(
+                self.cloud.pool(),
+                "UPDATE sim_vms SET terminated_at = $3 WHERE id = $1 AND account = $2 AND terminated_at IS NULL",
+                id,
+                &self.account,
+                now_ms()
+            )
             .map_err(SimError::from)?;
         }
         Ok(())

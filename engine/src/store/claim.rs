@@ -129,29 +129,20 @@ impl Store {
     /// Lets the leases of a previous incarnation of `owner` lapse at once: it is dead (the
     /// caller holds the owner's lock). The next claim records the recovery.
     pub(crate) async fn expire_leases_of(&self, owner: &str) -> Result<u64, sqlx::Error> {
-        crate::with_pool!(&self.pool, |pool| {
-            let done = sqlx::query("UPDATE engine_runs SET lease_expires_at = 0 WHERE lease_owner = $1")
-                .bind(owner)
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected())
-        })
+        crate::execute!(&self.pool, "UPDATE engine_runs SET lease_expires_at = 0 WHERE lease_owner = $1", owner)
     }
 
     /// Gives up the lease on one run without changing it (a clean stop between steps).
     pub(crate) async fn release(&self, run: &RunRecord, owner: &str) -> Result<(), sqlx::Error> {
-        crate::with_pool!(&self.pool, |pool| {
-            sqlx::query(
-                "UPDATE engine_runs SET lease_owner = NULL, lease_expires_at = NULL \
-                 WHERE id = $1 AND lease_generation = $2 AND lease_owner = $3",
-            )
-            .bind(run.id.to_string())
-            .bind(run.lease_generation)
-            .bind(owner)
-            .execute(pool)
-            .await?;
-            Ok(())
-        })
+        crate::execute!(
+            &self.pool,
+            "UPDATE engine_runs SET lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $1 AND lease_generation = $2 AND lease_owner = $3",
+            run.id.to_string(),
+            run.lease_generation,
+            owner
+        )?;
+        Ok(())
     }
 
     /// Outputs of the run's completed forward steps, by position.

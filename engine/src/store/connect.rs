@@ -71,6 +71,27 @@ macro_rules! with_tx {
     };
 }
 
+/// Runs one statement with these binds (`$1`, `$2`, … in order) on whichever pool a [`Pool`]
+/// holds; yields `Result<u64, sqlx::Error>`, the number of rows it changed.
+#[macro_export]
+macro_rules! execute {
+    ($pool_ref:expr, $sql:expr $(, $bind:expr)* $(,)?) => {
+        $crate::with_pool!($pool_ref, |pool| {
+            ::sqlx::query($sql)$(.bind($bind))*.execute(pool).await.map(|done| done.rows_affected())
+        })
+    };
+}
+
+/// [`execute!`] inside the caller's [`WriteTx`].
+#[macro_export]
+macro_rules! execute_in {
+    ($write_tx:expr, $sql:expr $(, $bind:expr)* $(,)?) => {
+        $crate::with_tx!($write_tx, |tx| {
+            ::sqlx::query($sql)$(.bind($bind))*.execute(&mut **tx).await.map(|done| done.rows_affected())
+        })
+    };
+}
+
 /// Starts a transaction that will write. SQLite takes its write lock at once (`BEGIN
 /// IMMEDIATE`), so that a transaction that reads first never deadlocks on upgrading its lock.
 pub(super) trait BeginWrite {

@@ -7,7 +7,7 @@
 //!
 //! | file | what it does |
 //! | --- | --- |
-//! | `connect.rs` | opens either database, runs the migrations, and holds the SQL surface the domain shares: [`Pool`], [`WriteTx`] |
+//! | `connect.rs` | opens either database, runs the migrations, and holds the SQL surface the domain shares: [`Pool`], [`WriteTx`], and the macros that run one SQL text on either (`with_pool!`, `with_tx!`, `execute!`, `execute_in!`) |
 //! | `owner.rs` | one live process per engine owner name |
 //! | `submit.rs` | inserts runs, alone or inside the domain's transaction |
 //! | `claim.rs` | claims due runs, renews and releases leases |

@@ -1,7 +1,7 @@
 //! The `clusters` table: the spec a user asked for, where its create or delete stands, and what
 //! the cloud gave it. Workflows change a cluster; operations create, hold and read it.
 
-use anycloud_engine::{WriteTx, with_pool, with_tx};
+use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
 use serde::{Deserialize, Serialize};
 
 use super::Db;
@@ -130,27 +130,23 @@ pub async fn lock_live_in(tx: &mut WriteTx, name: &str) -> Result<Option<Cluster
 /// Inserts a new cluster inside the caller's transaction. A live cluster of the same name makes it
 /// fail with a unique violation (`clusters_live_name`).
 pub async fn insert_in(tx: &mut WriteTx, cluster: &Cluster) -> Result<(), sqlx::Error> {
-    with_tx!(tx, |tx| {
-        sqlx::query(
-            "INSERT INTO clusters (id, name, credential, provider, region, zone, vm_type, min_vms, max_vms, phase, \
-             workflow_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)",
-        )
-        .bind(&cluster.id)
-        .bind(&cluster.name)
-        .bind(&cluster.credential)
-        .bind(cluster.provider.as_str())
-        .bind(&cluster.region)
-        .bind(&cluster.zone)
-        .bind(&cluster.vm_type)
-        .bind(cluster.min_vms)
-        .bind(cluster.max_vms)
-        .bind(cluster.phase.as_str())
-        .bind(&cluster.workflow_id)
-        .bind(cluster.created_at)
-        .execute(&mut **tx)
-        .await
-        .map(|done| done.rows_affected())
-    })?;
+    execute_in!(
+        tx,
+        "INSERT INTO clusters (id, name, credential, provider, region, zone, vm_type, min_vms, max_vms, phase, \
+         workflow_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)",
+        &cluster.id,
+        &cluster.name,
+        &cluster.credential,
+        cluster.provider.as_str(),
+        &cluster.region,
+        &cluster.zone,
+        &cluster.vm_type,
+        cluster.min_vms,
+        cluster.max_vms,
+        cluster.phase.as_str(),
+        &cluster.workflow_id,
+        cluster.created_at
+    )?;
     Ok(())
 }
 
@@ -167,15 +163,13 @@ pub async fn live_on_credential_in(tx: &mut WriteTx, credential: &str) -> Result
 
 /// Records that a delete was accepted and which run carries it, inside the caller's transaction.
 pub async fn request_delete_in(tx: &mut WriteTx, id: &str, workflow_id: &str, now: i64) -> Result<(), sqlx::Error> {
-    with_tx!(tx, |tx| {
-        sqlx::query("UPDATE clusters SET delete_requested_at = $2, workflow_id = $3, updated_at = $2 WHERE id = $1")
-            .bind(id)
-            .bind(now)
-            .bind(workflow_id)
-            .execute(&mut **tx)
-            .await
-            .map(|done| done.rows_affected())
-    })?;
+    execute_in!(
+        tx,
+        "UPDATE clusters SET delete_requested_at = $2, workflow_id = $3, updated_at = $2 WHERE id = $1",
+        id,
+        now,
+        workflow_id
+    )?;
     Ok(())
 }
 
@@ -203,58 +197,45 @@ pub async fn list(db: &Db) -> Result<Vec<Cluster>, sqlx::Error> {
 
 /// Sets the phase and its reason.
 pub async fn set_phase(db: &Db, id: &str, phase: Phase, reason: Option<&str>) -> Result<(), sqlx::Error> {
-    with_pool!(db.pool(), |pool| {
-        sqlx::query("UPDATE clusters SET phase = $2, reason = $3, updated_at = $4 WHERE id = $1")
-            .bind(id)
-            .bind(phase.as_str())
-            .bind(reason)
-            .bind(crate::now_ms())
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-    })?;
+    execute!(
+        db.pool(),
+        "UPDATE clusters SET phase = $2, reason = $3, updated_at = $4 WHERE id = $1",
+        id,
+        phase.as_str(),
+        reason,
+        crate::now_ms()
+    )?;
     Ok(())
 }
 
 /// Records what the provider gave the cluster: its zone and network rules.
 pub async fn set_network(db: &Db, id: &str, zone: Option<&str>, network_id: Option<&str>) -> Result<(), sqlx::Error> {
-    with_pool!(db.pool(), |pool| {
-        sqlx::query("UPDATE clusters SET zone = $2, network_id = $3, updated_at = $4 WHERE id = $1")
-            .bind(id)
-            .bind(zone)
-            .bind(network_id)
-            .bind(crate::now_ms())
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-    })?;
+    execute!(
+        db.pool(),
+        "UPDATE clusters SET zone = $2, network_id = $3, updated_at = $4 WHERE id = $1",
+        id,
+        zone,
+        network_id,
+        crate::now_ms()
+    )?;
     Ok(())
 }
 
 /// Records the Kubernetes API endpoint (or clears it).
 pub async fn set_endpoint(db: &Db, id: &str, endpoint: Option<&str>) -> Result<(), sqlx::Error> {
-    with_pool!(db.pool(), |pool| {
-        sqlx::query("UPDATE clusters SET endpoint = $2, updated_at = $3 WHERE id = $1")
-            .bind(id)
-            .bind(endpoint)
-            .bind(crate::now_ms())
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-    })?;
+    execute!(
+        db.pool(),
+        "UPDATE clusters SET endpoint = $2, updated_at = $3 WHERE id = $1",
+        id,
+        endpoint,
+        crate::now_ms()
+    )?;
     Ok(())
 }
 
 /// Stores the sealed secrets unless some are stored already (a rerun keeps the first ones).
 pub async fn keep_secrets(db: &Db, id: &str, sealed: &str) -> Result<(), sqlx::Error> {
-    with_pool!(db.pool(), |pool| {
-        sqlx::query("UPDATE clusters SET secrets = $2 WHERE id = $1 AND secrets IS NULL")
-            .bind(id)
-            .bind(sealed)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-    })?;
+    execute!(db.pool(), "UPDATE clusters SET secrets = $2 WHERE id = $1 AND secrets IS NULL", id, sealed)?;
     Ok(())
 }
 
@@ -268,12 +249,6 @@ pub async fn sealed_secrets(db: &Db, id: &str) -> Result<Option<String>, sqlx::E
 
 /// Forgets the secrets (after an unwind or a delete, nothing may use them again).
 pub async fn erase_secrets(db: &Db, id: &str) -> Result<(), sqlx::Error> {
-    with_pool!(db.pool(), |pool| {
-        sqlx::query("UPDATE clusters SET secrets = NULL WHERE id = $1")
-            .bind(id)
-            .execute(pool)
-            .await
-            .map(|d| d.rows_affected())
-    })?;
+    execute!(db.pool(), "UPDATE clusters SET secrets = NULL WHERE id = $1", id)?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The `credentials` table: the account a provider acts on. The secret part is sealed before it
 //! is stored and is opened only inside a provider call; the public part is what lists show.
 
-use anycloud_engine::{WriteTx, with_pool, with_tx};
+use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
 use serde::{Deserialize, Serialize};
 
 use super::Db;
@@ -164,21 +164,17 @@ pub async fn insert_in(
 ) -> Result<(), sqlx::Error> {
     let public = serde_json::to_string(&credential.public).map_err(|err| sqlx::Error::Encode(err.into()))?;
     let secret = sealer.seal(credential.secret.as_bytes());
-    with_tx!(tx, |tx| {
-        sqlx::query(
-            "INSERT INTO credentials (name, provider, public, secret, status, verify_run, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, 'verifying', $5, $6, $6)",
-        )
-        .bind(&credential.name)
-        .bind(credential.provider.as_str())
-        .bind(&public)
-        .bind(&secret)
-        .bind(verify_run)
-        .bind(now)
-        .execute(&mut **tx)
-        .await
-        .map(|done| done.rows_affected())
-    })?;
+    execute_in!(
+        tx,
+        "INSERT INTO credentials (name, provider, public, secret, status, verify_run, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, 'verifying', $5, $6, $6)",
+        &credential.name,
+        credential.provider.as_str(),
+        &public,
+        &secret,
+        verify_run,
+        now
+    )?;
     Ok(())
 }
 
@@ -229,27 +225,19 @@ pub async fn set_status(
     message: Option<&str>,
     now: i64,
 ) -> Result<(), sqlx::Error> {
-    with_pool!(db.pool(), |pool| {
-        sqlx::query("UPDATE credentials SET status = $2, status_message = $3, updated_at = $4 WHERE name = $1")
-            .bind(name)
-            .bind(status.as_str())
-            .bind(message)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-    })?;
+    execute!(
+        db.pool(),
+        "UPDATE credentials SET status = $2, status_message = $3, updated_at = $4 WHERE name = $1",
+        name,
+        status.as_str(),
+        message,
+        now
+    )?;
     Ok(())
 }
 
 /// Deletes a credential inside the caller's transaction.
 pub async fn delete_in(tx: &mut WriteTx, name: &str) -> Result<(), sqlx::Error> {
-    with_tx!(tx, |tx| {
-        sqlx::query("DELETE FROM credentials WHERE name = $1")
-            .bind(name)
-            .execute(&mut **tx)
-            .await
-            .map(|done| done.rows_affected())
-    })?;
+    execute_in!(tx, "DELETE FROM credentials WHERE name = $1", name)?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The `deployments` table: jobs and services. A deployment on a cluster holds the cluster until
 //! it ends: a cluster's delete and a new deployment on it take the same row lock.
 
-use anycloud_engine::{WriteTx, with_tx};
+use anycloud_engine::{WriteTx, execute_in, with_tx};
 
 use super::clusters::{self, Cluster, Phase};
 
@@ -68,18 +68,14 @@ pub async fn add_in(
             deleting: cluster.delete_requested_at.is_some(),
         });
     }
-    with_tx!(tx, |tx| {
-        sqlx::query(
-            "INSERT INTO deployments (id, name, kind, cluster_id, status, created_at) VALUES ($1, $2, $3, $4, 'queued', $5)",
-        )
-        .bind(deployment.id)
-        .bind(deployment.name)
-        .bind(deployment.kind)
-        .bind(&cluster.id)
-        .bind(now)
-        .execute(&mut **tx)
-        .await
-        .map(|done| done.rows_affected())
-    })?;
+    execute_in!(
+        tx,
+        "INSERT INTO deployments (id, name, kind, cluster_id, status, created_at) VALUES ($1, $2, $3, $4, 'queued', $5)",
+        deployment.id,
+        deployment.name,
+        deployment.kind,
+        &cluster.id,
+        now
+    )?;
     Ok(cluster)
 }
