@@ -83,6 +83,11 @@ pub(crate) fn after(now: Millis, delay: Duration) -> Millis {
     now.saturating_add(delay.as_millis() as Millis)
 }
 
+/// How long ago `started` was at `now` (zero if the clock went back).
+pub(crate) fn since(started: Millis, now: Millis) -> Duration {
+    Duration::from_millis((now - started).max(0) as u64)
+}
+
 impl Engine {
     /// Starts an engine on `store`: takes the exclusive hold on its owner name (refused with
     /// [`EngineError::OwnerInUse`] while another live process holds it), takes back the runs a

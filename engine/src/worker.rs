@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
 
 use crate::definition::Check;
-use crate::engine::{Inner, after, now_ms};
+use crate::engine::{Inner, after, now_ms, since};
 use crate::error::{StepError, error_chain};
 use crate::registry::{Instance, Shape};
 use crate::retry::{OnExhausted, RetryPolicy};
@@ -154,7 +154,7 @@ impl Driver<'_> {
         let started = *run.step_started_at.get_or_insert(now);
         run.current_step = Some(name.to_owned());
         let policy = self.instance.retry(index).clone();
-        let elapsed = Duration::from_millis((now - started).max(0) as u64);
+        let elapsed = since(started, now);
         if std::mem::take(&mut self.recovered) && policy.is_exhausted(run.attempt, elapsed) {
             let error = StepError::interrupted_msg(format!(
                 "step `{name}` was cut short {} times: the engine running it died or lost its lease",
@@ -302,7 +302,7 @@ impl Driver<'_> {
         let name = self.instance.step_name(index);
         let attempts = run.attempt + 1;
         let started = run.step_started_at.unwrap_or(now);
-        let elapsed = Duration::from_millis((now - started).max(0) as u64);
+        let elapsed = since(started, now);
         debug!(step = name, attempts, error = %error, "step failed");
         if !error.is_terminal() && !policy.is_exhausted(attempts, elapsed) {
             return Transition::Retry { delay: policy.delay_after(attempts), error };
@@ -413,7 +413,7 @@ impl Driver<'_> {
             },
             Err(error) => {
                 let policy = self.instance.undo_retry(index);
-                let elapsed = Duration::from_millis((now - started).max(0) as u64);
+                let elapsed = since(started, now);
                 if !error.is_terminal() && !policy.is_exhausted(attempts, elapsed) {
                     return Transition::Retry { delay: policy.delay_after(attempts), error };
                 }

@@ -59,4 +59,11 @@ impl Store {
     fn is_postgres(&self) -> bool {
         matches!(self.pool, Pool::Postgres(_))
     }
+
+    /// What a `SELECT` inside a write transaction adds to keep its rows until the commit: ` FOR
+    /// UPDATE` on PostgreSQL; nothing on SQLite, whose write transaction already excludes every
+    /// other writer.
+    fn row_lock(&self) -> &'static str {
+        if self.is_postgres() { " FOR UPDATE" } else { "" }
+    }
 }

@@ -54,7 +54,7 @@ impl Store {
         ends_at_once: impl FnOnce(&str, u32) -> bool,
     ) -> Result<ActionOutcome, sqlx::Error> {
         let id = run.to_string();
-        let lock = if self.is_postgres() { " FOR UPDATE" } else { "" };
+        let lock = self.row_lock();
         let select = AssertSqlSafe(format!(
             "SELECT status, phase, step_index, lease_owner, kind, version FROM engine_runs WHERE id = $1{lock}"
         ));
@@ -121,7 +121,7 @@ impl Store {
         now: Millis,
     ) -> Result<ActionOutcome, sqlx::Error> {
         let id = run.to_string();
-        let lock = if self.is_postgres() { " FOR UPDATE" } else { "" };
+        let lock = self.row_lock();
         let select = AssertSqlSafe(format!("SELECT status FROM engine_runs WHERE id = $1{lock}"));
         crate::with_pool!(&self.pool, |pool| {
             let mut tx = pool.begin_write().await?;
