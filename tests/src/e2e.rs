@@ -86,6 +86,18 @@ fn wants_seams<K: AsRef<str>, V>(env: &[(K, V)]) -> bool {
 /// `cluster create NAME --credentials CREDENTIAL` of `vms` capacity VMs on the simulated cloud
 /// (`sim-east-1`, `sim.small`), to extend with `--wait` and the like.
 pub fn sim_cluster_create<'a>(name: &'a str, credential: &'a str, vms: &'a str) -> Vec<&'a str> {
+    cluster_create(name, credential, "sim-east-1", "sim.small", vms, vms)
+}
+
+/// `cluster create NAME` with these placement and capacity arguments.
+pub fn cluster_create<'a>(
+    name: &'a str,
+    credential: &'a str,
+    region: &'a str,
+    vm_type: &'a str,
+    min: &'a str,
+    max: &'a str,
+) -> Vec<&'a str> {
     vec![
         "cluster",
         "create",
@@ -93,14 +105,20 @@ pub fn sim_cluster_create<'a>(name: &'a str, credential: &'a str, vms: &'a str) 
         "--credentials",
         credential,
         "--region",
-        "sim-east-1",
+        region,
         "--vm-type",
-        "sim.small",
+        vm_type,
         "--min-vms",
-        vms,
+        min,
         "--max-vms",
-        vms,
+        max,
     ]
+}
+
+/// The steps a run undid, in the order it undid them, from its `workflow inspect --json`.
+pub fn undone_steps(inspected: &Value) -> Vec<&str> {
+    let steps = inspected["steps"].as_array().unwrap_or_else(|| panic!("no steps in {inspected:#}"));
+    steps.iter().filter(|step| step["phase"] == "undo").map(|step| step["name"].as_str().unwrap()).collect()
 }
 
 /// The venv holding `bin/moto_server` and boto3: `$ANYCLOUD_TEST_MOTO_VENV`, else the venv
@@ -547,6 +565,11 @@ impl Api {
         out.json()
     }
 
+    /// `POST path` to this API with `body` as JSON and its bearer token.
+    pub fn post_json(&self, path: &str, body: &Value) -> HttpResponse {
+        post_json(&self.url, &self.token(), path, &body.to_string())
+    }
+
     /// `credentials list --json`.
     pub fn credentials(&self) -> Vec<Value> {
         let out = self.cli(&["--json", "credentials", "list"]);
@@ -986,6 +1009,12 @@ impl HttpResponse {
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|err| panic!("not JSON ({err}): {self:?}"))
     }
+}
+
+/// `POST path` with `body` as JSON and the bearer `token`, as any API client sends it.
+pub fn post_json(base: &str, token: &str, path: &str, body: &str) -> HttpResponse {
+    let auth = format!("Bearer {token}");
+    http(base, "POST", path, &[("Authorization", &auth), ("Content-Type", "application/json")], body.as_bytes())
 }
 
 /// Sends one HTTP/1.1 request over a fresh connection (`Connection: close`) and reads the

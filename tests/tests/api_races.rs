@@ -25,7 +25,7 @@ const ROUNDS: usize = 3;
 
 /// Sends `body` to `POST path` from [`RACERS`] threads at once; returns the answers.
 fn race(api: &Api, path: &str, body: &Value) -> Vec<HttpResponse> {
-    let auth = format!("Bearer {}", api.token());
+    let token = api.token();
     let url = api.url.as_str();
     let body = body.to_string();
     let barrier = Barrier::new(RACERS);
@@ -34,13 +34,7 @@ fn race(api: &Api, path: &str, body: &Value) -> Vec<HttpResponse> {
             .map(|_| {
                 scope.spawn(|| {
                     barrier.wait();
-                    e2e::http(
-                        url,
-                        "POST",
-                        path,
-                        &[("Authorization", &auth), ("Content-Type", "application/json")],
-                        body.as_bytes(),
-                    )
+                    e2e::post_json(url, &token, path, &body)
                 })
             })
             .collect();

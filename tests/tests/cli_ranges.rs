@@ -94,15 +94,8 @@ fn refused(api: &Api, args: &[&str], code: &str, words: &[&str]) {
 #[track_caller]
 fn refused_by_api(api: &Api, sim: serde_json::Value, code: &str, words: &[&str]) {
     let before = Footprint::of(api);
-    let body = json!({ "name": "raw", "provider": "sim", "sim": sim }).to_string();
-    let auth = format!("Bearer {}", api.token());
-    let answer = e2e::http(
-        &api.url,
-        "POST",
-        "/v1/credentials",
-        &[("Authorization", &auth), ("Content-Type", "application/json")],
-        body.as_bytes(),
-    );
+    let body = json!({ "name": "raw", "provider": "sim", "sim": sim });
+    let answer = api.post_json("/v1/credentials", &body);
     assert_eq!(answer.status, 400, "{body}: {answer:?}");
     let error = answer.json();
     assert_eq!(error["error"]["code"], code, "{body}: {answer:?}");

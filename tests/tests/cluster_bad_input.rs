@@ -100,32 +100,6 @@ fn refused(api: &Api, case: &Case<'_>) {
     assert_eq!(after, before, "{} changed something", case.what);
 }
 
-/// `cluster create NAME` with these placement and capacity arguments.
-fn create_args<'a>(
-    name: &'a str,
-    credential: &'a str,
-    region: &'a str,
-    vm_type: &'a str,
-    min: &'a str,
-    max: &'a str,
-) -> Vec<&'a str> {
-    vec![
-        "cluster",
-        "create",
-        name,
-        "--credentials",
-        credential,
-        "--region",
-        region,
-        "--vm-type",
-        vm_type,
-        "--min-vms",
-        min,
-        "--max-vms",
-        max,
-    ]
-}
-
 /// Writes a deployment row that references `cluster_id`, as the deployments feature would, through
 /// a second connection to the API's SQLite file (WAL: the API keeps running meanwhile).
 fn add_deployment(api: &Api, id: &str, name: &str, cluster_id: &str, status: &str) {
@@ -167,14 +141,14 @@ fn bad_cluster_requests_are_refused_and_change_nothing() {
     let cases = [
         Case::new(
             "min != max",
-            &create_args("c1", "good", "sim-east-1", "sim.small", "1", "2"),
+            &e2e::cluster_create("c1", "good", "sim-east-1", "sim.small", "1", "2"),
             3,
             &["--min-vms (1) and --max-vms (2) differ", "minimum and maximum must be equal", "fixed capacity"],
             "INVALID_CLUSTER",
         ),
         Case::new(
             "min = max = 0",
-            &create_args("c1", "good", "sim-east-1", "sim.small", "0", "0"),
+            &e2e::cluster_create("c1", "good", "sim-east-1", "sim.small", "0", "0"),
             3,
             &["--min-vms 0 is out of range", "1 to 100 capacity VMs"],
             "INVALID_CLUSTER",
@@ -200,42 +174,42 @@ fn bad_cluster_requests_are_refused_and_change_nothing() {
         ),
         Case::new(
             "a name that is not a DNS label",
-            &create_args("Bad_Name", "good", "sim-east-1", "sim.small", "1", "1"),
+            &e2e::cluster_create("Bad_Name", "good", "sim-east-1", "sim.small", "1", "1"),
             3,
             &["cluster name `Bad_Name` is not a DNS label", "lowercase letters, digits and hyphens"],
             "INVALID_CLUSTER",
         ),
         Case::new(
             "an unknown credential",
-            &create_args("c1", "nope", "sim-east-1", "sim.small", "1", "1"),
+            &e2e::cluster_create("c1", "nope", "sim-east-1", "sim.small", "1", "1"),
             2,
             &["credential `nope` does not exist", "anycloud credentials list"],
             "CREDENTIAL_NOT_FOUND",
         ),
         Case::new(
             "an invalid credential",
-            &create_args("c1", "rejected", "sim-east-1", "sim.small", "1", "1"),
+            &e2e::cluster_create("c1", "rejected", "sim-east-1", "sim.small", "1", "1"),
             3,
             &["credential `rejected` is invalid", "bad keys", "save it again"],
             "CREDENTIAL_INVALID",
         ),
         Case::new(
             "a credential still being verified",
-            &create_args("c1", "slow", "sim-east-1", "sim.small", "1", "1"),
+            &e2e::cluster_create("c1", "slow", "sim-east-1", "sim.small", "1", "1"),
             3,
             &["credential `slow` is still being verified", "try again"],
             "CREDENTIAL_NOT_VERIFIED",
         ),
         Case::new(
             "an unknown region",
-            &create_args("c1", "good", "mars-1", "sim.small", "1", "1"),
+            &e2e::cluster_create("c1", "good", "mars-1", "sim.small", "1", "1"),
             3,
             &["unknown region `mars-1`", "sim-east-1, sim-west-1, sim-north-1"],
             "INVALID_PLACEMENT",
         ),
         Case::new(
             "an unknown VM type",
-            &create_args("c1", "good", "sim-east-1", "sim.huge", "1", "1"),
+            &e2e::cluster_create("c1", "good", "sim-east-1", "sim.huge", "1", "1"),
             3,
             &["unknown VM type `sim.huge`", "sim.small, sim.medium, sim.large"],
             "INVALID_PLACEMENT",
@@ -275,7 +249,7 @@ fn bad_cluster_requests_are_refused_and_change_nothing() {
     assert!(Footprint::of(&api).is_empty(), "{:#?}", Footprint::of(&api));
 
     // ---- A cluster to protect.
-    let mut args = create_args("taken", "good", "sim-east-1", "sim.small", "1", "1");
+    let mut args = e2e::cluster_create("taken", "good", "sim-east-1", "sim.small", "1", "1");
     args.push("--wait");
     api.spawn_cli(&args).wait(Duration::from_secs(90)).expect_code(0);
     let detail = api.cli(&["--json", "cluster", "status", "taken"]);
@@ -293,7 +267,7 @@ fn bad_cluster_requests_are_refused_and_change_nothing() {
         &api,
         &Case::new(
             "a duplicate name",
-            &create_args("taken", "good", "sim-west-1", "sim.large", "3", "3"),
+            &e2e::cluster_create("taken", "good", "sim-west-1", "sim.large", "3", "3"),
             3,
             &["cluster `taken` already exists (ready)", "anycloud cluster delete taken"],
             "CLUSTER_EXISTS",
@@ -350,7 +324,7 @@ fn a_local_api_refuses_to_create_clusters() {
         &api,
         &Case::new(
             "a create on a local API",
-            &create_args("c1", "good", "sim-east-1", "sim.small", "1", "1"),
+            &e2e::cluster_create("c1", "good", "sim-east-1", "sim.small", "1", "1"),
             3,
             &[
                 "cluster creation requires a hosted API",
@@ -360,7 +334,7 @@ fn a_local_api_refuses_to_create_clusters() {
             "HOSTED_API_REQUIRED",
         ),
     );
-    let mut args = create_args("c1", "good", "sim-east-1", "sim.small", "1", "1");
+    let mut args = e2e::cluster_create("c1", "good", "sim-east-1", "sim.small", "1", "1");
     args.push("--wait");
     refused(
         &api,

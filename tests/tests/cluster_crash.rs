@@ -54,15 +54,8 @@ fn start_api(id: &str, database_url: Option<String>) -> Api {
 /// Saves a sim credential whose VMs boot in [`BOOT_MS`] (a knob the CLI does not expose, so
 /// through the HTTP API), and waits until it is verified.
 fn slow_sim_credential(api: &Api) {
-    let body = json!({ "name": CREDENTIAL, "provider": "sim", "sim": { "boot_ms": BOOT_MS } }).to_string();
-    let token = format!("Bearer {}", api.token());
-    let answer = e2e::http(
-        &api.url,
-        "POST",
-        "/v1/credentials",
-        &[("Authorization", &token), ("Content-Type", "application/json")],
-        body.as_bytes(),
-    );
+    let body = json!({ "name": CREDENTIAL, "provider": "sim", "sim": { "boot_ms": BOOT_MS } });
+    let answer = api.post_json("/v1/credentials", &body);
     assert!(answer.status == 200 || answer.status == 201 || answer.status == 202, "saving the credential: {answer:?}");
     assert_eq!(answer.json()["credential"]["public"]["sim"]["boot_ms"], BOOT_MS, "{answer:?}");
     wait_until(Duration::from_secs(20), "the sim credential to be verified", || {
@@ -452,13 +445,7 @@ fn a_cancel_then_a_sigkill_before_the_checkpoint_undoes_the_cut_short_launch() {
         unwinding["message"].as_str().unwrap().contains("undoing step `launch_control_plane` first"),
         "{unwinding:#}"
     );
-    let undone: Vec<&str> = detail["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|step| step["phase"] == "undo")
-        .map(|step| step["name"].as_str().unwrap())
-        .collect();
+    let undone = e2e::undone_steps(&detail);
     assert_eq!(undone[0], "launch_control_plane", "the cut-short launch is undone first: {detail:#}");
 
     // Nothing of the cluster is left at the provider, and the record says why it failed.

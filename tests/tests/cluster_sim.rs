@@ -48,15 +48,7 @@ fn sim_credential(api: &Api, name: &str) {
 /// Saves a sim credential with settings the CLI has no flag for (quota, never-ready nodes,
 /// latency), as a raw `POST /v1/credentials`, and waits until it is valid.
 fn sim_credential_with(api: &Api, name: &str, sim: Value) {
-    let body = json!({ "name": name, "provider": "sim", "sim": sim }).to_string();
-    let auth = format!("Bearer {}", api.token());
-    let answer = e2e::http(
-        &api.url,
-        "POST",
-        "/v1/credentials",
-        &[("Authorization", &auth), ("Content-Type", "application/json")],
-        body.as_bytes(),
-    );
+    let answer = api.post_json("/v1/credentials", &json!({ "name": name, "provider": "sim", "sim": sim }));
     assert_eq!(answer.status, 201, "saving credential {name}: {answer:?}");
     e2e::wait_until(Duration::from_secs(30), &format!("credential {name} to be valid"), || {
         let credential = api.credential(name);
@@ -428,13 +420,7 @@ fn a_vm_quota_too_small_ends_failed_and_unwinds() {
     assert_eq!(erased, ["erased"], "a failed cluster keeps its secrets");
     let run = detail["workflow"]["id"].as_str().unwrap();
     let inspected = api.inspect(run, false);
-    let undone: Vec<&str> = inspected["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|step| step["phase"] == "undo")
-        .map(|step| step["name"].as_str().unwrap())
-        .collect();
+    let undone = e2e::undone_steps(&inspected);
     assert!(undone.contains(&"launch_control_plane") && undone.contains(&"ensure_network"), "{inspected:#}");
     // A failed cluster still holds its name until it is deleted; the delete has nothing to remove.
     let list = api.cli(&["cluster", "list"]);
