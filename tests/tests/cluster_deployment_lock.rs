@@ -10,7 +10,7 @@ use anycloud_engine::Store;
 use anycloud_tests::e2e::PgDatabase;
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster, Phase};
-use anycloud_workflows::db::deployments::{self, NewDeployment, PlacementRefused};
+use anycloud_workflows::db::deployments::{self, NewDeployment, PlacementRefused, Spec};
 use anycloud_workflows::providers::ProviderKind;
 
 async fn ready_cluster(store: &Store, name: &str) -> Cluster {
@@ -41,8 +41,16 @@ async fn ready_cluster(store: &Store, name: &str) -> Cluster {
     cluster
 }
 
+static SPEC: std::sync::LazyLock<Spec> = std::sync::LazyLock::new(|| Spec {
+    image: "python:3.12".into(),
+    command: vec!["python".into(), "batch.py".into()],
+    env: Vec::new(),
+    cpus: None,
+    memory: None,
+});
+
 fn deployment(id: &str) -> NewDeployment<'_> {
-    NewDeployment { id, name: id, kind: "job" }
+    NewDeployment { id, name: id, kind: "job", spec: &SPEC, workflow_id: "00000000-0000-0000-0000-000000000000" }
 }
 
 /// A delete holds the row; a deployment started meanwhile waits, then is refused.

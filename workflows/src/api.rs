@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use crate::db::clusters::Cluster;
 use crate::db::credentials::Credential;
+use crate::db::deployments::Deployment;
 use crate::db::vms::VmRecord;
 use crate::providers::sim_settings::SimSettings;
 
@@ -299,4 +300,152 @@ pub struct ErrorDetail {
     pub code: String,
     /// What happened, to which resource, and what to do.
     pub message: String,
+}
+
+/// One environment variable of a workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvVar {
+    /// Its name (`[A-Za-z_][A-Za-z0-9_]*`).
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// `POST /v1/jobs`: a job to run on a cluster.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewJob {
+    /// The cluster's name or id; it must be ready.
+    pub cluster: String,
+    /// The deployment's name (`-i/--id`), a DNS label; made from the image when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The container image reference.
+    pub image: String,
+    /// The command and its arguments (at least the command).
+    pub command: Vec<String>,
+    /// The container's environment, in order (a later duplicate wins).
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    /// CPUs requested and limited (`0.5`, `2`, `1500m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    /// Memory requested and limited (`512Mi`, `2Gi`, `1G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+}
+
+/// `GET /v1/deployments/{id}` and the answer to every change of a deployment.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeploymentDetail {
+    /// The record: spec, status, outcome.
+    pub deployment: Deployment,
+    /// The state a person sees: the record's status, or `retrying` while its workflow retries.
+    pub state: String,
+    /// While `retrying`: the attempt, the cause and the next attempt's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryState>,
+    /// The cluster's name.
+    pub cluster: String,
+    /// On the simulated cloud (whose kubelet runs commands as local processes and pulls no image).
+    pub simulated: bool,
+    /// The deployment's latest workflow.
+    pub workflow: Option<WorkflowSummary>,
+}
+
+/// A workflow step that failed and will be tried again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RetryState {
+    /// Failed attempts so far.
+    pub attempt: u32,
+    /// Why the last one failed.
+    pub cause: Option<String>,
+    /// When the next one starts (ms since the epoch).
+    pub next_at: Option<i64>,
+}
+
+/// The query of `GET /v1/deployments`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentQuery {
+    /// Only this state (`queued`, `running`, `completed`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Only this kind (`job` or `service`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+/// `GET /v1/deployments`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeploymentList {
+    /// Deployments, newest first.
+    pub deployments: Vec<DeploymentSummary>,
+}
+
+/// One deployment of a list.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeploymentSummary {
+    /// The record.
+    pub deployment: Deployment,
+    /// The state a person sees.
+    pub state: String,
+    /// The cluster's name.
+    pub cluster: String,
+}
+
+/// The query of `GET /v1/deployments/{id}/logs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// Keep streaming until the container ends.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// The first message of `GET /v1/deployments/{id}/exec`, a WebSocket: the command to run in the
+/// job's container. Then every message is binary, its first byte a channel ([`exec_channel`]) and
+/// the rest the data, as Kubernetes' own `v5.channel.k8s.io` exec protocol frames them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Whether the client sends stdin (otherwise the command's stdin is empty).
+    #[serde(default)]
+    pub stdin: bool,
+}
+
+/// The channels of an exec session's binary messages (the first byte of each).
+pub mod exec_channel {
+    /// Client to server: the command's stdin.
+    pub const STDIN: u8 = 0;
+    /// Server to client: the command's stdout.
+    pub const STDOUT: u8 = 1;
+    /// Server to client: the command's stderr.
+    pub const STDERR: u8 = 2;
+    /// Server to client, last: an [`super::ExecExit`] as JSON.
+    pub const EXIT: u8 = 3;
+    /// Client to server: stdin has ended.
+    pub const CLOSE_STDIN: u8 = 255;
+}
+
+/// How an exec session ended: the command's exit code, or why it could not run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecExit {
+    /// The command's exit code, when it ran.
+    pub exit_code: Option<i32>,
+    /// Why there is no exit code (a stable code and a sentence), when it did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
+/// `GET /v1/clusters/{name}/kubeconfig`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Kubeconfig {
+    /// The cluster's name.
+    pub cluster: String,
+    /// A kubeconfig (YAML) with the cluster's server, CA and an admin token.
+    pub kubeconfig: String,
 }

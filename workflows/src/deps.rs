@@ -123,6 +123,32 @@ impl Deps {
         }
     }
 
+    /// A client for the Kubernetes API of a cluster: its control plane as last recorded, its CA
+    /// and API token. A cluster without a control plane, or without secrets, has no API (terminal).
+    pub async fn kube_client(&self, cluster: &Cluster) -> Result<kube::Client, StepError> {
+        let server = self.kube_server(cluster).await?;
+        let secrets = self.secrets(&cluster.id).await?;
+        crate::kube_api::client(&server, &secrets).map_err(StepError::terminal)
+    }
+
+    /// Where the Kubernetes API of a cluster answers, from its control plane as last recorded.
+    pub async fn kube_server(&self, cluster: &Cluster) -> Result<String, StepError> {
+        let recorded = vms::of_cluster(&self.db, &cluster.id).await?;
+        let cp = recorded.into_iter().find(|vm| vm.is_control_plane() && vm.is_running()).ok_or_else(|| {
+            StepError::terminal_msg(format!("cluster `{}` has no running control plane", cluster.name))
+        })?;
+        let cp = Vm {
+            provider_id: cp.provider_id,
+            name: cp.name,
+            role: crate::cloud::Role::ControlPlane,
+            state: cp.state,
+            private_ip: cp.private_ip,
+            public_ip: cp.public_ip,
+        };
+        let cloud = self.cloud(&cluster.credential, &cluster.region).await?;
+        Ok(self.kube_url(cloud.as_ref(), &cp))
+    }
+
     /// After a launch call answered (the crash-test seam; nothing in production).
     pub async fn after_launch(&self) {
         if let Some(pause) = self.seams.pause_after_launch {

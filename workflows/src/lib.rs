@@ -6,12 +6,14 @@
 //!   cluster, ...). Each validates, locks, submits its run and writes its records in one
 //!   transaction, and answers with a type of [`api`] or a [`refusal`].
 //! - The workflows, one file each, named after their kind: [`credentials_verify`],
-//!   [`cluster_create`], [`cluster_delete`]. [`registry`] registers them all; their shared retry
+//!   [`cluster_create`], [`cluster_delete`], [`job_run`]. [`registry`] registers them all; their shared retry
 //!   policies are in [`retry`], what their steps use in [`deps`].
 //! - [`db`]: the domain's tables and every SQL statement on them.
 //! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP; the simulated cloud is its own
 //!   crate and plugs in through [`providers::SimulatedCloud`]); [`kube_api`]: what the workflows
 //!   ask of a cluster's Kubernetes API.
+//! - [`kube_job`]: a job's Kubernetes objects, logs and exec; [`workload`]: checking a
+//!   workload's spec.
 //! - [`secrets`] and [`cluster_secrets`]: what is sealed at rest; [`user_data`]: what a VM runs
 //!   when it boots.
 
@@ -23,7 +25,9 @@ pub mod cluster_secrets;
 pub mod credentials_verify;
 pub mod db;
 pub mod deps;
+pub mod job_run;
 pub mod kube_api;
+pub mod kube_job;
 pub mod names;
 pub mod operations;
 pub mod providers;
@@ -32,6 +36,7 @@ pub mod retry;
 pub mod seams;
 pub mod secrets;
 pub mod user_data;
+pub mod workload;
 
 #[cfg(test)]
 mod test_support;
@@ -44,6 +49,7 @@ use cluster_create::CreateCluster;
 use cluster_delete::DeleteCluster;
 use credentials_verify::VerifyCredential;
 use deps::Deps;
+use job_run::RunJob;
 
 /// Every workflow of the domain, registered with what its steps need. A new workflow is one
 /// more line here.
@@ -52,6 +58,7 @@ pub fn registry(deps: &Deps) -> Registry {
         .with(Arc::new(VerifyCredential { deps: deps.clone() }))
         .with(Arc::new(CreateCluster { deps: deps.clone() }))
         .with(Arc::new(DeleteCluster { deps: deps.clone() }))
+        .with(Arc::new(RunJob { deps: deps.clone() }))
 }
 
 /// Milliseconds since the Unix epoch.

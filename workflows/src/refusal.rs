@@ -84,6 +84,24 @@ codes! {
     InvalidStatus = "INVALID_STATUS", BadInput;
     /// The page size is out of range.
     InvalidLimit = "INVALID_LIMIT", BadInput;
+    /// The workload's spec is wrong as given (image, command, environment, CPUs, memory).
+    InvalidWorkload = "INVALID_WORKLOAD", BadInput;
+    /// The cluster exists but is not ready, or is being deleted.
+    ClusterNotReady = "CLUSTER_NOT_READY", Conflict;
+    /// A deployment has that name.
+    DeploymentExists = "DEPLOYMENT_EXISTS", Conflict;
+    /// No deployment has that id or name.
+    DeploymentNotFound = "DEPLOYMENT_NOT_FOUND", NotFound;
+    /// The deployment is of another kind than the command acts on.
+    WrongDeploymentKind = "WRONG_DEPLOYMENT_KIND", BadInput;
+    /// The deployment's container has not started (no logs, nothing to exec in).
+    DeploymentNotStarted = "DEPLOYMENT_NOT_STARTED", Conflict;
+    /// The deployment's container has ended (nothing to exec in).
+    DeploymentEnded = "DEPLOYMENT_ENDED", Conflict;
+    /// The deployment has not ended (it cannot be resubmitted yet).
+    DeploymentNotEnded = "DEPLOYMENT_NOT_ENDED", Conflict;
+    /// The cluster's Kubernetes API did not answer; try again.
+    ClusterUnreachable = "CLUSTER_UNREACHABLE", Unavailable;
     /// The API is stopping.
     ShuttingDown = "SHUTTING_DOWN", Unavailable;
 }

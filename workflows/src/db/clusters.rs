@@ -112,17 +112,30 @@ const COLUMNS: &str = "id, name, credential, provider, region, zone, vm_type, mi
 /// PostgreSQL the row stays locked until the transaction ends, so that a delete and a new
 /// deployment on the same cluster cannot interleave (SQLite has one writer at a time).
 pub async fn lock_live_in(tx: &mut WriteTx, name: &str) -> Result<Option<Cluster>, sqlx::Error> {
+    lock_live_where_in(tx, "name", name).await
+}
+
+/// The live cluster whose name, or else id, is `key`, its row held like [`lock_live_in`] holds it.
+pub async fn lock_live_by_name_or_id_in(tx: &mut WriteTx, key: &str) -> Result<Option<Cluster>, sqlx::Error> {
+    match lock_live_where_in(tx, "name", key).await? {
+        Some(cluster) => Ok(Some(cluster)),
+        None => lock_live_where_in(tx, "id", key).await,
+    }
+}
+
+async fn lock_live_where_in(tx: &mut WriteTx, column: &str, value: &str) -> Result<Option<Cluster>, sqlx::Error> {
     match tx {
         WriteTx::Sqlite(tx) => {
-            let sql =
-                sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM clusters WHERE name = $1 AND phase <> 'deleted'"));
-            sqlx::query_as(sql).bind(name).fetch_optional(&mut **tx).await
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {COLUMNS} FROM clusters WHERE {column} = $1 AND phase <> 'deleted'"
+            ));
+            sqlx::query_as(sql).bind(value).fetch_optional(&mut **tx).await
         }
         WriteTx::Postgres(tx) => {
             let sql = sqlx::AssertSqlSafe(format!(
-                "SELECT {COLUMNS} FROM clusters WHERE name = $1 AND phase <> 'deleted' FOR UPDATE"
+                "SELECT {COLUMNS} FROM clusters WHERE {column} = $1 AND phase <> 'deleted' FOR UPDATE"
             ));
-            sqlx::query_as(sql).bind(name).fetch_optional(&mut **tx).await
+            sqlx::query_as(sql).bind(value).fetch_optional(&mut **tx).await
         }
     }
 }
@@ -192,6 +205,12 @@ pub async fn list(db: &Db) -> Result<Vec<Cluster>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM clusters WHERE phase <> 'deleted' ORDER BY name, created_at"
     ));
+    with_pool!(db.pool(), |pool| sqlx::query_as(sql).fetch_all(pool).await)
+}
+
+/// Every cluster, deleted ones too (deployments keep naming the cluster they ran on).
+pub async fn list_all(db: &Db) -> Result<Vec<Cluster>, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM clusters ORDER BY name, created_at"));
     with_pool!(db.pool(), |pool| sqlx::query_as(sql).fetch_all(pool).await)
 }
 

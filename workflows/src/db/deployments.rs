@@ -1,17 +1,226 @@
-//! The `deployments` table: jobs and services. A deployment on a cluster holds the cluster until
-//! it ends: a cluster's delete and a new deployment on it take the same row lock.
+//! The `deployments` table: jobs (and, later, services) with their spec, attempt, status and
+//! outcome. A deployment on a cluster holds the cluster until it ends: a cluster's delete and a
+//! new deployment on it take the same row lock.
 
-use anycloud_engine::{WriteTx, execute_in, with_tx};
+use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
+use serde::{Deserialize, Serialize};
 
+use super::Db;
 use super::clusters::{self, Cluster, Phase};
+use crate::api::EnvVar;
+
+/// Where a deployment stands, as stored. (`retrying` is not stored: it is read off the
+/// deployment's workflow.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Accepted; its Kubernetes objects are not applied yet.
+    Queued,
+    /// Applied; no Pod runs yet.
+    Starting,
+    /// A Pod runs.
+    Running,
+    /// It exited 0.
+    Completed,
+    /// It exited with another code, or its Pod failed.
+    Errored,
+    /// A person ended it; its objects were deleted.
+    Terminated,
+    /// Anycloud could not run it.
+    Failed,
+    /// The cluster refused its objects.
+    Invalid,
+}
+
+impl Status {
+    /// Every status, in the order of a deployment's life.
+    pub const ALL: [Status; 8] = [
+        Self::Queued,
+        Self::Starting,
+        Self::Running,
+        Self::Completed,
+        Self::Errored,
+        Self::Terminated,
+        Self::Failed,
+        Self::Invalid,
+    ];
+
+    /// The stored and shown name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Errored => "errored",
+            Self::Terminated => "terminated",
+            Self::Failed => "failed",
+            Self::Invalid => "invalid",
+        }
+    }
+
+    /// It has ended: nothing runs, and only `resubmit` starts it again.
+    pub fn is_ended(self) -> bool {
+        matches!(self, Self::Completed | Self::Errored | Self::Terminated | Self::Failed | Self::Invalid)
+    }
+}
+
+impl TryFrom<String> for Status {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| format!("unknown deployment status `{s}`"))
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The SQL of the statuses that have ended, for `NOT IN (...)`.
+const ENDED: &str = "('completed', 'errored', 'terminated', 'failed', 'invalid')";
+
+/// What a deployment runs: everything `resubmit` needs to run it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spec {
+    /// The container image reference.
+    pub image: String,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// The container's environment, in order, without duplicate names.
+    pub env: Vec<EnvVar>,
+    /// CPUs as a Kubernetes quantity (`500m`, `2`).
+    pub cpus: Option<String>,
+    /// Memory as a Kubernetes quantity (`512Mi`).
+    pub memory: Option<String>,
+}
+
+/// A deployment record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deployment {
+    /// Stable id (a UUID); the value of the `anycloud.dev/deployment-id` label.
+    pub id: String,
+    /// Its name: what people type, unique.
+    pub name: String,
+    /// `job` or `service`.
+    pub kind: String,
+    /// Its cluster.
+    pub cluster_id: String,
+    /// Where it stands.
+    pub status: Status,
+    /// What it runs.
+    #[serde(flatten)]
+    pub spec: Spec,
+    /// Its attempt: 1, then one more per `resubmit`.
+    pub attempt: i64,
+    /// The Kubernetes namespace of its objects.
+    pub namespace: String,
+    /// The container's exit code, once it ended.
+    pub exit_code: Option<i32>,
+    /// Why it ended so, or what it waits for.
+    pub reason: Option<String>,
+    /// Its latest workflow run.
+    pub workflow_id: Option<String>,
+    /// When it was submitted (ms since the epoch).
+    pub created_at: i64,
+    /// When its current attempt's Pod started running.
+    pub started_at: Option<i64>,
+    /// When its current attempt ended.
+    pub ended_at: Option<i64>,
+    /// When the record last changed.
+    pub updated_at: i64,
+}
+
+impl Deployment {
+    /// The resource key of its runs: one run at a time acts on a deployment.
+    pub fn resource_key(id: &str) -> String {
+        format!("deployment/{id}")
+    }
+
+    /// The name of its current attempt's Kubernetes Job.
+    pub fn job_name(&self) -> String {
+        job_name(&self.name, self.attempt)
+    }
+}
+
+/// The Kubernetes Job of attempt `attempt` of the deployment `name`: `{name}-{attempt}`.
+pub fn job_name(name: &str, attempt: i64) -> String {
+    format!("{name}-{attempt}")
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    name: String,
+    kind: String,
+    cluster_id: Option<String>,
+    status: String,
+    image: String,
+    command: String,
+    env: String,
+    cpus: Option<String>,
+    memory: Option<String>,
+    attempt: i64,
+    namespace: String,
+    exit_code: Option<i64>,
+    reason: Option<String>,
+    workflow_id: Option<String>,
+    created_at: i64,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    updated_at: i64,
+}
+
+const SELECT: &str = "SELECT id, name, kind, cluster_id, status, image, command, env, cpus, memory, attempt, \
+                      namespace, exit_code, reason, workflow_id, created_at, started_at, ended_at, updated_at \
+                      FROM deployments";
+
+impl TryFrom<Row> for Deployment {
+    type Error = sqlx::Error;
+
+    fn try_from(row: Row) -> Result<Self, sqlx::Error> {
+        let decode = |column: &str, err: String| sqlx::Error::ColumnDecode { index: column.into(), source: err.into() };
+        Ok(Self {
+            status: Status::try_from(row.status).map_err(|err| decode("status", err))?,
+            spec: Spec {
+                image: row.image,
+                command: serde_json::from_str(&row.command).map_err(|err| decode("command", err.to_string()))?,
+                env: serde_json::from_str(&row.env).map_err(|err| decode("env", err.to_string()))?,
+                cpus: row.cpus,
+                memory: row.memory,
+            },
+            id: row.id,
+            name: row.name,
+            kind: row.kind,
+            cluster_id: row.cluster_id.unwrap_or_default(),
+            attempt: row.attempt,
+            namespace: row.namespace,
+            exit_code: row.exit_code.map(|code| code as i32),
+            reason: row.reason,
+            workflow_id: row.workflow_id,
+            created_at: row.created_at,
+            started_at: row.started_at,
+            ended_at: row.ended_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+fn decode_all(rows: Vec<Row>) -> Result<Vec<Deployment>, sqlx::Error> {
+    rows.into_iter().map(Deployment::try_from).collect()
+}
 
 /// Deployments on the cluster that have not ended, read inside the caller's transaction.
 pub async fn active_on_cluster_in(tx: &mut WriteTx, cluster_id: &str) -> Result<Vec<String>, sqlx::Error> {
     with_tx!(tx, |tx| {
-        sqlx::query_scalar(
-            "SELECT name FROM deployments WHERE cluster_id = $1 \
-             AND status NOT IN ('completed', 'errored', 'terminated', 'failed', 'invalid') ORDER BY created_at",
-        )
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT name FROM deployments WHERE cluster_id = $1 AND status NOT IN {ENDED} ORDER BY created_at"
+        )))
         .bind(cluster_id)
         .fetch_all(&mut **tx)
         .await
@@ -48,17 +257,17 @@ pub struct NewDeployment<'a> {
     pub name: &'a str,
     /// `job` or `service`.
     pub kind: &'a str,
+    /// What it runs.
+    pub spec: &'a Spec,
+    /// Its workflow run.
+    pub workflow_id: &'a str,
 }
 
-/// Records a deployment on a cluster inside the caller's transaction, holding the cluster's row
-/// like a delete does: a cluster that is not ready, or whose delete was accepted, is refused.
-pub async fn add_in(
-    tx: &mut WriteTx,
-    cluster_name: &str,
-    deployment: NewDeployment<'_>,
-    now: i64,
-) -> Result<Cluster, PlacementRefused> {
-    let cluster = clusters::lock_live_in(tx, cluster_name)
+/// The cluster `cluster_name` (a name or an id) with its row held like a delete holds it, when a
+/// deployment may be placed on it: a cluster that is not ready, or whose delete was accepted, is
+/// refused.
+pub async fn hold_cluster_in(tx: &mut WriteTx, cluster_name: &str) -> Result<Cluster, PlacementRefused> {
+    let cluster = clusters::lock_live_by_name_or_id_in(tx, cluster_name)
         .await?
         .ok_or_else(|| PlacementRefused::NoCluster(cluster_name.to_owned()))?;
     if cluster.phase != Phase::Ready || cluster.delete_requested_at.is_some() {
@@ -68,14 +277,170 @@ pub async fn add_in(
             deleting: cluster.delete_requested_at.is_some(),
         });
     }
+    Ok(cluster)
+}
+
+/// Records a deployment on a cluster inside the caller's transaction, holding the cluster's row
+/// ([`hold_cluster_in`]).
+pub async fn add_in(
+    tx: &mut WriteTx,
+    cluster_name: &str,
+    deployment: NewDeployment<'_>,
+    now: i64,
+) -> Result<Cluster, PlacementRefused> {
+    let cluster = hold_cluster_in(tx, cluster_name).await?;
+    let spec = deployment.spec;
+    let command = serde_json::to_string(&spec.command).unwrap_or_else(|_| "[]".into());
+    let env = serde_json::to_string(&spec.env).unwrap_or_else(|_| "[]".into());
     execute_in!(
         tx,
-        "INSERT INTO deployments (id, name, kind, cluster_id, status, created_at) VALUES ($1, $2, $3, $4, 'queued', $5)",
+        "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, attempt, \
+         workflow_id, created_at, updated_at) VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, 1, $10, $11, $11)",
         deployment.id,
         deployment.name,
         deployment.kind,
         &cluster.id,
+        &spec.image,
+        command,
+        env,
+        spec.cpus.as_deref(),
+        spec.memory.as_deref(),
+        deployment.workflow_id,
         now
     )?;
     Ok(cluster)
+}
+
+/// Whether a deployment has this name.
+pub async fn name_taken_in(tx: &mut WriteTx, name: &str) -> Result<bool, sqlx::Error> {
+    let found: Option<String> = with_tx!(tx, |tx| {
+        sqlx::query_scalar("SELECT id FROM deployments WHERE name = $1").bind(name).fetch_optional(&mut **tx).await
+    })?;
+    Ok(found.is_some())
+}
+
+/// The deployment whose id or name is `key`.
+pub async fn find(db: &Db, key: &str) -> Result<Option<Deployment>, sqlx::Error> {
+    let row: Option<Row> = with_pool!(db.pool(), |pool| {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE name = $1 OR id = $1 ORDER BY name = $1 DESC")))
+            .bind(key)
+            .fetch_optional(pool)
+            .await
+    })?;
+    row.map(Deployment::try_from).transpose()
+}
+
+/// The deployment whose id or name is `key`, its row held for the caller's transaction
+/// (PostgreSQL `FOR UPDATE`; SQLite's write transaction excludes every other writer).
+pub async fn lock_in(tx: &mut WriteTx, key: &str) -> Result<Option<Deployment>, sqlx::Error> {
+    let row: Option<Row> = match tx {
+        WriteTx::Sqlite(tx) => {
+            let sql = sqlx::AssertSqlSafe(format!("{SELECT} WHERE name = $1 OR id = $1 ORDER BY name = $1 DESC"));
+            sqlx::query_as(sql).bind(key).fetch_optional(&mut **tx).await?
+        }
+        WriteTx::Postgres(tx) => {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "{SELECT} WHERE name = $1 OR id = $1 ORDER BY name = $1 DESC LIMIT 1 FOR UPDATE"
+            ));
+            sqlx::query_as(sql).bind(key).fetch_optional(&mut **tx).await?
+        }
+    };
+    row.map(Deployment::try_from).transpose()
+}
+
+/// The deployment with this id.
+pub async fn get(db: &Db, id: &str) -> Result<Option<Deployment>, sqlx::Error> {
+    let row: Option<Row> = with_pool!(db.pool(), |pool| {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE id = $1"))).bind(id).fetch_optional(pool).await
+    })?;
+    row.map(Deployment::try_from).transpose()
+}
+
+/// Deployments, newest first, of one status and one kind when given, at most `limit`.
+pub async fn list(
+    db: &Db,
+    status: Option<Status>,
+    kind: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Deployment>, sqlx::Error> {
+    let rows: Vec<Row> = with_pool!(db.pool(), |pool| {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{SELECT} WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR kind = $2) \
+             ORDER BY created_at DESC, id LIMIT $3"
+        )))
+        .bind(status.map(Status::as_str))
+        .bind(kind)
+        .bind(limit)
+        .fetch_all(pool)
+        .await
+    })?;
+    decode_all(rows)
+}
+
+/// Moves a deployment of attempt `attempt` to `status`, unless it has ended or moved on to
+/// another attempt (a late step of an old run changes nothing). Returns whether it changed.
+pub async fn set_status(
+    db: &Db,
+    id: &str,
+    attempt: i64,
+    status: Status,
+    reason: Option<&str>,
+    now: i64,
+) -> Result<bool, sqlx::Error> {
+    let started = (status == Status::Running).then_some(now);
+    let changed = execute!(
+        db.pool(),
+        sqlx::AssertSqlSafe(format!(
+            "UPDATE deployments SET status = $1, reason = $2, started_at = COALESCE(started_at, $3), updated_at = $4 \
+             WHERE id = $5 AND attempt = $6 AND status NOT IN {ENDED}"
+        )),
+        status.as_str(),
+        reason,
+        started,
+        now,
+        id,
+        attempt
+    )?;
+    Ok(changed > 0)
+}
+
+/// Ends attempt `attempt` of a deployment with `status`, its exit code and reason, unless it has
+/// already ended or moved on to another attempt. Returns whether it changed.
+pub async fn end(
+    db: &Db,
+    id: &str,
+    attempt: i64,
+    status: Status,
+    exit_code: Option<i32>,
+    reason: Option<&str>,
+    now: i64,
+) -> Result<bool, sqlx::Error> {
+    let changed = execute!(
+        db.pool(),
+        sqlx::AssertSqlSafe(format!(
+            "UPDATE deployments SET status = $1, exit_code = $2, reason = $3, ended_at = $4, updated_at = $4 \
+             WHERE id = $5 AND attempt = $6 AND status NOT IN {ENDED}"
+        )),
+        status.as_str(),
+        exit_code.map(i64::from),
+        reason,
+        now,
+        id,
+        attempt
+    )?;
+    Ok(changed > 0)
+}
+
+/// Starts the next attempt of an ended deployment inside the caller's transaction: `queued`
+/// again, the outcome cleared, `workflow_id` its new run.
+pub async fn resubmit_in(tx: &mut WriteTx, id: &str, workflow_id: &str, now: i64) -> Result<(), sqlx::Error> {
+    execute_in!(
+        tx,
+        "UPDATE deployments SET attempt = attempt + 1, status = 'queued', exit_code = NULL, reason = NULL, \
+         started_at = NULL, ended_at = NULL, workflow_id = $1, updated_at = $2 WHERE id = $3",
+        workflow_id,
+        now,
+        id
+    )?;
+    Ok(())
 }

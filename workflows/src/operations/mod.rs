@@ -12,16 +12,35 @@
 //! | delete a cluster | `delete_cluster.rs` | `cluster.delete` |
 //! | list and show clusters | `show_clusters.rs` | none |
 //! | list, inspect, retry, resume, cancel workflows | `workflows.rs` | none |
+//! | submit a job | `submit_job.rs` | `job.run` |
+//! | show and list deployments | `show_deployments.rs` | none |
+//! | terminate a deployment | `terminate_deployment.rs` | none (cancels its run) |
+//! | resubmit a job | `resubmit_deployment.rs` | `job.run` (the next attempt) |
+//! | a job's logs | `deployment_logs.rs` | none |
+//! | exec in a job's container | `deployment_exec.rs` | none |
+//! | a cluster's kubeconfig | `cluster_kubeconfig.rs` | none |
 
+mod cluster_kubeconfig;
 mod create_cluster;
 mod delete_cluster;
 mod delete_credential;
+mod deployment_exec;
+mod deployment_logs;
+mod resubmit_deployment;
 mod save_credential;
 mod show_clusters;
 mod show_credentials;
+mod show_deployments;
+mod submit_job;
+mod terminate_deployment;
 mod workflows;
 
 use std::sync::Arc;
+
+pub use deployment_exec::ExecSession;
+pub use deployment_logs::LogStream;
+pub use show_deployments::LIST_LIMIT;
+pub use submit_job::MAX_NAME;
 
 use anycloud_engine::Engine;
 

@@ -1,0 +1,284 @@
+//! A job's Kubernetes objects: the `batch/v1` Job Anycloud applies for each attempt of a
+//! deployment, what its Pod says about progress and outcome, its logs and exec, and its
+//! deletion. The same calls reach k3s on a real cluster and the simulated cloud's API.
+
+use std::collections::BTreeMap;
+
+use futures::{AsyncReadExt, Stream};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::api::{Api, AttachParams, AttachedProcess, DeleteParams, ListParams, LogParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::db::deployments::Deployment;
+use crate::kube_api::KubeError;
+
+/// The field manager of every object Anycloud applies.
+pub const FIELD_MANAGER: &str = "anycloud";
+/// The name of a workload's one container.
+pub const CONTAINER: &str = "main";
+/// The label that ties an object to its deployment's id.
+pub const DEPLOYMENT_ID: &str = "anycloud.dev/deployment-id";
+/// The label that names the object's deployment.
+pub const DEPLOYMENT: &str = "anycloud.dev/deployment";
+/// The label of the attempt an object belongs to.
+pub const ATTEMPT: &str = "anycloud.dev/attempt";
+
+/// The labels of every object of the deployment's current attempt.
+pub fn labels(deployment: &Deployment) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/managed-by".to_owned(), "anycloud".to_owned()),
+        (DEPLOYMENT.to_owned(), deployment.name.clone()),
+        (DEPLOYMENT_ID.to_owned(), deployment.id.clone()),
+        (ATTEMPT.to_owned(), deployment.attempt.to_string()),
+    ])
+}
+
+/// The selector of the Pods of the deployment's current attempt.
+fn attempt_selector(deployment: &Deployment) -> String {
+    format!("{DEPLOYMENT_ID}={},{ATTEMPT}={}", deployment.id, deployment.attempt)
+}
+
+/// The Job of the deployment's current attempt: one Pod, never restarted, no retries (a new
+/// attempt is a `resubmit`), requests equal to limits.
+pub fn job_object(deployment: &Deployment) -> serde_json::Value {
+    let spec = &deployment.spec;
+    let mut resources = serde_json::Map::new();
+    if let Some(cpus) = &spec.cpus {
+        resources.insert("cpu".into(), json!(cpus));
+    }
+    if let Some(memory) = &spec.memory {
+        resources.insert("memory".into(), json!(memory));
+    }
+    let env: Vec<_> = spec.env.iter().map(|var| json!({ "name": var.name, "value": var.value })).collect();
+    let labels = labels(deployment);
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": { "name": deployment.job_name(), "namespace": deployment.namespace, "labels": labels },
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": { "labels": labels },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{
+                        "name": CONTAINER,
+                        "image": spec.image,
+                        "command": spec.command,
+                        "env": env,
+                        "resources": { "requests": resources, "limits": resources },
+                    }],
+                },
+            },
+        },
+    })
+}
+
+/// Server-side applies the deployment's namespace and its current attempt's Job.
+pub async fn apply(client: &kube::Client, deployment: &Deployment) -> Result<(), KubeError> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": { "name": deployment.namespace, "labels": { "app.kubernetes.io/managed-by": "anycloud" } },
+    });
+    namespaces.patch(&deployment.namespace, &params, &Patch::Apply(namespace)).await?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &deployment.namespace);
+    jobs.patch(&deployment.job_name(), &params, &Patch::Apply(job_object(deployment))).await?;
+    Ok(())
+}
+
+/// Whether a Kubernetes error is the cluster refusing the object itself (400, 422): applying it
+/// again cannot succeed.
+pub fn is_refusal(err: &KubeError) -> Option<String> {
+    match err {
+        KubeError::Call(kube::Error::Api(status)) if matches!(status.code, 400 | 422) => Some(status.message.clone()),
+        _ => None,
+    }
+}
+
+/// Where an attempt stands, as its Job and Pod say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// No Pod runs yet; why, in Kubernetes' words.
+    Starting(String),
+    /// Its Pod runs, on this node.
+    Running {
+        /// The Pod.
+        pod: String,
+        /// Its node.
+        node: Option<String>,
+    },
+    /// It ended.
+    Ended(Outcome),
+    /// The Job does not exist (deleted behind Anycloud's back).
+    Gone,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Outcome {
+    /// The Job completed.
+    pub succeeded: bool,
+    /// The container's exit code, when it ran.
+    pub exit_code: Option<i32>,
+    /// Why, in Kubernetes' words (`Completed`, `Error`, a condition's message).
+    pub reason: String,
+}
+
+/// Reads the Job of the deployment's current attempt and its Pods.
+pub async fn progress(client: &kube::Client, deployment: &Deployment) -> Result<Progress, KubeError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &deployment.namespace);
+    let Some(job) = jobs.get_opt(&deployment.job_name()).await? else { return Ok(Progress::Gone) };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &deployment.namespace);
+    let mut found = pods.list(&ListParams::default().labels(&attempt_selector(deployment))).await?.items;
+    found.sort_by_key(|pod| pod.metadata.creation_timestamp.clone());
+    let pod = found.pop();
+    let terminated = pod.as_ref().and_then(container_state).and_then(|state| state.terminated);
+    let conditions = job.status.as_ref().and_then(|status| status.conditions.clone()).unwrap_or_default();
+    let ended = conditions
+        .iter()
+        .find(|condition| condition.status == "True" && matches!(condition.type_.as_str(), "Complete" | "Failed"));
+    if let Some(condition) = ended {
+        let succeeded = condition.type_ == "Complete";
+        let reason = match (&terminated, &condition.message) {
+            (Some(terminated), _) => terminated.reason.clone().unwrap_or_else(|| condition.type_.clone()),
+            (None, Some(message)) => message.clone(),
+            (None, None) => condition.reason.clone().unwrap_or_else(|| condition.type_.clone()),
+        };
+        let exit_code = terminated.as_ref().map(|terminated| terminated.exit_code);
+        return Ok(Progress::Ended(Outcome { succeeded, exit_code, reason }));
+    }
+    let Some(pod) = pod else {
+        return Ok(Progress::Starting(format!("Job {} has no Pod yet", deployment.job_name())));
+    };
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone());
+    let state = container_state(&pod);
+    if let Some(terminated) = state.as_ref().and_then(|state| state.terminated.clone()) {
+        // The Job's condition follows shortly; the Pod already knows.
+        return Ok(Progress::Ended(Outcome {
+            succeeded: terminated.exit_code == 0,
+            exit_code: Some(terminated.exit_code),
+            reason: terminated.reason.unwrap_or_else(|| "Terminated".into()),
+        }));
+    }
+    if state.as_ref().is_some_and(|state| state.running.is_some()) {
+        return Ok(Progress::Running { pod: name, node });
+    }
+    let waiting = state.and_then(|state| state.waiting).map(|waiting| {
+        let reason = waiting.reason.unwrap_or_else(|| "Waiting".into());
+        match waiting.message {
+            Some(message) => format!("{reason}: {message}"),
+            None => reason,
+        }
+    });
+    let phase = pod.status.and_then(|status| status.phase).unwrap_or_else(|| "Pending".into());
+    Ok(Progress::Starting(format!("Pod {name} is {phase}{}", waiting.map(|w| format!(" ({w})")).unwrap_or_default())))
+}
+
+fn container_state(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerState> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses.iter().find(|status| status.name == CONTAINER)?.state.clone()
+}
+
+/// Deletes the Jobs of every attempt of the deployment before `before` (all of them when
+/// `None`), with their Pods (foreground propagation), and returns how many Jobs and Pods are
+/// still listed: 0 once Kubernetes has removed everything.
+pub async fn delete(client: &kube::Client, deployment: &Deployment, before: Option<i64>) -> Result<usize, KubeError> {
+    let selector = ListParams::default().labels(&format!("{DEPLOYMENT_ID}={}", deployment.id));
+    let old = |labels: Option<&BTreeMap<String, String>>| {
+        let attempt = labels.and_then(|labels| labels.get(ATTEMPT)).and_then(|attempt| attempt.parse::<i64>().ok());
+        match (before, attempt) {
+            (None, _) => true,
+            (Some(before), Some(attempt)) => attempt < before,
+            (Some(_), None) => false,
+        }
+    };
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &deployment.namespace);
+    let mut left = 0;
+    for job in jobs.list(&selector).await?.items.into_iter().filter(|job| old(job.metadata.labels.as_ref())) {
+        left += 1;
+        let name = job.metadata.name.unwrap_or_default();
+        match jobs.delete(&name, &DeleteParams::foreground()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => left -= 1,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &deployment.namespace);
+    for pod in pods.list(&selector).await?.items.into_iter().filter(|pod| old(pod.metadata.labels.as_ref())) {
+        left += 1;
+        let name = pod.metadata.name.unwrap_or_default();
+        match pods.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => left -= 1,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(left)
+}
+
+/// The Pod of the deployment's current attempt, once its container has started (running or
+/// ended); `None` while it has not.
+pub async fn started_pod(client: &kube::Client, deployment: &Deployment) -> Result<Option<String>, KubeError> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &deployment.namespace);
+    let mut found = pods.list(&ListParams::default().labels(&attempt_selector(deployment))).await?.items;
+    found.sort_by_key(|pod| pod.metadata.creation_timestamp.clone());
+    Ok(found
+        .into_iter()
+        .rev()
+        .find(|pod| container_state(pod).is_some_and(|state| state.running.is_some() || state.terminated.is_some()))
+        .and_then(|pod| pod.metadata.name))
+}
+
+/// The container's logs, as a stream of chunks; with `follow`, until the container ends.
+pub async fn logs(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    follow: bool,
+) -> Result<impl Stream<Item = std::io::Result<Vec<u8>>> + Send + use<>, KubeError> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = LogParams { container: Some(CONTAINER.into()), follow, ..LogParams::default() };
+    let reader = pods.log_stream(pod, &params).await?;
+    Ok(futures::stream::unfold(Box::pin(reader), |mut reader| async move {
+        let mut chunk = vec![0; 16 * 1024];
+        match reader.read(&mut chunk).await {
+            Ok(0) => None,
+            Ok(read) => {
+                chunk.truncate(read);
+                Some((Ok(chunk), reader))
+            }
+            Err(err) => Some((Err(err), reader)),
+        }
+    }))
+}
+
+/// Runs `command` in the container, with stdin when asked, stdout and stderr.
+pub async fn exec(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    command: &[String],
+    stdin: bool,
+) -> Result<AttachedProcess, KubeError> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = AttachParams::default().container(CONTAINER).stdin(stdin).stdout(true).stderr(true);
+    Ok(pods.exec(pod, command.to_vec(), &params).await?)
+}
+
+/// The exit code an exec's final status reports: 0 on success, the code Kubernetes names in its
+/// `ExitCode` cause otherwise; `None` when it names none.
+pub fn exec_exit_code(status: &Status) -> Option<i32> {
+    if status.status.as_deref() == Some("Success") {
+        return Some(0);
+    }
+    let causes = status.details.as_ref()?.causes.as_ref()?;
+    causes
+        .iter()
+        .find(|cause| cause.reason.as_deref() == Some("ExitCode"))
+        .and_then(|cause| cause.message.as_deref()?.parse().ok())
+}

@@ -1,0 +1,80 @@
+//! A job's logs: its current attempt's container output, read from its Pod through the
+//! Kubernetes API (also after the job ended, while the cluster keeps the Pod).
+
+use futures::stream::BoxStream;
+
+use crate::db::deployments::{self, Deployment};
+use crate::kube_job;
+use crate::refusal::{Code, OperationError, Refusal};
+
+use super::Operations;
+use super::show_deployments::deployment_not_found;
+
+/// A container's output, chunk by chunk.
+pub type LogStream = BoxStream<'static, std::io::Result<Vec<u8>>>;
+
+impl Operations {
+    /// The job's output so far; with `follow`, then everything it writes until it ends.
+    pub async fn deployment_logs(&self, key: &str, follow: bool) -> Result<LogStream, OperationError> {
+        let (deployment, client, pod) = self.started_job(key, "logs").await?;
+        let stream = kube_job::logs(&client, &deployment.namespace, &pod, follow)
+            .await
+            .map_err(|err| unreachable_cluster(&deployment, &err))?;
+        Ok(Box::pin(stream))
+    }
+
+    /// The job `key`, a client for its cluster, and its Pod whose container has started; refused
+    /// for a service and for a job whose container has not started (`what` names the command).
+    pub(super) async fn started_job(
+        &self,
+        key: &str,
+        what: &str,
+    ) -> Result<(Deployment, kube::Client, String), OperationError> {
+        let deployment = deployments::find(&self.deps.db, key).await?.ok_or_else(|| deployment_not_found(key))?;
+        let name = &deployment.name;
+        if deployment.kind != "job" {
+            return Err(Refusal::new(
+                Code::WrongDeploymentKind,
+                format!(
+                    "`{name}` is a {}: {what} is not supported yet for cluster-backed services; `anycloud status \
+                     {name}` shows its state",
+                    deployment.kind
+                ),
+            )
+            .into());
+        }
+        if deployment.status == deployments::Status::Terminated {
+            return Err(Refusal::new(
+                Code::DeploymentEnded,
+                format!("job `{name}` was terminated: its Pod was deleted, and its logs with it"),
+            )
+            .into());
+        }
+        let cluster =
+            self.deps.cluster(&deployment.cluster_id).await.map_err(|err| unreachable_cluster(&deployment, &err))?;
+        let client = self.deps.kube_client(&cluster).await.map_err(|err| unreachable_cluster(&deployment, &err))?;
+        let pod =
+            kube_job::started_pod(&client, &deployment).await.map_err(|err| unreachable_cluster(&deployment, &err))?;
+        let Some(pod) = pod else {
+            return Err(Refusal::new(
+                Code::DeploymentNotStarted,
+                format!(
+                    "job `{name}` is {} and its container has not started, so it has no {what} yet; `anycloud wait \
+                     deployment/{name}` follows it",
+                    deployment.status
+                ),
+            )
+            .into());
+        };
+        Ok((deployment, client, pod))
+    }
+}
+
+/// The cluster's Kubernetes API could not be asked.
+pub(super) fn unreachable_cluster(deployment: &Deployment, err: &dyn std::fmt::Display) -> OperationError {
+    Refusal::new(
+        Code::ClusterUnreachable,
+        format!("deployment `{}`: its cluster's Kubernetes API could not be asked ({err}); try again", deployment.name),
+    )
+    .into()
+}

@@ -1,0 +1,53 @@
+//! Resubmitting an ended job: its next attempt, with the same configuration, as a new `job.run`
+//! run, in one transaction that holds the deployment's and the cluster's rows.
+
+use crate::api::DeploymentDetail;
+use crate::db::clusters;
+use crate::db::deployments::{self, Deployment};
+use crate::job_run::{JobInput, RunJob};
+use crate::refusal::{Code, OperationError, Refusal};
+
+use super::Operations;
+use super::show_deployments::deployment_not_found;
+use super::submit_job::placement_refusal;
+
+impl Operations {
+    /// Runs an ended job again as attempt N+1. Refused while it has not ended, for a service, and
+    /// when its cluster is not ready any more.
+    pub async fn resubmit_deployment(&self, key: &str) -> Result<DeploymentDetail, OperationError> {
+        let mut tx = self.deps.db.begin().await?;
+        let deployment = deployments::lock_in(&mut tx, key).await?.ok_or_else(|| deployment_not_found(key))?;
+        let name = &deployment.name;
+        if deployment.kind != "job" {
+            return Err(Refusal::new(
+                Code::WrongDeploymentKind,
+                format!("`{name}` is a {}; only jobs are resubmitted (upgrade a service instead)", deployment.kind),
+            )
+            .into());
+        }
+        if !deployment.status.is_ended() {
+            return Err(Refusal::new(
+                Code::DeploymentNotEnded,
+                format!(
+                    "job `{name}` is {}; resubmit runs an ended job again: wait for it (`anycloud wait \
+                     deployment/{name}`) or end it (`anycloud terminate {name}`) first",
+                    deployment.status
+                ),
+            )
+            .into());
+        }
+        let cluster = clusters::get(&self.deps.db, &deployment.cluster_id).await?;
+        let cluster_key = cluster.map(|cluster| cluster.name).unwrap_or_else(|| deployment.cluster_id.clone());
+        deployments::hold_cluster_in(&mut tx, &cluster_key)
+            .await
+            .map_err(|refused| placement_refusal(name, refused))?;
+        let attempt = deployment.attempt + 1;
+        let input = JobInput { deployment_id: deployment.id.clone(), name: name.clone(), attempt };
+        let key = Deployment::resource_key(&deployment.id);
+        let run = self.engine.submit_in::<RunJob>(&mut tx, &input, Some(&key)).await?;
+        deployments::resubmit_in(&mut tx, &deployment.id, &run.to_string(), crate::now_ms()).await?;
+        tx.commit().await?;
+        self.engine.wake_up();
+        self.deployment_status(&deployment.id).await
+    }
+}

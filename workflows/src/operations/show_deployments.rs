@@ -1,0 +1,108 @@
+//! Reading deployments: one, with where its workflow stands, and the list. The record says what
+//! happened (the workflow writes its status); the run adds what is happening now (`retrying`,
+//! `terminating`).
+
+use std::collections::HashMap;
+
+use anycloud_engine::{EngineError, RunRecord, RunStatus};
+
+use crate::api::{DeploymentDetail, DeploymentList, DeploymentQuery, DeploymentSummary, RetryState, WorkflowSummary};
+use crate::db::clusters;
+use crate::db::deployments::{self, Deployment, Status};
+use crate::providers::ProviderKind;
+use crate::refusal::{Code, OperationError, Refusal};
+
+use super::Operations;
+
+/// Most deployments one list answers with.
+pub const LIST_LIMIT: i64 = 500;
+
+impl Operations {
+    /// The deployment whose id or name is `key`.
+    pub async fn deployment_status(&self, key: &str) -> Result<DeploymentDetail, OperationError> {
+        let deployment = deployments::find(&self.deps.db, key).await?.ok_or_else(|| deployment_not_found(key))?;
+        self.deployment_detail(deployment).await
+    }
+
+    /// Deployments, newest first (at most [`LIST_LIMIT`]), of one status and kind when asked.
+    pub async fn list_deployments(&self, query: &DeploymentQuery) -> Result<DeploymentList, OperationError> {
+        let status = query.status.as_deref().map(parse_status).transpose()?;
+        let kind = match query.kind.as_deref() {
+            None => None,
+            Some(kind @ ("job" | "service")) => Some(kind),
+            Some(other) => {
+                return Err(
+                    Refusal::new(Code::InvalidStatus, format!("kind `{other}` is not `job` or `service`")).into()
+                );
+            }
+        };
+        let names: HashMap<String, String> =
+            clusters::list_all(&self.deps.db).await?.into_iter().map(|cluster| (cluster.id, cluster.name)).collect();
+        let found = deployments::list(&self.deps.db, status, kind, LIST_LIMIT).await?;
+        let deployments = found
+            .into_iter()
+            .map(|deployment| DeploymentSummary {
+                state: deployment.status.as_str().to_owned(),
+                cluster: names.get(&deployment.cluster_id).cloned().unwrap_or_default(),
+                deployment,
+            })
+            .collect();
+        Ok(DeploymentList { deployments })
+    }
+
+    /// The deployment with its cluster's name, its run, and the state a person sees.
+    pub(super) async fn deployment_detail(&self, deployment: Deployment) -> Result<DeploymentDetail, OperationError> {
+        let cluster = clusters::get(&self.deps.db, &deployment.cluster_id).await?;
+        let run = match deployment.workflow_id.as_deref().and_then(|id| id.parse().ok()) {
+            Some(id) => match self.engine.run(id).await {
+                Ok(run) => Some(run),
+                Err(EngineError::UnknownRun(_)) => None,
+                Err(err) => return Err(err.into()),
+            },
+            None => None,
+        };
+        let (state, retry) = state_of(&deployment, run.as_ref());
+        Ok(DeploymentDetail {
+            state,
+            retry,
+            cluster: cluster.as_ref().map(|cluster| cluster.name.clone()).unwrap_or_default(),
+            simulated: cluster.is_some_and(|cluster| cluster.provider == ProviderKind::Sim),
+            workflow: run.as_ref().map(WorkflowSummary::from),
+            deployment,
+        })
+    }
+}
+
+/// The state a person sees: the record's status, unless the deployment has not ended and its
+/// run is being terminated (`terminating`) or waits to try a failed step again (`retrying`).
+fn state_of(deployment: &Deployment, run: Option<&RunRecord>) -> (String, Option<RetryState>) {
+    let recorded = (deployment.status.as_str().to_owned(), None);
+    let Some(run) = run else { return recorded };
+    if deployment.status.is_ended() {
+        return recorded;
+    }
+    if run.cancel_requested {
+        return ("terminating".to_owned(), None);
+    }
+    if run.status == RunStatus::Retrying {
+        let cause = run.error.as_ref().map(ToString::to_string).or_else(|| run.status_reason.clone());
+        return ("retrying".to_owned(), Some(RetryState { attempt: run.attempt, cause, next_at: run.next_at }));
+    }
+    recorded
+}
+
+fn parse_status(text: &str) -> Result<Status, OperationError> {
+    Status::try_from(text.to_owned()).map_err(|_| {
+        let known: Vec<&str> = Status::ALL.iter().map(|status| status.as_str()).collect();
+        Refusal::new(Code::InvalidStatus, format!("status `{text}` is not one of {}", known.join(", "))).into()
+    })
+}
+
+/// No deployment has that id or name.
+pub(super) fn deployment_not_found(key: &str) -> OperationError {
+    Refusal::new(
+        Code::DeploymentNotFound,
+        format!("deployment `{key}` does not exist; `anycloud list` shows the deployments"),
+    )
+    .into()
+}
