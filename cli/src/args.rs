@@ -32,11 +32,76 @@ pub(crate) enum Command {
     /// Create, inspect and delete Kubernetes clusters (needs a hosted API to create).
     #[command(subcommand)]
     Cluster(ClusterCommand),
-    /// Wait for resources, e.g. `anycloud wait cluster/training`: one line per state change.
-    /// Exit 0 reached (ready, or deleted), 1 ended another way, 2 not observable, 4 timeout,
-    /// 5 the workflow stopped for a person (the message says what to run).
+    /// Run a container job on a cluster: `anycloud job IMAGE --cluster NAME -- COMMAND...`;
+    /// `anycloud job list` lists jobs.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Job(JobCommand),
+    /// Show one deployment (job) in detail; without ID, list deployments like `anycloud list`.
+    Status {
+        /// The deployment's name or id.
+        id: Option<String>,
+        /// Also the environment variable names (never values), the namespace and the Kubernetes Job.
+        #[arg(long)]
+        verbose: bool,
+        /// Print it again on every change until it ends (polls every second).
+        #[arg(long, requires = "id")]
+        watch: bool,
+    },
+    /// List deployments (jobs and services), newest first.
+    List {
+        /// Only this state: queued, starting, running, completed, errored, terminated, failed, invalid.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Print a job's output (its current attempt's container); --follow streams it until it ends.
+    Logs {
+        /// The job's name or id.
+        id: String,
+        /// Keep streaming until the container ends.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Run a command in a job's running container: `anycloud exec ID -- COMMAND...`. Its stdout and
+    /// stderr pass through and the command's exit code is this command's. This process's stdin is
+    /// forwarded unless it is a terminal (then the command's stdin is empty; -i forwards it anyway).
+    Exec {
+        /// The job's name or id.
+        id: String,
+        /// Forward stdin even when it is a terminal (until end of input, Ctrl-D).
+        #[arg(short = 'i', long = "stdin")]
+        stdin: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// End a job: its Kubernetes objects are deleted and it ends `terminated` (asking again is harmless).
+    Terminate {
+        /// The deployment's name or id.
+        id: String,
+        /// Follow it until it has ended; exit 0 once it has.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits (e.g. 90s, 15m).
+        #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Run an ended job again with the same configuration, as its next attempt.
+    Resubmit {
+        /// The deployment's name or id.
+        id: String,
+        /// Follow the new attempt until it ends; exit 0 completed, 1 ended another way.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits (e.g. 90s, 15m).
+        #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Wait for resources, e.g. `anycloud wait cluster/training` or `anycloud wait deployment/hello`:
+    /// one line per state change. Exit 0 reached (a cluster ready or deleted, a job completed),
+    /// 1 ended another way, 2 not observable, 4 timeout, 5 the workflow stopped for a person (the
+    /// message says what to run).
     Wait {
-        /// Typed references: `cluster/NAME`.
+        /// Typed references: `cluster/NAME`, `deployment/NAME-OR-ID`.
         #[arg(required = true)]
         refs: Vec<String>,
         /// Give up after this long (e.g. 90s, 15m, 1h).
@@ -59,6 +124,14 @@ pub(crate) enum ClusterCommand {
     },
     /// List clusters that are not deleted.
     List,
+    /// Print the cluster's kubeconfig (its API server, CA and an admin token), or write it to a file.
+    Kubeconfig {
+        /// The cluster's name.
+        name: String,
+        /// Write it to this file (created with mode 0600) instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
     /// Delete a cluster (asynchronous); refused while a deployment references it.
     Delete {
         /// The cluster's name.
@@ -97,6 +170,63 @@ pub(crate) struct CreateClusterArgs {
     /// How long --wait waits (e.g. 90s, 15m).
     #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
     pub(crate) timeout: std::time::Duration,
+}
+
+/// `anycloud job IMAGE ... -- COMMAND...`, or `anycloud job list`.
+#[derive(Debug, Args)]
+pub(crate) struct JobCommand {
+    #[command(subcommand)]
+    pub(crate) list: Option<JobSubcommand>,
+    #[command(flatten)]
+    pub(crate) submit: SubmitJobArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum JobSubcommand {
+    /// List jobs, newest first.
+    List {
+        /// Only this state: queued, starting, running, completed, errored, terminated, failed, invalid.
+        #[arg(long)]
+        status: Option<String>,
+    },
+}
+
+/// What `anycloud job IMAGE` takes.
+#[derive(Debug, Args)]
+pub(crate) struct SubmitJobArgs {
+    /// The container image, e.g. python:3.12 or ghcr.io/acme/batch:latest.
+    #[arg(required = true)]
+    pub(crate) image: Option<String>,
+    /// The cluster (name or id) to run on; required: this build places workloads only on clusters.
+    #[arg(long)]
+    pub(crate) cluster: Option<String>,
+    /// The job's name (a DNS label); made from the image when absent.
+    #[arg(short = 'i', long = "id", value_name = "NAME")]
+    pub(crate) name: Option<String>,
+    /// An environment variable, KEY=VALUE (repeatable; wins over --env-file).
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = commands::job::parse_env_flag)]
+    pub(crate) env: Vec<anycloud_workflows::api::EnvVar>,
+    /// A file of KEY=VALUE lines (`#` comments, blank lines and an `export ` prefix allowed).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) env_file: Option<PathBuf>,
+    /// CPUs requested and limited, e.g. 0.5, 2 or 1500m.
+    #[arg(long)]
+    pub(crate) cpus: Option<String>,
+    /// Memory requested and limited, e.g. 512Mi or 2Gi.
+    #[arg(long)]
+    pub(crate) memory: Option<String>,
+    /// Follow the job until it ends; exit 0 completed, 1 errored, terminated, failed or invalid,
+    /// 4 timeout, 5 its workflow stopped for a person.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// How long --wait waits (e.g. 90s, 15m).
+    #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+    pub(crate) timeout: std::time::Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<String>,
+    #[command(flatten)]
+    pub(crate) placement: commands::job::PlacementFlags,
 }
 
 #[derive(Debug, Subcommand)]

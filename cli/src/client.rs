@@ -10,6 +10,23 @@ use anycloud_workflows::api::ErrorBody;
 use crate::config::{ApiEntry, Config};
 use crate::exit::{BAD_INPUT, CliError, ENDED_OTHERWISE, NOT_OBSERVED};
 
+/// An open WebSocket to the API.
+pub type WebSocket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A name or id as one segment of a URL path: anything but unreserved characters is
+/// percent-encoded, so that what a person types can never reach another route.
+pub fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 /// A client of one API.
 pub struct Client {
     name: String,
@@ -90,13 +107,85 @@ impl Client {
                 )
             });
         }
-        let (error_code, message) = match serde_json::from_slice::<ErrorBody>(&body) {
-            Ok(ErrorBody { error }) => (error.code, error.message),
-            Err(_) => ("UNKNOWN".to_owned(), String::from_utf8_lossy(&body).into_owned()),
+        Err(self.refused(status.as_u16(), &body))
+    }
+
+    /// GET a streamed body (`text/plain`), handing each chunk to `write` as it arrives. Unlike
+    /// the JSON requests it has no overall time limit: a followed stream lasts as long as its
+    /// source.
+    pub async fn get_streamed<Q: Serialize>(
+        &self,
+        path: &str,
+        query: &Q,
+        mut write: impl FnMut(&[u8]),
+    ) -> Result<(), CliError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        let request = http.get(self.endpoint(path)).query(query).bearer_auth(&self.entry.token);
+        let mut response = request.send().await.map_err(|err| self.unreachable(&err))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.bytes().await.map_err(|err| self.unreachable(&err))?;
+            return Err(self.refused(status.as_u16(), &body));
+        }
+        while let Some(chunk) = response.chunk().await.map_err(|err| self.broken(&err))? {
+            write(&chunk);
+        }
+        Ok(())
+    }
+
+    /// Opens a WebSocket to `path` (ws://, or wss:// for an https API), with the bearer token
+    /// in the upgrade request. A refused upgrade is an error as any other request's.
+    pub async fn websocket(&self, path: &str) -> Result<WebSocket, CliError> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+        let endpoint = self.endpoint(path);
+        let url = match endpoint.split_once("://") {
+            Some(("https", rest)) => format!("wss://{rest}"),
+            Some((_, rest)) => format!("ws://{rest}"),
+            None => endpoint,
         };
-        let code = match status.as_u16() {
+        if url.starts_with("wss://") {
+            // Two rustls providers are linked in (ring, and aws-lc-rs through the AWS SDK): say
+            // which one TLS uses, as the Kubernetes client does.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let mut request = url.as_str().into_client_request().map_err(|err| {
+            CliError::new(
+                NOT_OBSERVED,
+                "INVALID_API_URL",
+                format!("API `{}` has an unusable URL {url}: {err}", self.name),
+            )
+        })?;
+        let token = HeaderValue::from_str(&format!("Bearer {}", self.entry.token)).map_err(|_| {
+            CliError::new(
+                NOT_OBSERVED,
+                "INVALID_TOKEN",
+                format!("the CLI config holds an unusable token for API `{}`", self.name),
+            )
+        })?;
+        request.headers_mut().insert("authorization", token);
+        match tokio_tungstenite::connect_async(request).await {
+            Ok((socket, _)) => Ok(socket),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                Err(self.refused(response.status().as_u16(), response.body().as_deref().unwrap_or_default()))
+            }
+            Err(err) => Err(self.unreachable(&err)),
+        }
+    }
+
+    /// The error of a non-2xx answer: the API's code and message, and the exit code of its class.
+    fn refused(&self, status: u16, body: &[u8]) -> CliError {
+        let (error_code, message) = match serde_json::from_slice::<ErrorBody>(body) {
+            Ok(ErrorBody { error }) => (error.code, error.message),
+            Err(_) => ("UNKNOWN".to_owned(), String::from_utf8_lossy(body).into_owned()),
+        };
+        let code = match status {
             401 => {
-                return Err(CliError {
+                return CliError {
                     code: NOT_OBSERVED,
                     error_code,
                     message: format!(
@@ -106,16 +195,30 @@ impl Client {
                         self.url(),
                         self.name
                     ),
-                });
+                };
             }
             404 => NOT_OBSERVED,
             400..=499 => BAD_INPUT,
             _ => ENDED_OTHERWISE,
         };
-        Err(CliError { code, error_code, message })
+        CliError { code, error_code, message }
     }
 
-    fn unreachable(&self, err: &reqwest::Error) -> CliError {
+    /// A stream that broke after it started.
+    fn broken(&self, err: &reqwest::Error) -> CliError {
+        CliError::new(
+            NOT_OBSERVED,
+            "STREAM_BROKEN",
+            format!(
+                "the stream from API `{}` at {} broke: {}; run the command again",
+                self.name,
+                self.url(),
+                anycloud_engine::error_chain(err)
+            ),
+        )
+    }
+
+    fn unreachable(&self, err: &(dyn std::error::Error + 'static)) -> CliError {
         CliError {
             code: NOT_OBSERVED,
             error_code: "API_UNREACHABLE".into(),
@@ -127,5 +230,16 @@ impl Client {
                 self.name
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment;
+
+    #[test]
+    fn path_segments_cannot_escape_their_route() {
+        assert_eq!(segment("hello-1"), "hello-1");
+        assert_eq!(segment("../clusters?x=1"), "..%2Fclusters%3Fx%3D1");
     }
 }

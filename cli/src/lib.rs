@@ -20,7 +20,9 @@ use std::process::ExitCode;
 use anycloud_workflows::api::{NewCluster, WorkflowAction};
 use clap::Parser;
 
-use crate::args::{ApiCommand, Cli, ClusterCommand, Command, CredentialsCommand, WorkflowCommand};
+use crate::args::{
+    ApiCommand, Cli, ClusterCommand, Command, CredentialsCommand, JobCommand, JobSubcommand, WorkflowCommand,
+};
 use crate::exit::{BAD_INPUT, CliError, CliResult, OK};
 pub use crate::seams::Seams;
 
@@ -162,14 +164,49 @@ async fn run(cli: Cli) -> CliResult {
         Command::Cluster(ClusterCommand::Delete { name, wait, timeout }) => {
             commands::cluster::delete(&name, wait, timeout, json).await
         }
+        Command::Cluster(ClusterCommand::Kubeconfig { name, output }) => {
+            commands::cluster::kubeconfig(&name, output.as_deref(), json).await
+        }
+        Command::Job(JobCommand { list: Some(JobSubcommand::List { status }), .. }) => {
+            commands::deployment::list(status, Some("job"), json).await
+        }
+        Command::Job(JobCommand { list: None, submit: args }) => {
+            let args = commands::job::SubmitArgs {
+                image: args.image.unwrap_or_default(),
+                cluster: args.cluster,
+                name: args.name,
+                env: args.env,
+                env_file: args.env_file,
+                cpus: args.cpus,
+                memory: args.memory,
+                command: args.command,
+                placement: args.placement,
+                wait: args.wait,
+                timeout: args.timeout,
+            };
+            commands::job::submit(args, json).await
+        }
+        Command::Status { id: Some(id), verbose, watch } => {
+            commands::deployment::status(&id, verbose, watch, json).await
+        }
+        Command::Status { id: None, .. } => commands::deployment::list(None, None, json).await,
+        Command::List { status } => commands::deployment::list(status, None, json).await,
+        Command::Logs { id, follow } => commands::deployment::logs(&id, follow).await,
+        Command::Exec { id, stdin, command } => commands::exec::exec(&id, command, stdin).await,
+        Command::Terminate { id, wait, timeout } => commands::deployment::terminate(&id, wait, timeout, json).await,
+        Command::Resubmit { id, wait, timeout } => commands::deployment::resubmit(&id, wait, timeout, json).await,
         Command::Wait { refs, timeout } => {
             let mut worst = OK;
             for reference in refs {
                 let code = match reference.split_once('/') {
                     Some(("cluster", name)) if !name.is_empty() => commands::cluster::wait(name, timeout, json).await?,
+                    Some(("deployment", key)) if !key.is_empty() => {
+                        commands::deployment::wait(key, timeout, json).await?
+                    }
                     _ => {
                         return Err(CliError::bad_input(format!(
-                            "`{reference}` is not a reference anycloud can wait for; write cluster/NAME"
+                            "`{reference}` is not a reference anycloud can wait for; write cluster/NAME or \
+                             deployment/NAME"
                         )));
                     }
                 };

@@ -1,15 +1,15 @@
-//! `anycloud cluster create | status | list | delete` and `anycloud wait cluster/NAME`.
+//! `anycloud cluster create | status | list | delete | kubeconfig` and `anycloud wait cluster/NAME`.
 
 use std::time::Duration;
 
-use anycloud_workflows::api::{ClusterCreated, ClusterDetail, ClusterList, NewCluster};
+use anycloud_workflows::api::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
 use anycloud_workflows::db::clusters::Phase;
 use anycloud_workflows::providers::ProviderKind;
 
 use super::print_json;
 use super::workflow::follow;
-use crate::client::Client;
-use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NOT_OBSERVED, OK};
+use crate::client::{Client, segment};
+use crate::exit::{BAD_INPUT, CliError, CliResult, ENDED_OTHERWISE, NOT_OBSERVED, OK};
 use crate::output::say;
 use crate::render;
 
@@ -179,4 +179,45 @@ pub async fn delete(name: &str, wait: bool, timeout: Duration, json: bool) -> Cl
         return Ok(OK);
     }
     finish(&client, name, &run, timeout, json).await
+}
+
+/// `anycloud cluster kubeconfig NAME`: prints the cluster's kubeconfig, or writes it to `output`
+/// with mode 0600 (it holds an admin token).
+pub async fn kubeconfig(name: &str, output: Option<&std::path::Path>, json: bool) -> CliResult {
+    let client = Client::active()?;
+    let answer: Kubeconfig = client.get(&format!("/v1/clusters/{}/kubeconfig", segment(name))).await?;
+    let Some(path) = output else {
+        if json {
+            print_json(&answer);
+        } else {
+            say!("{}", answer.kubeconfig.trim_end());
+        }
+        return Ok(OK);
+    };
+    write_private(path, answer.kubeconfig.as_bytes()).map_err(|err| {
+        CliError::new(
+            BAD_INPUT,
+            "CANNOT_WRITE_FILE",
+            format!("could not write the kubeconfig of cluster {name} to {}: {err}", path.display()),
+        )
+    })?;
+    let shown = path.display();
+    if json {
+        print_json(&serde_json::json!({ "cluster": answer.cluster, "path": path }));
+    } else {
+        say!("wrote the kubeconfig of cluster {name} to {shown} (mode 0600: it holds an admin token)");
+        say!("try it: kubectl --kubeconfig {shown} get nodes");
+    }
+    Ok(OK)
+}
+
+/// Writes a file only its owner may read, also when it existed with wider permissions.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }

@@ -7,6 +7,9 @@ use crate::output::say;
 pub mod api;
 pub mod cluster;
 pub mod credentials;
+pub mod deployment;
+pub mod exec;
+pub mod job;
 pub mod workflow;
 
 /// Prints a value as pretty JSON (for `--json`).

@@ -1,0 +1,360 @@
+//! The deployment commands: `anycloud status | list | job list | logs | terminate | resubmit`
+//! and `anycloud wait deployment/ID`, and the follower of a job's state that `--wait` uses.
+//!
+//! A deployment is named by its name or its id wherever one is asked for; the API resolves it.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use anycloud_engine::RunStatus;
+use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery, LogsQuery};
+use anycloud_workflows::db::deployments::Status;
+
+use super::print_json;
+use crate::client::{Client, segment};
+use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
+use crate::output::{say, stdout_failed};
+use crate::render;
+
+/// How often a follower asks for the deployment again.
+const POLL: Duration = Duration::from_secs(1);
+
+/// How long a follower rides out an unreachable API (it may be restarting).
+const UNREACHABLE_FOR: Duration = Duration::from_secs(120);
+
+fn path(key: &str) -> String {
+    format!("/v1/deployments/{}", segment(key))
+}
+
+/// `anycloud status ID`: one deployment; with `watch`, again on every change until it ends.
+pub async fn status(key: &str, verbose: bool, watch: bool, json: bool) -> CliResult {
+    let client = Client::active()?;
+    let mut detail: DeploymentDetail = client.get(&path(key)).await?;
+    let show = |detail: &DeploymentDetail| match json {
+        true if watch => say!("{}", serde_json::to_string(detail).unwrap_or_default()),
+        true => print_json(detail),
+        false => print_detail(detail, verbose),
+    };
+    show(&detail);
+    if !watch {
+        return Ok(OK);
+    }
+    let mut shown = change_key(&detail);
+    while !has_ended(&detail) {
+        tokio::time::sleep(POLL).await;
+        detail = client.get(&path(key)).await?;
+        if change_key(&detail) != shown {
+            shown = change_key(&detail);
+            if !json {
+                say!("\n--- {}", render::time(anycloud_workflows::now_ms()));
+            }
+            show(&detail);
+        }
+    }
+    Ok(OK)
+}
+
+/// `anycloud list` (every kind) and `anycloud job list` (`kind` = job).
+pub async fn list(status: Option<String>, kind: Option<&str>, json: bool) -> CliResult {
+    let client = Client::active()?;
+    let filtered = status.is_some();
+    let query = DeploymentQuery { status, kind: kind.map(str::to_owned) };
+    let answer: DeploymentList = client.get_query("/v1/deployments", &query).await?;
+    if json {
+        print_json(&answer);
+        return Ok(OK);
+    }
+    if answer.deployments.is_empty() {
+        match filtered {
+            true => say!("no deployments match"),
+            false => say!("no deployments yet: run one with `anycloud job IMAGE --cluster NAME -- COMMAND...`"),
+        }
+        return Ok(OK);
+    }
+    let now = anycloud_workflows::now_ms();
+    let rows: Vec<Vec<String>> = answer
+        .deployments
+        .iter()
+        .map(|entry| {
+            let deployment = &entry.deployment;
+            let when = match deployment.ended_at {
+                Some(ended) => format!("ended {}", render::relative(ended, now)),
+                None => render::duration(now - deployment.created_at),
+            };
+            vec![
+                deployment.name.clone(),
+                deployment.kind.clone(),
+                entry.state.clone(),
+                entry.cluster.clone(),
+                deployment.spec.image.clone(),
+                deployment.attempt.to_string(),
+                when,
+            ]
+        })
+        .collect();
+    render::table(&["NAME", "KIND", "STATE", "CLUSTER", "IMAGE", "ATTEMPT", "AGE / ENDED"], &rows);
+    Ok(OK)
+}
+
+/// `anycloud logs ID`: the output so far, or with `follow` until the container ends, written to
+/// stdout chunk by chunk as it arrives.
+pub async fn logs(key: &str, follow: bool) -> CliResult {
+    let client = Client::active()?;
+    let query = LogsQuery { follow };
+    let mut stdout = std::io::stdout();
+    client
+        .get_streamed(&format!("{}/logs", path(key)), &query, |chunk| {
+            if let Err(err) = stdout.write_all(chunk).and_then(|()| stdout.flush()) {
+                stdout_failed(&err);
+            }
+        })
+        .await?;
+    Ok(OK)
+}
+
+/// `anycloud terminate ID`: asks the API to end the job; with `wait`, follows it until it has
+/// ended (exit 0 once it has, whatever it ended as).
+pub async fn terminate(key: &str, wait: bool, timeout: Duration, json: bool) -> CliResult {
+    let client = Client::active()?;
+    let detail: DeploymentDetail = client.post_empty(&format!("{}/terminate", path(key))).await?;
+    if json && !wait {
+        print_json(&detail);
+        return Ok(OK);
+    }
+    let name = detail.deployment.name.clone();
+    if !json {
+        say!("{} {name} is {}", detail.deployment.kind, detail.state);
+        if !wait && !has_ended(&detail) {
+            say!("follow it with `anycloud wait deployment/{name}` or `anycloud status {name}`");
+        }
+    }
+    if wait {
+        let ended = follow(&client, &name, timeout, json).await?;
+        if !json {
+            say!("{} {name} has ended: {}", ended.deployment.kind, ended.state);
+        }
+    }
+    Ok(OK)
+}
+
+/// `anycloud resubmit ID`: runs an ended job again as its next attempt; with `wait`, follows
+/// that attempt to its end.
+pub async fn resubmit(key: &str, wait: bool, timeout: Duration, json: bool) -> CliResult {
+    let client = Client::active()?;
+    let detail: DeploymentDetail = client.post_empty(&format!("{}/resubmit", path(key))).await?;
+    if json && !wait {
+        print_json(&detail);
+        return Ok(OK);
+    }
+    let name = detail.deployment.name.clone();
+    if !json {
+        let run = detail.deployment.workflow_id.as_deref().unwrap_or("-");
+        say!(
+            "{} {name} resubmitted as attempt {}: {}; workflow {run}",
+            detail.deployment.kind,
+            detail.deployment.attempt,
+            detail.state
+        );
+        if !wait {
+            say!("see it with `anycloud status {name}`, its output with `anycloud logs {name}`");
+            return Ok(OK);
+        }
+    }
+    let ended = follow(&client, &name, timeout, json).await?;
+    Ok(outcome(&ended, json))
+}
+
+/// `anycloud wait deployment/ID`: follows it to its end; exit 0 completed, 1 ended otherwise.
+pub async fn wait(key: &str, timeout: Duration, json: bool) -> CliResult {
+    let client = Client::active()?;
+    let ended = follow(&client, key, timeout, json).await?;
+    Ok(outcome(&ended, json))
+}
+
+/// Prints one line per change of the deployment's state (with `json`, the detail as one JSON
+/// line) until it has ended, and answers its last detail. Rides out an API restart (up to two
+/// minutes unreachable); fails with exit 4 at `timeout`, and with exit 5 as soon as its workflow
+/// stops for a person.
+pub async fn follow(client: &Client, key: &str, timeout: Duration, json: bool) -> Result<DeploymentDetail, CliError> {
+    let deadline = Instant::now() + timeout;
+    let mut shown = String::new();
+    let mut state = String::from("unknown");
+    let mut unreachable_since: Option<Instant> = None;
+    loop {
+        match client.get::<DeploymentDetail>(&path(key)).await {
+            Ok(detail) => {
+                if unreachable_since.take().is_some() && !json {
+                    say!("  (API reachable again)");
+                }
+                state.clone_from(&detail.state);
+                if change_key(&detail) != shown {
+                    shown = change_key(&detail);
+                    match json {
+                        true => say!("{}", serde_json::to_string(&detail).unwrap_or_default()),
+                        false => say!("  {}  {}", render::time(anycloud_workflows::now_ms()), state_line(&detail)),
+                    }
+                }
+                if has_ended(&detail) {
+                    return Ok(detail);
+                }
+                if let Some(run) = detail.workflow.as_ref().filter(|run| run.status == RunStatus::NeedsAttention) {
+                    let name = &detail.deployment.name;
+                    let id = run.id;
+                    return Err(CliError::new(
+                        NEEDS_ATTENTION,
+                        "NEEDS_ATTENTION",
+                        format!(
+                            "{} {name}: its workflow {id} needs attention: {}\n`anycloud workflow inspect {id}` shows \
+                             why; fix the cause, then `anycloud workflow retry {id}` or `anycloud workflow resume \
+                             {id}`; `anycloud terminate {name}` ends the job",
+                            detail.deployment.kind,
+                            run.status_reason.as_deref().unwrap_or("no reason given"),
+                        ),
+                    ));
+                }
+            }
+            Err(err) if err.error_code == "API_UNREACHABLE" => {
+                let since = *unreachable_since.get_or_insert_with(|| {
+                    if !json {
+                        say!("  (API unreachable; waiting for it to come back)");
+                    }
+                    Instant::now()
+                });
+                if since.elapsed() > UNREACHABLE_FOR {
+                    return Err(err);
+                }
+            }
+            Err(err) => return Err(err),
+        }
+        if Instant::now() >= deadline {
+            return Err(CliError::new(
+                TIMEOUT,
+                "TIMEOUT",
+                format!(
+                    "deployment {key} did not end within {}; it is still {state}",
+                    render::duration(timeout.as_millis() as i64),
+                ),
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The exit code of an ended deployment (0 completed, 1 any other end), after saying how it ended.
+pub fn outcome(detail: &DeploymentDetail, json: bool) -> u8 {
+    let deployment = &detail.deployment;
+    if !json {
+        let exit = deployment.exit_code.map(|code| format!(" (exit code {code})")).unwrap_or_default();
+        let reason = deployment.reason.as_deref().map(|reason| format!(": {reason}")).unwrap_or_default();
+        say!("{} {} {}{exit}{reason}", deployment.kind, deployment.name, detail.state);
+    }
+    if deployment.status == Status::Completed { OK } else { ENDED_OTHERWISE }
+}
+
+/// Nothing runs any more and nothing will without a resubmit.
+fn has_ended(detail: &DeploymentDetail) -> bool {
+    detail.deployment.status.is_ended() && detail.state != "terminating"
+}
+
+/// What a person following the deployment would call a change: its state, attempt, outcome and
+/// workflow step, but not the times that move on every poll.
+fn change_key(detail: &DeploymentDetail) -> String {
+    let deployment = &detail.deployment;
+    let retry = detail.retry.as_ref().map(|retry| (retry.attempt, retry.cause.clone()));
+    let run = detail.workflow.as_ref().map(|run| (run.status, run.current_step.clone()));
+    format!(
+        "{} {} {:?} {:?} {:?} {:?} {:?}",
+        detail.state, deployment.attempt, deployment.exit_code, deployment.reason, retry, run, deployment.ended_at
+    )
+}
+
+/// One line of a follower: the state, and what it waits for or why it retries.
+fn state_line(detail: &DeploymentDetail) -> String {
+    let deployment = &detail.deployment;
+    let mut line = format!("{} {} (attempt {})", deployment.name, detail.state, deployment.attempt);
+    if let Some(retry) = &detail.retry {
+        line.push_str(&retry_text(retry));
+    } else if let Some(reason) = &deployment.reason {
+        line.push_str(&format!(": {reason}"));
+    }
+    line
+}
+
+fn retry_text(retry: &anycloud_workflows::api::RetryState) -> String {
+    let cause = retry.cause.as_deref().unwrap_or("no cause given");
+    let next = retry.next_at.map(|at| format!("; next try at {}", render::time(at))).unwrap_or_default();
+    format!(": {} failed attempt(s), last because {cause}{next}", retry.attempt)
+}
+
+fn print_detail(detail: &DeploymentDetail, verbose: bool) {
+    let deployment = &detail.deployment;
+    let spec = &deployment.spec;
+    let now = anycloud_workflows::now_ms();
+    say!("{:<10} {}  (id {})", deployment.kind, deployment.name, deployment.id);
+    say!("state      {}, attempt {}", detail.state, deployment.attempt);
+    if let Some(retry) = &detail.retry {
+        let next = retry.next_at.map(|at| format!(", next {}", render::relative(at, now))).unwrap_or_default();
+        say!("retrying   {} failed attempt(s){next}", retry.attempt);
+        say!("           because {}", retry.cause.as_deref().unwrap_or("no cause given"));
+    }
+    if deployment.status.is_ended()
+        && let Some(code) = deployment.exit_code
+    {
+        say!("exit code  {code}");
+    }
+    if let Some(reason) = &deployment.reason {
+        say!("reason     {reason}");
+    }
+    say!("cluster    {}", detail.cluster);
+    let simulated =
+        if detail.simulated { "  (simulated: not pulled; the command runs as a local process)" } else { "" };
+    say!("image      {}{simulated}", spec.image);
+    say!("command    {}", shell_words(&spec.command));
+    let cpus = spec.cpus.as_deref().unwrap_or("cluster default");
+    let memory = spec.memory.as_deref().unwrap_or("cluster default");
+    say!("resources  cpus {cpus}, memory {memory}");
+    say!("created    {}", render::time(deployment.created_at));
+    if let Some(started) = deployment.started_at {
+        say!("started    {}", render::time(started));
+    }
+    if let Some(ended) = deployment.ended_at {
+        say!("ended      {}", render::time(ended));
+    }
+    if verbose {
+        let names: Vec<&str> = spec.env.iter().map(|var| var.name.as_str()).collect();
+        say!("env        {}", if names.is_empty() { "-".to_owned() } else { names.join(", ") });
+        say!("namespace  {}", deployment.namespace);
+        say!("k8s job    {}", deployment.job_name());
+    }
+    if let Some(run) = &detail.workflow {
+        let step = run.current_step.as_deref().map(|step| format!(", step {step}")).unwrap_or_default();
+        say!("workflow   {} {} ({}{step})", run.kind, run.id, run.status);
+        if let Some(reason) = &run.status_reason {
+            say!("           {reason}");
+        }
+        say!("           details: `anycloud workflow inspect {}`", run.id);
+    }
+}
+
+/// The command as a shell would read it back: words quoted only when they need it.
+fn shell_words(words: &[String]) -> String {
+    let quoted: Vec<String> = words
+        .iter()
+        .map(|word| {
+            let plain = !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+            if plain { word.clone() } else { format!("'{}'", word.replace('\'', r"'\''")) }
+        })
+        .collect();
+    quoted.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_words;
+
+    #[test]
+    fn commands_are_shown_as_a_shell_reads_them() {
+        let words = ["sh", "-c", "echo 'hi' there", ""].map(String::from);
+        assert_eq!(shell_words(&words), r"sh -c 'echo '\''hi'\'' there' ''");
+    }
+}
