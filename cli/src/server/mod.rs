@@ -12,7 +12,9 @@
 mod auth;
 mod clusters;
 mod credentials;
+mod deployments;
 pub mod error;
+mod exec;
 mod timing;
 mod workflows;
 
@@ -213,6 +215,14 @@ fn router(state: AppState, sim: SimCloud) -> Router {
         .route("/v1/credentials/{name}", get(credentials::show).delete(credentials::delete))
         .route("/v1/clusters", get(clusters::list).post(clusters::create))
         .route("/v1/clusters/{name}", get(clusters::show).delete(clusters::delete))
+        .route("/v1/clusters/{name}/kubeconfig", get(clusters::kubeconfig))
+        .route("/v1/jobs", post(deployments::submit_job))
+        .route("/v1/deployments", get(deployments::list))
+        .route("/v1/deployments/{id}", get(deployments::show))
+        .route("/v1/deployments/{id}/terminate", post(deployments::terminate))
+        .route("/v1/deployments/{id}/resubmit", post(deployments::resubmit))
+        .route("/v1/deployments/{id}/logs", get(deployments::logs))
+        .route("/v1/deployments/{id}/exec", get(exec::exec))
         .route("/v1/workflows", get(workflows::list))
         .route("/v1/workflows/{id}", get(workflows::inspect))
         .route("/v1/workflows/{id}/events", get(workflows::events))
