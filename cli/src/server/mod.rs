@@ -108,7 +108,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     let address = listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?;
     let url = format!("http://{address}");
 
-    let sim = SimCloud::new(db.clone(), url.clone());
+    let sim = SimCloud::new(db.clone(), url.clone()).with_kubelet_dir(data_dir.join("sim-kubelet"));
     let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim.clone()))), seams: seams.api.clone() };
     // A stable owner name: after a crash, the restarted API takes its runs back at once. The
     // engine holds it exclusively, so a second API with this id on this database is refused.
@@ -238,7 +238,7 @@ fn router(state: AppState, sim: SimCloud) -> Router {
         .layer(middleware::from_fn(timing::server_timing))
         .with_state(state)
         // The simulated cloud's Kubernetes APIs check their clusters' own tokens.
-        .merge(anycloud_sim::kube::router(Arc::new(sim)))
+        .merge(anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage()))
 }
 
 async fn health() -> Json<Value> {
