@@ -43,13 +43,30 @@ impl From<SimError> for CloudError {
 pub struct SimCloud {
     db: Db,
     api_url: String,
+    kubelet_dir: std::path::PathBuf,
 }
 
 impl SimCloud {
     /// The simulated cloud whose state lives in the API's database, "hosted" by the API at
     /// `api_url` (its control planes' Kubernetes APIs are served under `{api_url}/sim/kube/`).
+    /// Its Pods' files go to the system's temporary directory unless
+    /// [`with_kubelet_dir`](Self::with_kubelet_dir) says where.
     pub fn new(db: Db, api_url: impl Into<String>) -> Self {
-        Self { db, api_url: api_url.into() }
+        let kubelet_dir = std::env::temp_dir().join("anycloud-sim-kubelet");
+        Self { db, api_url: api_url.into(), kubelet_dir }
+    }
+
+    /// Keeps its Pods' scratch directories and logs under `dir` (the API host passes
+    /// `{data dir}/sim-kubelet`).
+    pub fn with_kubelet_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.kubelet_dir = dir.into();
+        self
+    }
+
+    /// Where its clusters' Kubernetes keeps its objects (this database) and Pods' files, for
+    /// [`crate::kube::router`].
+    pub fn kube_storage(&self) -> crate::kube::Storage {
+        crate::kube::Storage::new(&self.db, &self.kubelet_dir)
     }
 
     pub(crate) fn pool(&self) -> &Pool {

@@ -490,6 +490,13 @@ impl Api {
         self.spawn_cli_env(args, env).wait(CLI_TIMEOUT)
     }
 
+    /// Runs `anycloud ARGS` with `input` on its standard input.
+    pub fn cli_stdin(&self, args: &[&str], input: &[u8]) -> Output {
+        let input_path = self.scratch().join(format!("stdin-{}", self.commands.get() + 1));
+        std::fs::write(&input_path, input).unwrap();
+        self.spawn_cli_with(false, args, &[], Stdio::from(File::open(&input_path).unwrap())).wait(CLI_TIMEOUT)
+    }
+
     /// Starts `anycloud ARGS` in the background.
     pub fn spawn_cli(&self, args: &[&str]) -> CliChild {
         self.spawn_cli_env(args, &[])
@@ -507,6 +514,10 @@ impl Api {
     }
 
     fn spawn_cli_as(&self, seamed: bool, args: &[&str], env: &[(&str, &str)]) -> CliChild {
+        self.spawn_cli_with(seamed, args, env, Stdio::null())
+    }
+
+    fn spawn_cli_with(&self, seamed: bool, args: &[&str], env: &[(&str, &str)], stdin: Stdio) -> CliChild {
         let logs = self.dir.path().join("logs");
         let number = self.commands.get() + 1;
         self.commands.set(number);
@@ -516,7 +527,7 @@ impl Api {
         command
             .args(args)
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(File::create(&stdout_path).unwrap())
             .stderr(File::create(&stderr_path).unwrap());
         let child = command.spawn().expect("starting anycloud");
@@ -631,12 +642,43 @@ impl Api {
 }
 
 impl Drop for Api {
+    /// Kills the API, then the processes its simulated kubelet started (Pods outlive their API,
+    /// as they should, but not the test).
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+        for pid in processes_under(&self.data_dir()) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
     }
+}
+
+/// The processes whose working directory is under `dir` (a simulated kubelet runs each
+/// container in a scratch directory under the API's data directory).
+pub fn processes_under(dir: &Path) -> Vec<u32> {
+    let Ok(dir) = dir.canonicalize() else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir)))
+        .collect()
+}
+
+/// The processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let me = std::process::id();
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            // A zombie has an empty command line: it is gone, but for its parent's wait.
+            contains_bytes(&cmdline, needle.as_bytes())
+        })
+        .collect()
 }
 
 /// A CLI command running in the background; killed if dropped before it ends.

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anycloud_sim::kube::{Machine, Machines};
+use anycloud_sim::kube::{Machine, Machines, Storage};
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
 use async_trait::async_trait;
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
@@ -47,7 +47,7 @@ impl SimulatedKube {
                     .expect("the simulated Kubernetes's runtime");
                 runtime.block_on(async move {
                     let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
-                    let app = anycloud_sim::kube::router(counted);
+                    let app = anycloud_sim::kube::router(counted, Storage::temporary().await.expect("its storage"));
                     let _ = axum::serve(listener, app)
                         .with_graceful_shutdown(async {
                             let _ = stop.await;

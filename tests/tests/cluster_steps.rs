@@ -76,7 +76,7 @@ impl Harness {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let sim = SimCloud::new(db.clone(), format!("http://{addr}"));
-        let app = anycloud_sim::kube::router(Arc::new(sim.clone()));
+        let app = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage());
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let account = format!("acct-{}", uuid::Uuid::new_v4().simple());

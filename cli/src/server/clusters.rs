@@ -1,10 +1,10 @@
-//! `/v1/clusters`: create (hosted APIs only), list, status, delete.
+//! `/v1/clusters`: create (hosted APIs only), list, status, delete, kubeconfig.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
-use anycloud_workflows::api::{ClusterCreated, ClusterDetail, ClusterList, NewCluster};
+use anycloud_workflows::api::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
 
 use super::AppState;
 use super::error::{ApiError, JsonBody};
@@ -33,4 +33,9 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> Result<(StatusCode, Json<ClusterDetail>), ApiError> {
     Ok((StatusCode::ACCEPTED, Json(state.ops.delete_cluster(&name).await?)))
+}
+
+/// A kubeconfig for the ready cluster: its server, CA and admin token.
+pub async fn kubeconfig(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Kubeconfig>, ApiError> {
+    Ok(Json(state.ops.cluster_kubeconfig(&name).await?))
 }

@@ -12,7 +12,9 @@
 mod auth;
 mod clusters;
 mod credentials;
+mod deployments;
 pub mod error;
+mod exec;
 mod timing;
 mod workflows;
 
@@ -106,7 +108,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     let address = listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?;
     let url = format!("http://{address}");
 
-    let sim = SimCloud::new(db.clone(), url.clone());
+    let sim = SimCloud::new(db.clone(), url.clone()).with_kubelet_dir(data_dir.join("sim-kubelet"));
     let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim.clone()))), seams: seams.api.clone() };
     // A stable owner name: after a crash, the restarted API takes its runs back at once. The
     // engine holds it exclusively, so a second API with this id on this database is refused.
@@ -213,6 +215,14 @@ fn router(state: AppState, sim: SimCloud) -> Router {
         .route("/v1/credentials/{name}", get(credentials::show).delete(credentials::delete))
         .route("/v1/clusters", get(clusters::list).post(clusters::create))
         .route("/v1/clusters/{name}", get(clusters::show).delete(clusters::delete))
+        .route("/v1/clusters/{name}/kubeconfig", get(clusters::kubeconfig))
+        .route("/v1/jobs", post(deployments::submit_job))
+        .route("/v1/deployments", get(deployments::list))
+        .route("/v1/deployments/{id}", get(deployments::show))
+        .route("/v1/deployments/{id}/terminate", post(deployments::terminate))
+        .route("/v1/deployments/{id}/resubmit", post(deployments::resubmit))
+        .route("/v1/deployments/{id}/logs", get(deployments::logs))
+        .route("/v1/deployments/{id}/exec", get(exec::exec))
         .route("/v1/workflows", get(workflows::list))
         .route("/v1/workflows/{id}", get(workflows::inspect))
         .route("/v1/workflows/{id}/events", get(workflows::events))
@@ -228,7 +238,7 @@ fn router(state: AppState, sim: SimCloud) -> Router {
         .layer(middleware::from_fn(timing::server_timing))
         .with_state(state)
         // The simulated cloud's Kubernetes APIs check their clusters' own tokens.
-        .merge(anycloud_sim::kube::router(Arc::new(sim)))
+        .merge(anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage()))
 }
 
 async fn health() -> Json<Value> {

@@ -28,10 +28,12 @@ impl Operations {
             return Err(Refusal::new(
                 Code::ClusterInUse,
                 format!(
-                    "cluster `{name}` is still referenced by {} deployment(s): {}; terminate them first, or wait for \
-                     them to end, then delete the cluster",
+                    "cluster `{name}` is still referenced by {} deployment(s) that have not ended: {}; end them with \
+                     `anycloud terminate {}` (or wait for them: `anycloud wait deployment/{}`), then delete the cluster",
                     users.len(),
-                    users.join(", ")
+                    users.join(", "),
+                    users[0],
+                    users[0]
                 ),
             )
             .into());

@@ -1,0 +1,61 @@
+//! `/v1/jobs` and `/v1/deployments`: submit a job, show and list deployments, terminate,
+//! resubmit, and a job's logs (streamed). Exec is its own file (`exec.rs`): a WebSocket.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery, LogsQuery, NewJob};
+
+use super::AppState;
+use super::error::{ApiError, JsonBody};
+
+/// Stores a job on a ready cluster and starts its first attempt.
+pub async fn submit_job(
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<NewJob>,
+) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
+    Ok((StatusCode::CREATED, Json(state.ops.submit_job(request).await?)))
+}
+
+/// Deployments, newest first.
+pub async fn list(
+    State(state): State<AppState>,
+    Query(query): Query<DeploymentQuery>,
+) -> Result<Json<DeploymentList>, ApiError> {
+    Ok(Json(state.ops.list_deployments(&query).await?))
+}
+
+/// One deployment, by id or name.
+pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<DeploymentDetail>, ApiError> {
+    Ok(Json(state.ops.deployment_status(&id).await?))
+}
+
+/// Ends a deployment: its objects are deleted, the record stays `terminated`.
+pub async fn terminate(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(state.ops.terminate_deployment(&id).await?)))
+}
+
+/// Runs an ended job again, as its next attempt.
+pub async fn resubmit(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
+    Ok((StatusCode::CREATED, Json(state.ops.resubmit_deployment(&id).await?)))
+}
+
+/// The job's output as `text/plain`, chunk by chunk as the cluster sends it.
+pub async fn logs(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<LogsQuery>,
+) -> Result<Response, ApiError> {
+    let stream = state.ops.deployment_logs(&id, query.follow).await?;
+    let headers = [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")];
+    Ok((headers, Body::from_stream(stream)).into_response())
+}

@@ -1,0 +1,132 @@
+//! What the apiserver fills in on create: metadata (uid, creation time, generation) and the
+//! defaults of namespaces, Jobs and Pods that clients read back (a Job's selector and its
+//! template's labels, `backoffLimit: 6`, containers' `imagePullPolicy`, ...).
+
+use serde_json::{Map, Value, json};
+
+use super::resources::{self, Resource};
+use super::time;
+
+/// The label and selector key that ties a Job's Pods to it.
+pub(crate) const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
+/// The label that names a Pod's Job.
+pub(crate) const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+
+/// Gives a new object its kind, server-set metadata and defaults.
+pub(crate) fn on_create(resource: &Resource, namespace: &str, object: &mut Value) {
+    object["kind"] = json!(resource.kind);
+    object["apiVersion"] = json!(resource.api_version());
+    let metadata = child(root(object), "metadata");
+    if resource.namespaced {
+        metadata.insert("namespace".into(), json!(namespace));
+    }
+    metadata.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    metadata.insert("creationTimestamp".into(), json!(time::now()));
+    metadata.remove("resourceVersion");
+    metadata.remove("deletionTimestamp");
+    if resource.plural != resources::NAMESPACES.plural && resource.plural != resources::EVENTS.plural {
+        metadata.insert("generation".into(), json!(1));
+    }
+    match resource.plural {
+        "namespaces" => namespace_defaults(object),
+        "jobs" => job(object),
+        "pods" => pod(object),
+        _ => {}
+    }
+}
+
+/// A namespace, as the apiserver shows it.
+pub(crate) fn namespace(name: &str) -> Value {
+    let mut namespace = json!({ "metadata": { "name": name } });
+    on_create(&resources::NAMESPACES, "", &mut namespace);
+    namespace
+}
+
+fn namespace_defaults(namespace: &mut Value) {
+    let name = namespace["metadata"]["name"].clone();
+    child(child(root(namespace), "metadata"), "labels").insert("kubernetes.io/metadata.name".into(), name);
+    namespace["spec"] = json!({ "finalizers": ["kubernetes"] });
+    namespace["status"] = json!({ "phase": "Active" });
+}
+
+/// A Job's defaults, selector and template labels (again after every apply: they derive from
+/// its uid and name, which do not change).
+pub(crate) fn job(job: &mut Value) {
+    let uid = job["metadata"]["uid"].clone();
+    let name = job["metadata"]["name"].clone();
+    let spec = child(root(job), "spec");
+    for (field, value) in [
+        ("parallelism", json!(1)),
+        ("completions", json!(1)),
+        ("backoffLimit", json!(6)),
+        ("completionMode", json!("NonIndexed")),
+        ("suspend", json!(false)),
+        ("podReplacementPolicy", json!("TerminatingOrFailed")),
+    ] {
+        spec.entry(field).or_insert(value);
+    }
+    spec.insert("selector".into(), json!({ "matchLabels": { CONTROLLER_UID: uid } }));
+    let template = child(spec, "template");
+    let labels = child(child(template, "metadata"), "labels");
+    for key in [CONTROLLER_UID, "controller-uid"] {
+        labels.insert(key.into(), uid.clone());
+    }
+    for key in [JOB_NAME, "job-name"] {
+        labels.insert(key.into(), name.clone());
+    }
+    pod_spec(child(template, "spec"), None);
+    child(root(job), "status");
+}
+
+/// A Pod's defaults.
+pub(crate) fn pod(pod: &mut Value) {
+    pod_spec(child(root(pod), "spec"), Some("Always"));
+    if pod["status"].is_null() {
+        pod["status"] = json!({ "phase": "Pending", "qosClass": "BestEffort" });
+    }
+}
+
+fn pod_spec(spec: &mut Map<String, Value>, restart_policy: Option<&str>) {
+    if let Some(policy) = restart_policy {
+        spec.entry("restartPolicy").or_insert(json!(policy));
+    }
+    for (field, value) in [
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+        ("securityContext", json!({})),
+        ("terminationGracePeriodSeconds", json!(30)),
+    ] {
+        spec.entry(field).or_insert(value);
+    }
+    if let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) {
+        for container in containers.iter_mut().filter_map(Value::as_object_mut) {
+            let latest = container.get("image").and_then(Value::as_str).is_some_and(|image| {
+                !image.rsplit('/').next().unwrap_or(image).contains(':') || image.ends_with(":latest")
+            });
+            for (field, value) in [
+                ("imagePullPolicy", json!(if latest { "Always" } else { "IfNotPresent" })),
+                ("resources", json!({})),
+                ("terminationMessagePath", json!("/dev/termination-log")),
+                ("terminationMessagePolicy", json!("File")),
+            ] {
+                container.entry(field).or_insert(value);
+            }
+        }
+    }
+}
+
+/// The value as an object, made one if it is not.
+pub(crate) fn root(value: &mut Value) -> &mut Map<String, Value> {
+    if !value.is_object() {
+        *value = Value::Object(Map::new());
+    }
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("just made an object"),
+    }
+}
+
+/// The object at `key` of `map`, made one if it is not.
+pub(crate) fn child<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    root(map.entry(key).or_insert(Value::Null))
+}

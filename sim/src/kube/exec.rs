@@ -1,0 +1,278 @@
+//! `GET .../pods/{name}/exec`: runs a command "in" a running container, over the WebSocket
+//! protocol of the apiserver (`v5.channel.k8s.io`, preferred, then `v4.channel.k8s.io`): each
+//! binary message starts with its channel, 0 stdin, 1 stdout, 2 stderr, 3 the final `Status`, 4
+//! terminal resizes (ignored: no terminal is allocated, `tty` runs without one); v5 adds 255, a
+//! client's close of a stream (`[255, 0]` ends stdin).
+//!
+//! The command runs in the Pod's scratch directory with the container's environment, in a
+//! process group of its own that ends if the connection does. Its end is reported on channel 3
+//! exactly as the kubelet reports it: `{"metadata":{},"status":"Success"}`, or a `Failure` with
+//! reason `NonZeroExitCode` and the exit code as the cause `ExitCode`, from which kube's
+//! `AttachedProcess::take_status()` and kubectl read it. SPDY (kubectl's fallback when the
+//! WebSocket upgrade fails) is not simulated.
+
+use std::process::Stdio;
+use std::sync::Arc;
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::resources::PODS;
+use super::status::ApiError;
+use super::{Kube, Shared, auth, kubelet};
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const STATUS: u8 = 3;
+const CLOSE: u8 = 255;
+
+/// What to run, and which streams to connect.
+struct ExecRequest {
+    argv: Vec<String>,
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    container: Option<String>,
+}
+
+impl ExecRequest {
+    fn parse(query: &str) -> Self {
+        let mut request = Self { argv: Vec::new(), stdin: false, stdout: false, stderr: false, container: None };
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            let on = value == "true" || value == "1";
+            match key.as_ref() {
+                "command" => request.argv.push(value.into_owned()),
+                "stdin" => request.stdin = on,
+                "stdout" => request.stdout = on,
+                "stderr" => request.stderr = on,
+                "container" => request.container = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        request
+    }
+}
+
+/// `GET` (WebSocket) `.../pods/{name}/exec`.
+pub(crate) async fn exec(
+    State(kube): Shared,
+    Path((vm, namespace, name)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let request = ExecRequest::parse(query.as_deref().unwrap_or_default());
+    let prepared = prepare(&kube, &vm, &namespace, &name, &request, &headers).await;
+    let (pod, container) = match prepared {
+        Ok(found) => found,
+        Err(err) => return err.into_response(),
+    };
+    let Ok(upgrade) = upgrade else {
+        return ApiError::bad_request(
+            "Upgrade request required: the simulated apiserver runs exec over WebSocket (v5.channel.k8s.io, \
+             v4.channel.k8s.io), not SPDY",
+        )
+        .into_response();
+    };
+    upgrade
+        .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
+        .on_upgrade(move |socket| session(kube, socket, pod, container, request))
+}
+
+/// The Pod and container to run in, if it runs.
+async fn prepare(
+    kube: &Kube,
+    vm: &str,
+    namespace: &str,
+    name: &str,
+    request: &ExecRequest,
+    headers: &HeaderMap,
+) -> Result<(Value, Value), ApiError> {
+    auth::control_plane(kube, vm, headers).await?;
+    let pod = kube.store.get(vm, &PODS, namespace, name).await?.ok_or_else(|| ApiError::not_found(&PODS, name))?;
+    let containers = pod["spec"]["containers"].as_array().cloned().unwrap_or_default();
+    let container = match &request.container {
+        Some(asked) => containers
+            .iter()
+            .find(|c| c["name"] == asked.as_str())
+            .cloned()
+            .ok_or_else(|| ApiError::bad_request(format!("container {asked} is not valid for pod {name}")))?,
+        None => containers.first().cloned().ok_or_else(|| ApiError::bad_request("the pod has no container"))?,
+    };
+    if request.argv.is_empty() {
+        return Err(ApiError::bad_request("you must specify at least 1 command"));
+    }
+    let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+    if phase == "Succeeded" || phase == "Failed" {
+        return Err(ApiError::bad_request(format!(
+            "cannot exec into a container in a completed pod; current phase is {phase}"
+        )));
+    }
+    let running = pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|statuses| statuses.iter().find(|s| s["name"] == container["name"]))
+        .is_some_and(|s| s["state"].get("running").is_some());
+    if !running {
+        return Err(ApiError::bad_request(format!(
+            "unable to upgrade connection: container not found (\"{}\")",
+            container["name"].as_str().unwrap_or_default()
+        )));
+    }
+    Ok((pod, container))
+}
+
+/// One exec: the process, its streams, and the final status.
+async fn session(kube: Arc<Kube>, mut socket: WebSocket, pod: Value, container: Value, request: ExecRequest) {
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+    let piped = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
+    let spawned = tokio::process::Command::new(&request.argv[0])
+        .args(&request.argv[1..])
+        .current_dir(kube.kubelet.pod_dir(uid))
+        .env_clear()
+        .envs(kubelet::environment(&pod, &container))
+        .stdin(piped(request.stdin))
+        .stdout(piped(request.stdout))
+        .stderr(piped(request.stderr))
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(err) => {
+            let message = format!(
+                "error executing command in container: failed to exec in container: failed to start exec: OCI runtime \
+                 exec failed: exec failed: unable to start container process: exec: \"{}\": {err}: unknown",
+                request.argv[0]
+            );
+            let status = json!({
+                "metadata": {}, "status": "Failure", "message": format!("Internal error occurred: {message}"),
+                "reason": "InternalError", "details": { "causes": [{ "message": message }] }, "code": 500,
+            });
+            finish(&mut socket, &status).await;
+            return;
+        }
+    };
+    let (out, mut outgoing) = mpsc::channel::<Vec<u8>>(16);
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(forward(stdout, STDOUT, out.clone()));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(forward(stderr, STDERR, out.clone()));
+    }
+    drop(out);
+    let mut stdin = child.stdin.take();
+    // Until the output streams end: pass stdin on, and output out.
+    loop {
+        tokio::select! {
+            message = socket.recv() => match message {
+                Some(Ok(Message::Binary(data))) => match data.first() {
+                    Some(&STDIN) => {
+                        if let Some(input) = stdin.as_mut()
+                            && input.write_all(&data[1..]).await.is_err()
+                        {
+                            stdin = None;
+                        }
+                    }
+                    Some(&CLOSE) if data.get(1) == Some(&STDIN) => stdin = None,
+                    _ => {}
+                },
+                // A v4 client closes the connection to end stdin.
+                Some(Ok(Message::Close(_))) => stdin = None,
+                Some(Ok(_)) => {}
+                // The client went: the process goes with it (kill_on_drop).
+                Some(Err(_)) | None => return,
+            },
+            chunk = outgoing.recv() => match chunk {
+                Some(chunk) => {
+                    if socket.send(Message::binary(chunk)).await.is_err() {
+                        return;
+                    }
+                }
+                None => break,
+            },
+        }
+    }
+    drop(stdin);
+    let code = match child.wait().await {
+        Ok(status) => status.code().unwrap_or_else(|| {
+            use std::os::unix::process::ExitStatusExt;
+            128 + status.signal().unwrap_or(0)
+        }),
+        Err(_) => 1,
+    };
+    finish(&mut socket, &exit_status(&request.argv, code)).await;
+}
+
+/// The kubelet's status of an exec that ended with `code`.
+fn exit_status(argv: &[String], code: i32) -> Value {
+    if code == 0 {
+        return json!({ "metadata": {}, "status": "Success" });
+    }
+    json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": format!(
+            "command terminated with non-zero exit code: error executing command [{}], exit code {code}",
+            argv.join(" ")
+        ),
+        "reason": "NonZeroExitCode",
+        "details": { "causes": [{ "reason": "ExitCode", "message": code.to_string() }] },
+    })
+}
+
+/// Sends the status on its channel, then closes.
+async fn finish(socket: &mut WebSocket, status: &Value) {
+    let mut message = vec![STATUS];
+    message.extend_from_slice(status.to_string().as_bytes());
+    let _ = socket.send(Message::binary(message)).await;
+    let _ = socket.send(Message::Close(None)).await;
+}
+
+/// Copies one output stream to its channel.
+async fn forward(mut stream: impl AsyncRead + Unpin, channel: u8, out: mpsc::Sender<Vec<u8>>) {
+    let mut buffer = vec![0u8; 8192];
+    loop {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => {
+                let mut message = Vec::with_capacity(read + 1);
+                message.push(channel);
+                message.extend_from_slice(&buffer[..read]);
+                if out.send(message).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_zero_exit_is_reported_as_the_kubelet_does() {
+        let argv = ["sh".to_owned(), "-c".to_owned(), "exit 3".to_owned()];
+        let expected = json!({
+            "metadata": {}, "status": "Failure",
+            "message": "command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3",
+            "reason": "NonZeroExitCode", "details": { "causes": [{ "reason": "ExitCode", "message": "3" }] },
+        });
+        assert_eq!(exit_status(&argv, 3), expected);
+        assert_eq!(exit_status(&argv, 0), json!({ "metadata": {}, "status": "Success" }));
+    }
+
+    #[test]
+    fn repeated_commands_are_one_argv() {
+        let request = ExecRequest::parse("&stdout=true&stderr=true&command=sh&command=-c&command=echo%20hi");
+        assert_eq!(request.argv, ["sh", "-c", "echo hi"]);
+        assert!(request.stdout && request.stderr && !request.stdin);
+    }
+}

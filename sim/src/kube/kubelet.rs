@@ -1,0 +1,341 @@
+//! The kubelet of every simulated node, one pass over one Pod:
+//!
+//! 1. A Pod being deleted: its containers' process groups get SIGTERM, then SIGKILL once its
+//!    grace period is over; when none runs, the Pod, its records and its directory go.
+//! 2. A scheduled Pod's containers start: each one's `command` + `args` runs as a local process
+//!    (see [`super::process`]) in the Pod's scratch directory `{kubelet dir}/{pod uid}/`, with
+//!    exactly the container's `env` (name/value pairs) plus `HOSTNAME={pod name}` and, unless it
+//!    sets one, an image's usual `PATH`. A command that cannot be found ends the container
+//!    `terminated` with reason `StartError` and exit code 128, as containerd reports it.
+//! 3. Its containers' states follow their processes: `waiting` (`ContainerCreating`), `running`
+//!    (`startedAt`), `terminated` (`exitCode`, `Completed` or `Error`, `startedAt`,
+//!    `finishedAt`), and its phase follows them: `Pending`, `Running`, then `Succeeded` when every
+//!    container exited 0, else `Failed`. Containers are never restarted.
+//!
+//! Nothing is pulled: a container's image is recorded (`imageID: sim://not-pulled/{image}`)
+//! and its `Pulled` event says so.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+use super::events::{self, Note, Severity};
+use super::process::{self, ContainerFiles, Probe};
+use super::resources::PODS;
+use super::status::ApiError;
+use super::{Kube, time};
+
+/// The kubelets' shared directory, and the Pods this process has sent SIGTERM.
+pub(crate) struct Kubelet {
+    dir: PathBuf,
+    terminated: Mutex<HashSet<String>>,
+}
+
+impl Kubelet {
+    pub(crate) fn new(dir: PathBuf) -> Self {
+        Self { dir, terminated: Mutex::new(HashSet::new()) }
+    }
+
+    /// A Pod's scratch directory (its containers' working directory).
+    pub(crate) fn pod_dir(&self, pod_uid: &str) -> PathBuf {
+        self.dir.join(pod_uid)
+    }
+
+    /// The files of a Pod's container.
+    pub(crate) fn files(&self, pod_uid: &str, container: &str) -> ContainerFiles {
+        ContainerFiles::new(&self.pod_dir(pod_uid), container)
+    }
+}
+
+/// The environment a container's processes get (its own, and `exec`'s).
+pub(crate) fn environment(pod: &Value, container: &Value) -> Vec<(String, String)> {
+    let mut env = vec![("HOSTNAME".to_owned(), pod["metadata"]["name"].as_str().unwrap_or_default().to_owned())];
+    for var in container["env"].as_array().into_iter().flatten() {
+        if let Some(name) = var["name"].as_str() {
+            env.push((name.to_owned(), var["value"].as_str().unwrap_or_default().to_owned()));
+        }
+    }
+    if !env.iter().any(|(name, _)| name == "PATH") {
+        env.push(("PATH".to_owned(), process::DEFAULT_PATH.to_owned()));
+    }
+    env
+}
+
+/// One container's `command` followed by its `args`.
+fn argv(container: &Value) -> Vec<String> {
+    ["command", "args"]
+        .iter()
+        .flat_map(|field| container[*field].as_array().cloned().unwrap_or_default())
+        .filter_map(|part| part.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Reconciles one Pod with its processes.
+pub(crate) async fn sync(kube: &Kube, cluster: &str, pod: Value) -> Result<(), ApiError> {
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+    if !pod["metadata"]["deletionTimestamp"].is_null() {
+        return finish_deletion(kube, cluster, &uid, pod).await;
+    }
+    if pod["spec"]["nodeName"].is_null() || matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed")) {
+        return Ok(());
+    }
+    let pod_dir = kube.kubelet.pod_dir(&uid);
+    let containers = pod["spec"]["containers"].as_array().cloned().unwrap_or_default();
+    let previous = pod["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
+    let mut statuses = Vec::new();
+    let mut notes = Vec::new();
+    for container in &containers {
+        let name = container["name"].as_str().unwrap_or_default();
+        let before = previous.iter().find(|s| s["name"] == name).cloned();
+        let state = match before.as_ref().map(|s| &s["state"]) {
+            Some(state) if state.get("terminated").is_some() => state.clone(),
+            _ => container_state(kube, &uid, &pod_dir, &pod, container, &mut notes).await?,
+        };
+        statuses.push(container_status(&uid, container, state));
+    }
+    let mut next = pod.clone();
+    next["status"] = pod_status(&pod, &statuses);
+    if next != pod
+        && let Some(written) = kube.store.update(cluster, &PODS, next).await?
+    {
+        for note in notes {
+            events::record(kube, cluster, &PODS, &written, note).await;
+        }
+    }
+    Ok(())
+}
+
+/// The state of a container that has not terminated yet: started now if it was not, else as
+/// its process stands.
+async fn container_state(
+    kube: &Kube,
+    uid: &str,
+    pod_dir: &Path,
+    pod: &Value,
+    container: &Value,
+    notes: &mut Vec<Note<'static>>,
+) -> Result<Value, ApiError> {
+    let name = container["name"].as_str().unwrap_or_default();
+    let files = kube.kubelet.files(uid, name);
+    let record = match kube.store.process(uid, name).await? {
+        Some(record) => Some(record),
+        // An API that died between starting the process and recording it left its pid file.
+        None => match files.started() {
+            Some(found) => {
+                kube.store.record_process(uid, name, found).await?;
+                Some(found)
+            }
+            // It died before even that: the wrapper is starting; look again next pass.
+            None if files.log().exists() => return Ok(json!({ "waiting": { "reason": "ContainerCreating" } })),
+            None => None,
+        },
+    };
+    let Some(record) = record else {
+        return start(kube, uid, pod_dir, pod, container, notes).await;
+    };
+    let started = pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|statuses| statuses.iter().find(|s| s["name"] == name))
+        .and_then(|s| s["state"]["running"]["startedAt"].as_str().map(str::to_owned))
+        .unwrap_or_else(time::now);
+    Ok(match process::probe(record, &files) {
+        Probe::Running => json!({ "running": { "startedAt": started } }),
+        Probe::Exited(code) => terminated(code, None, &started),
+        Probe::Vanished => {
+            terminated(137, Some("the container's process ended without an exit code (killed)"), &started)
+        }
+    })
+}
+
+fn terminated(code: i32, message: Option<&str>, started: &str) -> Value {
+    let mut state = json!({
+        "exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" },
+        "startedAt": started, "finishedAt": time::now(),
+    });
+    if let Some(message) = message {
+        state["message"] = json!(message);
+    }
+    json!({ "terminated": state })
+}
+
+/// Starts a container's process (or fails to, as containerd would).
+async fn start(
+    kube: &Kube,
+    uid: &str,
+    pod_dir: &Path,
+    pod: &Value,
+    container: &Value,
+    notes: &mut Vec<Note<'static>>,
+) -> Result<Value, ApiError> {
+    let name = container["name"].as_str().unwrap_or_default();
+    let image = container["image"].as_str().unwrap_or_default();
+    notes.push(Note {
+        severity: Severity::Normal,
+        component: "kubelet",
+        reason: "Pulled",
+        message: format!(
+            "Container image \"{image}\" not pulled: the simulated cluster runs the container's command as a local \
+             process on the API's host (no image, no isolation, resources not enforced)"
+        ),
+    });
+    let env = environment(pod, container);
+    let argv = argv(container);
+    let path = env.iter().find(|(key, _)| key == "PATH").map(|(_, value)| value.as_str()).unwrap_or_default();
+    let now = time::now();
+    let command = argv.first().map(String::as_str).unwrap_or_default();
+    let files = kube.kubelet.files(uid, name);
+    let cannot = match std::fs::create_dir_all(pod_dir) {
+        Err(err) => Some(format!("creating the Pod's directory {}: {err}", pod_dir.display())),
+        Ok(()) => process::cannot_start(pod_dir, command, path),
+    };
+    let spawned = match cannot {
+        Some(message) => Err(message),
+        None => process::spawn(pod_dir, &files, &argv, &env).map_err(|err| format!("starting {command}: {err}")),
+    };
+    match spawned {
+        Ok(record) => {
+            kube.store.record_process(uid, name, record).await?;
+            notes.push(Note {
+                severity: Severity::Normal,
+                component: "kubelet",
+                reason: "Created",
+                message: format!("Created container: {name}"),
+            });
+            notes.push(Note {
+                severity: Severity::Normal,
+                component: "kubelet",
+                reason: "Started",
+                message: format!("Started container {name}"),
+            });
+            Ok(json!({ "running": { "startedAt": now } }))
+        }
+        Err(message) => {
+            notes.push(Note {
+                severity: Severity::Warning,
+                component: "kubelet",
+                reason: "Failed",
+                message: message.clone(),
+            });
+            Ok(json!({ "terminated": {
+                "exitCode": 128, "reason": "StartError", "message": message, "startedAt": "1970-01-01T00:00:00Z",
+                "finishedAt": now,
+            } }))
+        }
+    }
+}
+
+fn container_status(uid: &str, container: &Value, state: Value) -> Value {
+    let name = container["name"].as_str().unwrap_or_default();
+    let image = container["image"].as_str().unwrap_or_default();
+    let running = state.get("running").is_some();
+    let started = running || state.get("terminated").is_some_and(|t| t["reason"] != "StartError");
+    json!({
+        "name": name, "state": state, "lastState": {}, "ready": running, "restartCount": 0,
+        "image": image, "imageID": format!("sim://not-pulled/{image}"),
+        "containerID": format!("sim://{uid}/{name}"), "started": started,
+    })
+}
+
+/// The Pod's status from its containers'.
+fn pod_status(pod: &Value, statuses: &[Value]) -> Value {
+    let status = &pod["status"];
+    let terminated: Vec<&Value> = statuses.iter().filter_map(|s| s["state"].get("terminated")).collect();
+    let all_ended = !statuses.is_empty() && terminated.len() == statuses.len();
+    let phase = if all_ended {
+        if terminated.iter().all(|t| t["exitCode"] == 0) { "Succeeded" } else { "Failed" }
+    } else if statuses.iter().any(|s| s["state"].get("running").is_some()) || !terminated.is_empty() {
+        "Running"
+    } else {
+        "Pending"
+    };
+    let all_running = statuses.iter().all(|s| s["state"].get("running").is_some());
+    let now = time::now();
+    let since = |kind: &str, value: &str| {
+        status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind && c["status"] == value))
+            .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| now.clone())
+    };
+    let condition = |kind: &str, on: bool, reason: Option<&str>| {
+        let value = if on { "True" } else { "False" };
+        let mut condition =
+            json!({ "type": kind, "status": value, "lastProbeTime": null, "lastTransitionTime": since(kind, value) });
+        if let Some(reason) = reason.filter(|_| !on) {
+            condition["reason"] = json!(reason);
+        }
+        condition
+    };
+    let not_ready_reason = match phase {
+        "Succeeded" => "PodCompleted",
+        "Failed" => "PodFailed",
+        _ => "ContainersNotReady",
+    };
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+    let pod_ip = pod_ip(uid);
+    let mut next = json!({
+        "phase": phase,
+        "conditions": [
+            condition("PodReadyToStartContainers", phase != "Succeeded" && phase != "Failed", None),
+            condition("Initialized", true, None),
+            condition("Ready", all_running, Some(not_ready_reason)),
+            condition("ContainersReady", all_running, Some(not_ready_reason)),
+            condition("PodScheduled", true, None),
+        ],
+        "hostIP": status["hostIP"], "hostIPs": status["hostIPs"],
+        "podIP": pod_ip, "podIPs": [{ "ip": pod_ip }],
+        "startTime": status.get("startTime").filter(|t| !t.is_null()).cloned().unwrap_or_else(|| json!(now)),
+        "containerStatuses": statuses,
+        "qosClass": status.get("qosClass").cloned().unwrap_or_else(|| json!("BestEffort")),
+    });
+    if let Some(observed) = pod["metadata"].get("generation") {
+        next["observedGeneration"] = observed.clone();
+    }
+    next
+}
+
+/// A made-up Pod address in k3s's Pod network (10.42.0.0/16), stable for the Pod.
+fn pod_ip(uid: &str) -> String {
+    let bytes = uuid::Uuid::parse_str(uid).map(|u| *u.as_bytes()).unwrap_or_default();
+    format!("10.42.{}.{}", bytes[0], bytes[1].clamp(2, 254))
+}
+
+/// Ends a Pod being deleted: signals while its processes run, removes it when none does.
+async fn finish_deletion(kube: &Kube, cluster: &str, uid: &str, pod: Value) -> Result<(), ApiError> {
+    let grace = pod["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(30);
+    let since = time::seconds(&pod["metadata"]["deletionTimestamp"]).unwrap_or_else(time::now_seconds);
+    let kill = time::now_seconds() >= since + grace;
+    let mut running = false;
+    for container in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        let name = container["name"].as_str().unwrap_or_default();
+        let files = kube.kubelet.files(uid, name);
+        let Some(record) = kube.store.process(uid, name).await?.or_else(|| files.started()) else { continue };
+        if !process::alive(record) {
+            continue;
+        }
+        running = true;
+        let first_term =
+            kube.kubelet.terminated.lock().map(|mut sent| sent.insert(format!("{uid}/{name}"))).unwrap_or(true);
+        if kill || first_term {
+            process::signal_group(record, kill);
+        }
+    }
+    if running {
+        return Ok(());
+    }
+    if kube.store.remove(cluster, &PODS, &pod).await? {
+        kube.store.forget_processes(uid).await?;
+        if let Ok(mut sent) = kube.kubelet.terminated.lock() {
+            sent.retain(|key| !key.starts_with(uid));
+        }
+        let dir = kube.kubelet.pod_dir(uid);
+        if let Err(err) = std::fs::remove_dir_all(&dir)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(pod_dir = %dir.display(), error = %err, "simulated kubelet: removing a deleted Pod's directory");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! The Kubernetes-compatible API of simulated control planes, at `/sim/kube/{control-plane VM
+//! id}/`. The real kube client and `kubectl` talk to it exactly as they talk to k3s: a bearer
+//! token (the one the control plane's user-data installs), discovery, and Kubernetes' own
+//! object shapes and `Status` errors.
+//!
+//! What is simulated, file by file:
+//!
+//! - [`auth`]: which control plane a request is for, and its token.
+//! - [`store`]: objects (namespaces, Jobs, Pods, Services, Deployments, Events) kept in SQL
+//!   (`sim_kube_objects`) in the database of the API that hosts them, with uids, a monotonic
+//!   `resourceVersion` per cluster and `generation`s.
+//! - [`objects`]: get, list (label and `metadata.name` field selectors), create, server-side
+//!   apply and merge patches, delete with propagation, and watch (by polling the store).
+//! - [`discovery`] and [`tables`]: what `kubectl` needs to find resources and print them.
+//! - [`nodes`]: a node is what a booted VM would register: the control plane itself, and every
+//!   running VM whose user-data joins this control plane's address with its join token. Where
+//!   the VMs come from is a [`Machines`]: the simulated cloud's own, or (in tests) another
+//!   provider's instances that cannot boot here (moto's, the fake Compute server's).
+//! - [`jobs`]: the Job controller (one Pod per Job attempt, status and conditions as Kubernetes
+//!   1.34 reports them) and its scheduler (least-loaded Ready worker).
+//! - [`kubelet`] and [`process`]: each container's `command` + `args` runs as a local process
+//!   in the Pod's scratch directory `{kubelet dir}/{pod uid}/`, detached in its own process
+//!   group, so that it survives the API that started it; [`reconcile`] finds it again.
+//! - [`logs`] and [`exec`]: `pods/log` (with `follow`) and `pods/exec` (WebSocket,
+//!   `v5.channel.k8s.io` and `v4.channel.k8s.io`).
+//!
+//! What is not: no image is pulled (a container's `image` is recorded and shown as
+//! `sim://not-pulled/{image}`), a command runs on the host with the API's user and file system
+//! (no isolation, no cgroups: `resources` are recorded, never enforced), there is no network
+//! per Pod (its `podIP` is made up), and only Jobs have a controller (a Deployment is stored,
+//! never run). There is one fake Kubernetes: the simulated cloud's and the tests' of clusters
+//! on moto and on the fake Compute server.
+
+mod auth;
+mod defaults;
+mod discovery;
+mod events;
+mod exec;
+mod jobs;
+mod kubelet;
+mod logs;
+mod nodes;
+mod objects;
+mod process;
+mod reconcile;
+mod resources;
+mod scheduler;
+mod selectors;
+mod status;
+mod storage;
+mod store;
+mod tables;
+mod time;
+mod validation;
+mod watch;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::routing::{any, get};
+
+pub use storage::{Storage, StorageError};
+
+/// A VM as the simulated Kubernetes sees it: what its kubelet, or the server on it, would know.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// The provider's id.
+    pub id: String,
+    /// Its name within its cluster (`cp`, `w0`, ...).
+    pub name: String,
+    /// It is the cluster's control plane.
+    pub control_plane: bool,
+    /// The provider's state, in its words.
+    pub state: String,
+    /// It runs now.
+    pub running: bool,
+    /// What it booted with.
+    pub user_data: String,
+    /// Private address.
+    pub private_ip: Option<String>,
+    /// Public address.
+    pub public_ip: Option<String>,
+    /// Its node reports Ready (it has run long enough, and is not told never to).
+    pub node_ready: bool,
+}
+
+/// Where the simulated Kubernetes finds VMs.
+#[async_trait]
+pub trait Machines: Send + Sync + 'static {
+    /// The VM with this provider id, whatever its state.
+    async fn machine(&self, id: &str) -> Result<Option<Machine>, String>;
+    /// Every VM that runs now.
+    async fn running(&self) -> Result<Vec<Machine>, String>;
+}
+
+/// What every handler and the reconcile loop share.
+pub(crate) struct Kube {
+    pub(crate) machines: Arc<dyn Machines>,
+    pub(crate) store: store::Store,
+    pub(crate) kubelet: kubelet::Kubelet,
+    pub(crate) seeded: auth::Seeded,
+    /// Keeps a temporary [`Storage`]'s directory for as long as the API lives.
+    _storage: Storage,
+}
+
+/// The shared state of the routes.
+pub(crate) type Shared = axum::extract::State<Arc<Kube>>;
+
+/// The routes, to merge into the router of the API that hosts them (they do their own
+/// authentication, with each cluster's own token). Building them starts the reconcile loop
+/// (Job controller and kubelet) on the current tokio runtime; it stops when the routes are
+/// dropped. Must be called within a tokio runtime.
+pub fn router(machines: Arc<dyn Machines>, storage: Storage) -> Router {
+    let kube = Arc::new(Kube {
+        machines,
+        store: store::Store::new(storage.pool().clone()),
+        kubelet: kubelet::Kubelet::new(storage.kubelet_dir().to_owned()),
+        seeded: auth::Seeded::new(),
+        _storage: storage,
+    });
+    reconcile::start(&kube);
+    let at = |path: &str| format!("/sim/kube/{{vm}}{path}");
+    Router::new()
+        .route(&at("/version"), get(discovery::version))
+        .route(&at("/api"), get(discovery::api))
+        .route(&at("/api/v1"), get(discovery::core_v1))
+        .route(&at("/apis"), get(discovery::groups))
+        .route(&at("/apis/{group}/{version}"), get(discovery::group_version))
+        .route(&at("/api/v1/nodes"), get(nodes::list))
+        .route(&at("/api/v1/nodes/{name}"), get(nodes::get))
+        .route(&at("/api/v1/{resource}"), get(objects::list).post(objects::create))
+        .route(&at("/api/v1/{resource}/{name}"), get(objects::get).patch(objects::patch).delete(objects::delete))
+        .route(&at("/api/v1/namespaces/{namespace}/{resource}"), get(objects::list).post(objects::create))
+        .route(
+            &at("/api/v1/namespaces/{namespace}/{resource}/{name}"),
+            get(objects::get).patch(objects::patch).delete(objects::delete),
+        )
+        .route(&at("/api/v1/namespaces/{namespace}/pods/{name}/log"), get(logs::log))
+        .route(&at("/api/v1/namespaces/{namespace}/pods/{name}/exec"), get(exec::exec).post(exec::exec))
+        .route(&at("/apis/{group}/{version}/{resource}"), get(objects::list))
+        .route(
+            &at("/apis/{group}/{version}/namespaces/{namespace}/{resource}"),
+            get(objects::list).post(objects::create),
+        )
+        .route(
+            &at("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}"),
+            get(objects::get).patch(objects::patch).delete(objects::delete),
+        )
+        .route(&at("/{*rest}"), any(discovery::not_found))
+        .with_state(kube)
+}

@@ -1,0 +1,137 @@
+//! Nodes: what booted VMs would register. The control plane itself (tainted, so that no Pod is
+//! scheduled there, as the control plane's user-data asks of k3s), and every running VM whose
+//! user-data joins this control plane's address with its join token. They are computed from the
+//! [`Machines`] on every request, never stored.
+
+use std::collections::HashMap;
+
+use anycloud_workflows::user_data;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::resources::NODES;
+use super::selectors::Selector;
+use super::status::ApiError;
+use super::{Machine, Machines, Shared, auth, tables};
+
+/// `GET /api/v1/nodes`.
+pub(crate) async fn list(
+    State(kube): Shared,
+    Path(vm): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let result = async {
+        let cp = auth::control_plane(&kube, &vm, &headers).await?;
+        let selector = Selector::parse(
+            query.get("labelSelector").map(String::as_str),
+            query.get("fieldSelector").map(String::as_str),
+        )?;
+        let items: Vec<Value> = of_cluster(kube.machines.as_ref(), &cp)
+            .await?
+            .iter()
+            .map(node)
+            .filter(|node| selector.matches(node))
+            .collect();
+        let revision = kube.store.revision(&vm).await?;
+        if tables::wanted(&headers) {
+            let include = query.get("includeObject").map(String::as_str);
+            return Ok(tables::table(&NODES, &items, revision, include));
+        }
+        Ok::<_, ApiError>(json!({
+            "kind": "NodeList", "apiVersion": "v1", "metadata": { "resourceVersion": revision.to_string() },
+            "items": items,
+        }))
+    };
+    match result.await {
+        Ok(body) => axum::Json(body).into_response(),
+        Err(err) => err.into_response(),
+    }
+}
+
+/// `GET /api/v1/nodes/{name}`.
+pub(crate) async fn get(
+    State(kube): Shared,
+    Path((vm, name)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let result = async {
+        let cp = auth::control_plane(&kube, &vm, &headers).await?;
+        let machines = of_cluster(kube.machines.as_ref(), &cp).await?;
+        let found = machines.iter().find(|machine| machine.name == name).map(node);
+        let node = found.ok_or_else(|| ApiError::not_found(&NODES, &name))?;
+        if tables::wanted(&headers) {
+            let include = query.get("includeObject").map(String::as_str);
+            return Ok(tables::table(&NODES, &[node], 0, include));
+        }
+        Ok::<_, ApiError>(node)
+    };
+    match result.await {
+        Ok(body) => (StatusCode::OK, axum::Json(body)).into_response(),
+        Err(err) => err.into_response(),
+    }
+}
+
+/// The machines of the cluster whose control plane is `cp`: it, then its joined workers.
+pub(crate) async fn of_cluster(machines: &dyn Machines, cp: &Machine) -> Result<Vec<Machine>, ApiError> {
+    let running = machines.running().await.map_err(ApiError::internal)?;
+    let join_token = join_token_of(&cp.user_data);
+    let addresses = [cp.private_ip.as_deref(), cp.public_ip.as_deref()];
+    let mut joined = vec![cp.clone()];
+    for machine in running.into_iter().filter(|machine| !machine.control_plane) {
+        let Some((address, token, _name)) = user_data::parse_worker(&machine.user_data) else { continue };
+        if addresses.contains(&Some(address.as_str())) && Some(token) == join_token {
+            joined.push(machine);
+        }
+    }
+    Ok(joined)
+}
+
+fn join_token_of(control_plane_user_data: &str) -> Option<String> {
+    let start = control_plane_user_data.find("K3S_TOKEN='")? + "K3S_TOKEN='".len();
+    let rest = &control_plane_user_data[start..];
+    Some(rest[..rest.find('\'')?].to_owned())
+}
+
+/// A node as its kubelet would report it.
+pub(crate) fn node(machine: &Machine) -> Value {
+    let ready = machine.node_ready;
+    let mut labels = json!({
+        "kubernetes.io/hostname": machine.name, "kubernetes.io/os": "linux", "anycloud.dev/simulated": "true",
+    });
+    let mut taints = json!([]);
+    if machine.control_plane {
+        labels["node-role.kubernetes.io/control-plane"] = json!("true");
+        taints = json!([{ "key": "node-role.kubernetes.io/control-plane", "value": "true", "effect": "NoSchedule" }]);
+    }
+    let addresses: Vec<Value> = [("InternalIP", &machine.private_ip), ("ExternalIP", &machine.public_ip)]
+        .into_iter()
+        .filter_map(|(kind, address)| address.as_ref().map(|address| json!({ "type": kind, "address": address })))
+        .chain([json!({ "type": "Hostname", "address": machine.name })])
+        .collect();
+    let uid = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("sim-node/{}", machine.id).as_bytes());
+    json!({
+        "kind": "Node", "apiVersion": "v1",
+        "metadata": {
+            "name": machine.name, "uid": uid.to_string(), "labels": labels,
+            "annotations": { "anycloud.dev/provider-id": machine.id },
+        },
+        "spec": { "providerID": format!("sim://{}", machine.id), "taints": taints },
+        "status": {
+            "conditions": [{
+                "type": "Ready",
+                "status": if ready { "True" } else { "False" },
+                "reason": if ready { "KubeletReady" } else { "KubeletNotReady" },
+                "message": if ready { "kubelet is posting ready status (simulated)" } else { "node is not ready (simulated)" },
+            }],
+            "addresses": addresses,
+            "nodeInfo": {
+                "kubeletVersion": user_data::K3S_VERSION, "containerRuntimeVersion": "sim://local-processes",
+                "operatingSystem": "linux", "architecture": "amd64", "osImage": "simulated",
+            },
+        },
+    })
+}

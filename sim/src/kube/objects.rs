@@ -1,0 +1,633 @@
+//! The REST verbs on stored objects, as the apiserver answers them:
+//!
+//! - `GET` a collection: list (`labelSelector`, `fieldSelector`), a `Table` when asked, or a
+//!   watch (`watch=true`, see [`super::watch`]).
+//! - `GET`/`POST` one object: get (404 `NotFound`), create (201; 409 `AlreadyExists`, 422
+//!   `Invalid`, 400 `BadRequest`; `generateName` honoured).
+//! - `PATCH`: server-side apply (`application/apply-patch+yaml` with a JSON body, `fieldManager`,
+//!   `force`): creates the object if absent, else replaces the labels, annotations and top-level
+//!   fields (`spec`, ...) the applier sent and records it in `managedFields`. Merge and
+//!   strategic-merge patches are applied as JSON merge patches (RFC 7386); JSON patches are not
+//!   simulated (415).
+//! - `DELETE` with `propagationPolicy`: a Pod is marked for deletion and the kubelet ends it
+//!   (SIGTERM, then SIGKILL after its grace period); a Job's Pods are deleted with it
+//!   (`Background`), before it (`Foreground`: it stays, with a `deletionTimestamp`, until they
+//!   are gone) or orphaned (`Orphan`, and batch/v1's default, with the apiserver's warning); a
+//!   namespace is `Terminating` until its objects are gone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::resources::{self, Resource};
+use super::selectors::Selector;
+use super::status::ApiError;
+use super::store::resource_version;
+use super::validation::validate;
+use super::{Kube, Shared, auth, defaults, tables, time, watch};
+
+/// The apiserver's warning when a batch/v1 Job is deleted without a propagation policy.
+const ORPHAN_WARNING: &str = "299 - \"child pods are preserved by default when jobs are deleted; set \
+     propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning\"";
+
+/// The path of a request on objects.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Target {
+    vm: String,
+    group: Option<String>,
+    version: Option<String>,
+    namespace: Option<String>,
+    resource: String,
+    name: Option<String>,
+}
+
+type Params = Query<HashMap<String, String>>;
+
+/// A resolved request: its cluster, resource and namespace.
+struct Scope {
+    cluster: String,
+    resource: &'static Resource,
+    namespace: Option<String>,
+}
+
+impl Scope {
+    fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or_default()
+    }
+}
+
+async fn resolve(kube: &Kube, target: &Target, headers: &HeaderMap, collection: bool) -> Result<Scope, ApiError> {
+    auth::control_plane(kube, &target.vm, headers).await?;
+    let group = target.group.as_deref().unwrap_or_default();
+    let version = target.version.as_deref().unwrap_or("v1");
+    let not_found =
+        || ApiError::new(StatusCode::NOT_FOUND, "NotFound", "the server could not find the requested resource");
+    let resource = Resource::find(group, version, &target.resource).ok_or_else(not_found)?;
+    // A namespaced resource is listed across namespaces at its cluster path; nothing else
+    // mixes scopes.
+    let scoped_right = resource.namespaced == target.namespace.is_some() || (collection && resource.namespaced);
+    if !scoped_right || resource.plural == resources::NODES.plural {
+        return Err(not_found());
+    }
+    Ok(Scope { cluster: target.vm.clone(), resource, namespace: target.namespace.clone() })
+}
+
+fn reply(result: Result<Response, ApiError>) -> Response {
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (code, axum::Json(body)).into_response()
+}
+
+/// `GET` a collection.
+pub(crate) async fn list(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+) -> Response {
+    reply(list_objects(kube, target, query, headers).await)
+}
+
+async fn list_objects(
+    kube: Arc<Kube>,
+    target: Target,
+    query: HashMap<String, String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let scope = resolve(&kube, &target, &headers, true).await?;
+    let selector = Selector::parse(
+        query.get("labelSelector").map(String::as_str),
+        query.get("fieldSelector").map(String::as_str),
+    )?;
+    if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) {
+        let since = query.get("resourceVersion").and_then(|rv| rv.parse::<i64>().ok()).filter(|rv| *rv > 0);
+        let timeout = query.get("timeoutSeconds").and_then(|s| s.parse().ok()).unwrap_or(1800);
+        let watch = watch::Watch {
+            cluster: scope.cluster,
+            resource: scope.resource,
+            namespace: scope.namespace,
+            selector,
+            since,
+            timeout: Duration::from_secs(timeout),
+        };
+        return Ok(watch::serve(kube, watch));
+    }
+    let revision = kube.store.revision(&scope.cluster).await?;
+    let objects = kube.store.list(&scope.cluster, scope.resource, scope.namespace.as_deref()).await?;
+    let items: Vec<Value> = objects.into_iter().filter(|object| selector.matches(object)).collect();
+    if tables::wanted(&headers) {
+        let include = query.get("includeObject").map(String::as_str);
+        return Ok(json_response(StatusCode::OK, &tables::table(scope.resource, &items, revision, include)));
+    }
+    let list = json!({
+        "kind": format!("{}List", scope.resource.kind), "apiVersion": scope.resource.api_version(),
+        "metadata": { "resourceVersion": revision.to_string() }, "items": items,
+    });
+    Ok(json_response(StatusCode::OK, &list))
+}
+
+/// `GET` one object.
+pub(crate) async fn get(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+) -> Response {
+    reply(get_object(&kube, &target, &query, &headers).await)
+}
+
+async fn get_object(
+    kube: &Kube,
+    target: &Target,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let scope = resolve(kube, target, headers, false).await?;
+    let name = target.name.as_deref().unwrap_or_default();
+    let object = existing(kube, &scope, name).await?;
+    if tables::wanted(headers) {
+        let revision = resource_version(&object);
+        let include = query.get("includeObject").map(String::as_str);
+        return Ok(json_response(StatusCode::OK, &tables::table(scope.resource, &[object], revision, include)));
+    }
+    Ok(json_response(StatusCode::OK, &object))
+}
+
+async fn existing(kube: &Kube, scope: &Scope, name: &str) -> Result<Value, ApiError> {
+    kube.store
+        .get(&scope.cluster, scope.resource, scope.namespace(), name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(scope.resource, name))
+}
+
+fn parse_body(resource: &Resource, body: &[u8]) -> Result<Value, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|err| {
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: \
+             {err} (the simulated apiserver reads JSON bodies only)",
+            resource.kind
+        ))
+    })?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is not a {}: expected a JSON object",
+            resource.kind
+        )));
+    }
+    Ok(value)
+}
+
+/// Who wrote: the `fieldManager` parameter, else the client's name from its User-Agent.
+fn manager(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(manager) = query.get("fieldManager") {
+        return manager.clone();
+    }
+    let agent = headers.get(header::USER_AGENT).and_then(|agent| agent.to_str().ok()).unwrap_or("unknown");
+    agent.split('/').next().unwrap_or(agent).to_owned()
+}
+
+/// `POST` to a collection.
+pub(crate) async fn create(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    reply(create_posted(&kube, &target, &query, &headers, &body).await)
+}
+
+async fn create_posted(
+    kube: &Kube,
+    target: &Target,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let scope = resolve(kube, target, headers, false).await?;
+    let mut object = parse_body(scope.resource, body)?;
+    let metadata = defaults::child(defaults::root(&mut object), "metadata");
+    if metadata.get("name").and_then(Value::as_str).is_none_or(str::is_empty)
+        && let Some(prefix) = metadata.get("generateName").and_then(Value::as_str)
+    {
+        let name = format!("{prefix}{}", random_suffix());
+        metadata.insert("name".into(), json!(name));
+    }
+    let created = create_object(kube, &scope, object, &manager(query, headers), "Update").await?;
+    Ok(json_response(StatusCode::CREATED, &created))
+}
+
+/// Five characters from the apiserver's alphabet for generated names (no vowels, no lookalikes).
+pub(crate) fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    uuid::Uuid::new_v4().as_bytes()[..5].iter().map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char).collect()
+}
+
+async fn create_object(
+    kube: &Kube,
+    scope: &Scope,
+    mut object: Value,
+    manager: &str,
+    operation: &str,
+) -> Result<Value, ApiError> {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    if let Some(namespace) = &scope.namespace {
+        if object["metadata"]["namespace"].as_str().is_some_and(|given| given != namespace) {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        let found = kube.store.get(&scope.cluster, &resources::NAMESPACES, "", namespace).await?;
+        let Some(found) = found else { return Err(ApiError::not_found(&resources::NAMESPACES, namespace)) };
+        if !found["metadata"]["deletionTimestamp"].is_null() {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!(
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is \
+                     being terminated",
+                    scope.resource.group_resource()
+                ),
+            ));
+        }
+    }
+    let causes = validate(scope.resource, &object);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(scope.resource, &name, &causes));
+    }
+    let fields = managed_fields(&object);
+    defaults::on_create(scope.resource, scope.namespace(), &mut object);
+    record_manager(&mut object, manager, operation, scope.resource, fields);
+    kube.store
+        .create(&scope.cluster, scope.resource, object)
+        .await?
+        .ok_or_else(|| ApiError::already_exists(scope.resource, &name))
+}
+
+/// `PATCH` one object.
+pub(crate) async fn patch(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    reply(patch_object(&kube, &target, &query, &headers, &body).await)
+}
+
+async fn patch_object(
+    kube: &Kube,
+    target: &Target,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let scope = resolve(kube, target, headers, false).await?;
+    let name = target.name.as_deref().unwrap_or_default();
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
+    let apply = content_type.starts_with("application/apply-patch");
+    if !apply && !content_type.contains("merge-patch+json") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format ({content_type}): the simulated apiserver takes \
+                 apply, merge and strategic-merge patches"
+            ),
+        ));
+    }
+    let patch = parse_body(scope.resource, body)?;
+    if apply {
+        if !query.contains_key("fieldManager") {
+            return Err(ApiError::bad_request("PATCH requests with apply content type must have a fieldManager"));
+        }
+        if patch["metadata"]["name"].as_str() != Some(name) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                patch["metadata"]["name"].as_str().unwrap_or_default()
+            )));
+        }
+    }
+    let manager = manager(query, headers);
+    // Optimistic: read, change, write if nobody wrote meanwhile; the reconcile loop writes
+    // statuses concurrently, so try a few times.
+    for _ in 0..5 {
+        let Some(current) = kube.store.get(&scope.cluster, scope.resource, scope.namespace(), name).await? else {
+            if apply {
+                let created = create_object(kube, &scope, patch, &manager, "Apply").await?;
+                return Ok(json_response(StatusCode::CREATED, &created));
+            }
+            return Err(ApiError::not_found(scope.resource, name));
+        };
+        let mut changed = current.clone();
+        if apply {
+            apply_fields(&mut changed, &patch);
+        } else {
+            merge(&mut changed, &patch);
+        }
+        if scope.resource.plural == resources::JOBS.plural {
+            defaults::job(&mut changed);
+            if changed["spec"]["template"] != current["spec"]["template"] {
+                let cause =
+                    ("spec.template".to_owned(), "Invalid value: field is immutable".to_owned(), "FieldValueInvalid");
+                return Err(ApiError::invalid(scope.resource, name, &[cause]));
+            }
+        }
+        let causes = validate(scope.resource, &changed);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(scope.resource, name, &causes));
+        }
+        if changed["spec"] != current["spec"] {
+            let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
+            changed["metadata"]["generation"] = json!(generation + 1);
+        }
+        let operation = if apply { "Apply" } else { "Update" };
+        record_manager(&mut changed, &manager, operation, scope.resource, managed_fields(&patch));
+        if changed == current {
+            return Ok(json_response(StatusCode::OK, &current));
+        }
+        if let Some(written) = kube.store.update(&scope.cluster, scope.resource, changed).await? {
+            return Ok(json_response(StatusCode::OK, &written));
+        }
+    }
+    Err(ApiError::conflict(scope.resource, name))
+}
+
+/// Server-side apply, simply: the labels, annotations and top-level fields the applier sent
+/// replace the object's.
+fn apply_fields(object: &mut Value, applied: &Value) {
+    let Some(applied) = applied.as_object() else { return };
+    for (key, value) in applied {
+        match key.as_str() {
+            "apiVersion" | "kind" | "status" => {}
+            "metadata" => {
+                for field in ["labels", "annotations"] {
+                    if let Some(value) = value.get(field) {
+                        defaults::child(defaults::root(object), "metadata").insert(field.into(), value.clone());
+                    }
+                }
+            }
+            _ => {
+                defaults::root(object).insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// A JSON merge patch (RFC 7386).
+fn merge(target: &mut Value, patch: &Value) {
+    let Some(patch) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    let target = defaults::root(target);
+    for (key, value) in patch {
+        if value.is_null() {
+            target.remove(key);
+        } else {
+            merge(target.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// The fields a write set, as `fieldsV1` writes them (`{"f:spec": {"f:template": {}}}`).
+fn managed_fields(written: &Value) -> Value {
+    fn fields(value: &Value) -> Value {
+        match value.as_object() {
+            Some(map) => map.iter().map(|(key, value)| (format!("f:{key}"), fields(value))).collect(),
+            None => json!({}),
+        }
+    }
+    let mut set = fields(written);
+    if let Some(set) = set.as_object_mut() {
+        set.remove("f:apiVersion");
+        set.remove("f:kind");
+        set.remove("f:status");
+        if let Some(metadata) = set.get_mut("f:metadata").and_then(Value::as_object_mut) {
+            metadata.retain(|key, _| key == "f:labels" || key == "f:annotations");
+        }
+    }
+    set
+}
+
+fn record_manager(object: &mut Value, manager: &str, operation: &str, resource: &Resource, fields: Value) {
+    let entry = json!({
+        "manager": manager, "operation": operation, "apiVersion": resource.api_version(), "time": time::now(),
+        "fieldsType": "FieldsV1", "fieldsV1": fields,
+    });
+    let metadata = defaults::child(defaults::root(object), "metadata");
+    let managed = metadata.entry("managedFields").or_insert_with(|| json!([]));
+    if let Some(entries) = managed.as_array_mut() {
+        entries.retain(|existing| !(existing["manager"] == manager && existing["operation"] == operation));
+        entries.push(entry);
+    }
+}
+
+/// What a delete asks for: from the query and from a `DeleteOptions` body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeleteOptions {
+    propagation_policy: Option<String>,
+    grace_period_seconds: Option<i64>,
+}
+
+/// `DELETE` one object.
+pub(crate) async fn delete(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    reply(delete_object(&kube, &target, &query, &headers, &body).await)
+}
+
+async fn delete_object(
+    kube: &Kube,
+    target: &Target,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let scope = resolve(kube, target, headers, false).await?;
+    let name = target.name.as_deref().unwrap_or_default();
+    let mut options: DeleteOptions = if body.is_empty() {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(body).map_err(|err| ApiError::bad_request(format!("invalid DeleteOptions: {err}")))?
+    };
+    if let Some(policy) = query.get("propagationPolicy") {
+        options.propagation_policy = Some(policy.clone());
+    }
+    if let Some(grace) = query.get("gracePeriodSeconds").and_then(|grace| grace.parse().ok()) {
+        options.grace_period_seconds = Some(grace);
+    }
+    let object = existing(kube, &scope, name).await?;
+    match scope.resource.plural {
+        "pods" => {
+            let pod = mark_deleted(kube, &scope.cluster, &scope, object, options.grace_period_seconds).await?;
+            Ok(json_response(StatusCode::OK, &pod))
+        }
+        "jobs" => {
+            let pods = pods_of(kube, &scope.cluster, &object).await?;
+            match options.propagation_policy.as_deref() {
+                Some("Foreground") => {
+                    for pod in pods {
+                        mark_deleted(kube, &scope.cluster, &pod_scope(&scope), pod, None).await?;
+                    }
+                    let job = mark_deleted(kube, &scope.cluster, &scope, object, None).await?;
+                    Ok(json_response(StatusCode::OK, &job))
+                }
+                Some("Background") => {
+                    remove(kube, &scope, &object).await?;
+                    for pod in pods {
+                        mark_deleted(kube, &scope.cluster, &pod_scope(&scope), pod, None).await?;
+                    }
+                    Ok(json_response(StatusCode::OK, &deleted_status(scope.resource, &object)))
+                }
+                policy => {
+                    remove(kube, &scope, &object).await?;
+                    for mut pod in pods {
+                        if let Some(metadata) = pod["metadata"].as_object_mut() {
+                            metadata.remove("ownerReferences");
+                        }
+                        kube.store.update(&scope.cluster, &resources::PODS, pod).await?;
+                    }
+                    let mut response = json_response(StatusCode::OK, &deleted_status(scope.resource, &object));
+                    if policy.is_none() {
+                        response
+                            .headers_mut()
+                            .insert(header::WARNING, header::HeaderValue::from_static(ORPHAN_WARNING));
+                    }
+                    Ok(response)
+                }
+            }
+        }
+        "namespaces" => {
+            let mut namespace = mark_deleted(kube, &scope.cluster, &scope, object, None).await?;
+            namespace["status"]["phase"] = json!("Terminating");
+            let written = kube.store.update(&scope.cluster, scope.resource, namespace.clone()).await?;
+            Ok(json_response(StatusCode::OK, &written.unwrap_or(namespace)))
+        }
+        _ => {
+            remove(kube, &scope, &object).await?;
+            Ok(json_response(StatusCode::OK, &deleted_status(scope.resource, &object)))
+        }
+    }
+}
+
+fn pod_scope(scope: &Scope) -> Scope {
+    Scope { cluster: scope.cluster.clone(), resource: &resources::PODS, namespace: scope.namespace.clone() }
+}
+
+async fn remove(kube: &Kube, scope: &Scope, object: &Value) -> Result<(), ApiError> {
+    if kube.store.remove(&scope.cluster, scope.resource, object).await? {
+        Ok(())
+    } else {
+        Err(ApiError::conflict(scope.resource, object["metadata"]["name"].as_str().unwrap_or_default()))
+    }
+}
+
+/// The `Status` of an object deleted at once.
+fn deleted_status(resource: &Resource, object: &Value) -> Value {
+    let mut details = json!({
+        "name": object["metadata"]["name"], "kind": resource.plural, "uid": object["metadata"]["uid"],
+    });
+    if !resource.group.is_empty() {
+        details["group"] = json!(resource.group);
+    }
+    json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details })
+}
+
+/// The Pods a Job owns.
+pub(crate) async fn pods_of(kube: &Kube, cluster: &str, job: &Value) -> Result<Vec<Value>, ApiError> {
+    let namespace = job["metadata"]["namespace"].as_str();
+    let uid = &job["metadata"]["uid"];
+    let pods = kube.store.list(cluster, &resources::PODS, namespace).await?;
+    Ok(pods
+        .into_iter()
+        .filter(|pod| {
+            pod["metadata"]["ownerReferences"].as_array().is_some_and(|owners| owners.iter().any(|o| o["uid"] == *uid))
+        })
+        .collect())
+}
+
+/// Marks an object for deletion (`deletionTimestamp`; for a Job or namespace, the finalizer of
+/// a foreground deletion); the reconcile loop finishes it. Returns it as written.
+async fn mark_deleted(
+    kube: &Kube,
+    cluster: &str,
+    scope: &Scope,
+    object: Value,
+    grace: Option<i64>,
+) -> Result<Value, ApiError> {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let mut current = object;
+    for _ in 0..5 {
+        if !current["metadata"]["deletionTimestamp"].is_null() {
+            return Ok(current);
+        }
+        let mut marked = current.clone();
+        let metadata = defaults::child(defaults::root(&mut marked), "metadata");
+        metadata.insert("deletionTimestamp".into(), json!(time::now()));
+        if scope.resource.plural == resources::PODS.plural {
+            let default_grace = current["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap_or(30);
+            metadata.insert("deletionGracePeriodSeconds".into(), json!(grace.unwrap_or(default_grace)));
+        } else {
+            metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
+            if scope.resource.plural == resources::JOBS.plural {
+                metadata.insert("finalizers".into(), json!(["foregroundDeletion"]));
+            }
+        }
+        if let Some(written) = kube.store.update(cluster, scope.resource, marked).await? {
+            return Ok(written);
+        }
+        match kube.store.get(cluster, scope.resource, scope.namespace(), &name).await? {
+            Some(again) => current = again,
+            None => return Err(ApiError::not_found(scope.resource, &name)),
+        }
+    }
+    Err(ApiError::conflict(scope.resource, &name))
+}
+
+/// Marks a Pod for deletion with its own grace period (for the reconcile loop: a Job or
+/// namespace being deleted takes its Pods with it).
+pub(crate) async fn delete_pod(kube: &Kube, cluster: &str, pod: Value) -> Result<(), ApiError> {
+    let scope = Scope {
+        cluster: cluster.to_owned(),
+        resource: &resources::PODS,
+        namespace: pod["metadata"]["namespace"].as_str().map(str::to_owned),
+    };
+    mark_deleted(kube, cluster, &scope, pod, None).await.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merge_patch_sets_and_removes_fields() {
+        let mut object = json!({ "metadata": { "labels": { "a": "1", "b": "2" } }, "spec": { "x": 1 } });
+        merge(&mut object, &json!({ "metadata": { "labels": { "a": null, "c": "3" } }, "spec": { "y": 2 } }));
+        assert_eq!(object, json!({ "metadata": { "labels": { "b": "2", "c": "3" } }, "spec": { "x": 1, "y": 2 } }));
+    }
+
+    #[test]
+    fn managed_fields_name_what_the_applier_sent() {
+        let applied = json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": "j", "labels": { "a": "b" } },
+                              "spec": { "template": {} } });
+        assert_eq!(
+            managed_fields(&applied),
+            json!({ "f:metadata": { "f:labels": { "f:a": {} } }, "f:spec": { "f:template": {} } })
+        );
+    }
+}
