@@ -2,6 +2,7 @@
 //! the account's latency and may meet its injected faults; launches find VMs by tag first and
 //! honour client tokens, as EC2's do.
 
+use anycloud_workflows::kube_api::KubeEndpoint;
 use anycloud_engine::{execute, with_pool};
 use anycloud_workflows::cloud::{
     CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Vm,
@@ -258,7 +259,7 @@ impl Cloud for SimAccount {
         Ok(())
     }
 
-    fn kube_url(&self, control_plane: &Vm) -> String {
-        self.cloud.kube_url(&control_plane.provider_id)
+    fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint {
+        self.cloud.kube_endpoint(&control_plane.provider_id)
     }
 }

@@ -3,6 +3,7 @@
 //! restarts like a real cloud's would. Everything it returns says it is simulated, and its public
 //! addresses are from TEST-NET-3 (203.0.113.0/24).
 
+use anycloud_workflows::kube_api::KubeEndpoint;
 use anycloud_engine::{Pool, with_pool};
 use anycloud_workflows::cloud::{Cloud, CloudError};
 use anycloud_workflows::db::Db;
@@ -44,6 +45,8 @@ pub struct SimCloud {
     db: Db,
     api_url: String,
     kubelet_dir: std::path::PathBuf,
+    /// Where its control planes' APIs answer over TLS, when they do.
+    kube_tls: Option<String>,
 }
 
 impl SimCloud {
@@ -53,7 +56,7 @@ impl SimCloud {
     /// [`with_kubelet_dir`](Self::with_kubelet_dir) says where.
     pub fn new(db: Db, api_url: impl Into<String>) -> Self {
         let kubelet_dir = std::env::temp_dir().join("anycloud-sim-kubelet");
-        Self { db, api_url: api_url.into(), kubelet_dir }
+        Self { db, api_url: api_url.into(), kubelet_dir, kube_tls: None }
     }
 
     /// Keeps its Pods' scratch directories and logs under `dir` (the API host passes
@@ -78,9 +81,23 @@ impl SimCloud {
         SimAccount { cloud: self.clone(), account: account.to_owned(), settings }
     }
 
+    /// Serves its control planes' Kubernetes APIs over TLS at `base` (`https://127.0.0.1:PORT`,
+    /// where [`crate::kube::tls::serve`] listens), as k3s does, rather than over the hosting API's
+    /// plain HTTP.
+    pub fn with_kube_tls(mut self, base: impl Into<String>) -> Self {
+        self.kube_tls = Some(base.into());
+        self
+    }
+
     /// Where the Kubernetes API of the simulated control plane `vm` answers.
-    pub(crate) fn kube_url(&self, vm: &str) -> String {
-        format!("{}/sim/kube/{vm}", self.api_url.trim_end_matches('/'))
+    pub(crate) fn kube_endpoint(&self, vm: &str) -> KubeEndpoint {
+        match &self.kube_tls {
+            Some(base) => KubeEndpoint {
+                url: format!("{}/sim/kube/{vm}", base.trim_end_matches('/')),
+                tls_server_name: Some(crate::kube::tls::server_name(vm)),
+            },
+            None => KubeEndpoint::url(format!("{}/sim/kube/{vm}", self.api_url.trim_end_matches('/'))),
+        }
     }
 
     /// Counts a call to `account` and returns its number (1 for the first).

@@ -12,6 +12,7 @@
 //! Every resource carries the cluster's id as a tag (AWS) or label (GCP), so a sweep finds
 //! what a half-finished create left behind.
 
+use crate::kube_api::KubeEndpoint;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -190,8 +191,8 @@ pub trait Cloud: Send + Sync {
     /// Asks the cloud to terminate these VMs. Already gone is success.
     async fn terminate(&self, placement: &Placement, provider_ids: &[String]) -> Result<(), CloudError>;
 
-    /// The URL at which the control-plane VM's Kubernetes API answers.
-    fn kube_url(&self, control_plane: &Vm) -> String {
-        format!("https://{}:6443", control_plane.address().unwrap_or("0.0.0.0"))
+    /// Where the control-plane VM's Kubernetes API answers: k3s on `:6443` of its address.
+    fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint {
+        KubeEndpoint::url(format!("https://{}:6443", control_plane.address().unwrap_or("0.0.0.0")))
     }
 }

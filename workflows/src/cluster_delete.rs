@@ -127,7 +127,7 @@ async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemove
         Some(_) => deps.secrets(&placement.cluster_id).await?,
         None => return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("the cluster has no secrets".into()) }),
     };
-    let client = kube_api::client(&deps.kube_url(cloud.as_ref(), cp), &secrets).map_err(StepError::terminal)?;
+    let client = kube_api::client(&deps.kube_endpoint(cloud.as_ref(), cp), &secrets).map_err(StepError::terminal)?;
     // Best effort: the VMs go next, and every workload with them; a control plane that does
     // not answer must not keep the cluster alive.
     match kube_api::delete_workloads(&client).await {

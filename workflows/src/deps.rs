@@ -10,6 +10,7 @@ use crate::db::Db;
 use crate::db::clusters::{self, Cluster};
 use crate::db::credentials::{self, CredentialStatus, OpenError};
 use crate::db::vms;
+use crate::kube_api::KubeEndpoint;
 use crate::providers::Clouds;
 use crate::seams::TestSeams;
 use crate::secrets::SecretBox;
@@ -116,23 +117,23 @@ impl Deps {
     }
 
     /// Where the Kubernetes API of the cluster whose control plane is `cp` answers.
-    pub fn kube_url(&self, cloud: &dyn Cloud, cp: &Vm) -> String {
+    pub fn kube_endpoint(&self, cloud: &dyn Cloud, cp: &Vm) -> KubeEndpoint {
         match &self.seams.simulated_kube {
-            Some(base) => format!("{}/{}", base.trim_end_matches('/'), cp.provider_id),
-            None => cloud.kube_url(cp),
+            Some(base) => KubeEndpoint::url(format!("{}/{}", base.trim_end_matches('/'), cp.provider_id)),
+            None => cloud.kube_endpoint(cp),
         }
     }
 
     /// A client for the Kubernetes API of a cluster: its control plane as last recorded, its CA
     /// and API token. A cluster without a control plane, or without secrets, has no API (terminal).
     pub async fn kube_client(&self, cluster: &Cluster) -> Result<kube::Client, StepError> {
-        let server = self.kube_server(cluster).await?;
+        let endpoint = self.kube_endpoint_of(cluster).await?;
         let secrets = self.secrets(&cluster.id).await?;
-        crate::kube_api::client(&server, &secrets).map_err(StepError::terminal)
+        crate::kube_api::client(&endpoint, &secrets).map_err(StepError::terminal)
     }
 
     /// Where the Kubernetes API of a cluster answers, from its control plane as last recorded.
-    pub async fn kube_server(&self, cluster: &Cluster) -> Result<String, StepError> {
+    pub async fn kube_endpoint_of(&self, cluster: &Cluster) -> Result<KubeEndpoint, StepError> {
         let recorded = vms::of_cluster(&self.db, &cluster.id).await?;
         let cp = recorded.into_iter().find(|vm| vm.is_control_plane() && vm.is_running()).ok_or_else(|| {
             StepError::terminal_msg(format!("cluster `{}` has no running control plane", cluster.name))
@@ -146,7 +147,7 @@ impl Deps {
             public_ip: cp.public_ip,
         };
         let cloud = self.cloud(&cluster.credential, &cluster.region).await?;
-        Ok(self.kube_url(cloud.as_ref(), &cp))
+        Ok(self.kube_endpoint(cloud.as_ref(), &cp))
     }
 
     /// After a launch call answered (the crash-test seam; nothing in production).

@@ -270,6 +270,10 @@ async fn record_outcome(ctx: StepCtx<RunJob>) -> Result<(), StepError> {
         None => outcome.reason.clone(),
     };
     let db = &deps(&ctx).db;
+    if let Some(started_at) = outcome.started_at {
+        // A job that ended between two checks was never seen running: its container says when it started.
+        deployments::set_started(db, &input.deployment_id, input.attempt, started_at).await?;
+    }
     deployments::end(db, &input.deployment_id, input.attempt, status, outcome.exit_code, Some(&reason), now_ms())
         .await?;
     Ok(())

@@ -31,13 +31,32 @@ pub enum KubeError {
     Call(#[from] kube::Error),
 }
 
-/// A client for the cluster at `url`, trusting the cluster CA and carrying the API token.
-pub fn client(url: &str, secrets: &ClusterSecrets) -> Result<kube::Client, KubeError> {
+/// Where a cluster's Kubernetes API answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeEndpoint {
+    /// Its URL.
+    pub url: String,
+    /// The name its certificate is checked against, when it is not the URL's host (SNI, and
+    /// kubeconfig's `tls-server-name`).
+    pub tls_server_name: Option<String>,
+}
+
+impl KubeEndpoint {
+    /// The endpoint at `url`, whose certificate names the URL's host.
+    pub fn url(url: impl Into<String>) -> Self {
+        Self { url: url.into(), tls_server_name: None }
+    }
+}
+
+/// A client for the cluster at `endpoint`, trusting the cluster CA and carrying the API token.
+pub fn client(endpoint: &KubeEndpoint, secrets: &ClusterSecrets) -> Result<kube::Client, KubeError> {
     install_crypto_provider();
+    let url = &endpoint.url;
     let config_error =
         |source: Box<dyn std::error::Error + Send + Sync>| KubeError::Config { url: url.to_owned(), source };
     let uri: http::Uri = url.parse().map_err(|err: http::uri::InvalidUri| config_error(err.into()))?;
     let mut config = kube::Config::new(uri);
+    config.tls_server_name = endpoint.tls_server_name.clone();
     config.root_cert = Some(vec![pem_to_der(&secrets.ca_cert_pem).map_err(config_error)?]);
     config.auth_info.token = Some(secrecy::SecretString::from(secrets.api_token.clone()));
     config.connect_timeout = Some(std::time::Duration::from_secs(5));

@@ -126,6 +126,9 @@ pub struct Outcome {
     pub exit_code: Option<i32>,
     /// Why, in Kubernetes' words (`Completed`, `Error`, a condition's message).
     pub reason: String,
+    /// When the container started (ms since the epoch), when it ran.
+    #[serde(default)]
+    pub started_at: Option<i64>,
 }
 
 /// Reads the Job of the deployment's current attempt and its Pods.
@@ -149,7 +152,8 @@ pub async fn progress(client: &kube::Client, deployment: &Deployment) -> Result<
             (None, None) => condition.reason.clone().unwrap_or_else(|| condition.type_.clone()),
         };
         let exit_code = terminated.as_ref().map(|terminated| terminated.exit_code);
-        return Ok(Progress::Ended(Outcome { succeeded, exit_code, reason }));
+        let started_at = terminated.as_ref().and_then(started_ms);
+        return Ok(Progress::Ended(Outcome { succeeded, exit_code, reason, started_at }));
     }
     let Some(pod) = pod else {
         return Ok(Progress::Starting(format!("Job {} has no Pod yet", deployment.job_name())));
@@ -162,6 +166,7 @@ pub async fn progress(client: &kube::Client, deployment: &Deployment) -> Result<
         return Ok(Progress::Ended(Outcome {
             succeeded: terminated.exit_code == 0,
             exit_code: Some(terminated.exit_code),
+            started_at: started_ms(&terminated),
             reason: terminated.reason.unwrap_or_else(|| "Terminated".into()),
         }));
     }
@@ -177,6 +182,11 @@ pub async fn progress(client: &kube::Client, deployment: &Deployment) -> Result<
     });
     let phase = pod.status.and_then(|status| status.phase).unwrap_or_else(|| "Pending".into());
     Ok(Progress::Starting(format!("Pod {name} is {phase}{}", waiting.map(|w| format!(" ({w})")).unwrap_or_default())))
+}
+
+/// When a terminated container started, in ms since the epoch.
+fn started_ms(terminated: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> Option<i64> {
+    terminated.started_at.as_ref().map(|time| time.0.as_millisecond())
 }
 
 fn container_state(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerState> {

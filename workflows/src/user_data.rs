@@ -73,6 +73,18 @@ pub fn parse_control_plane_token(user_data: &str) -> Option<String> {
     Some(line.split(',').next()?.to_owned())
 }
 
+/// The cluster CA (certificate and key, PEM) that a control plane's script installs for k3s, which
+/// signs the API server's certificate with it; the simulated control plane does the same.
+pub fn parse_control_plane_ca(user_data: &str) -> Option<(String, String)> {
+    let heredoc = |file: &str| {
+        let marker = format!("{file}\" <<'ANYCLOUD_EOF'\n");
+        let start = user_data.find(&marker)? + marker.len();
+        let end = start + user_data[start..].find("ANYCLOUD_EOF")?;
+        Some(user_data[start..end].to_owned())
+    };
+    Some((heredoc("$tls/server-ca.crt")?, heredoc("$tls/server-ca.key")?))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -100,5 +112,8 @@ mod tests {
         assert_eq!(parse_control_plane_token(&script).as_deref(), Some("api456"));
         assert!(script.contains("K3S_TOKEN='join123'"));
         assert!(script.contains("-----BEGIN PRIVATE KEY-----"));
+        let (cert, key) = parse_control_plane_ca(&script).unwrap();
+        assert_eq!(cert, secrets().ca_cert_pem);
+        assert_eq!(key, secrets().ca_key_pem);
     }
 }

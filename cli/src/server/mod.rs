@@ -108,7 +108,14 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     let address = listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?;
     let url = format!("http://{address}");
 
-    let sim = SimCloud::new(db.clone(), url.clone()).with_kubelet_dir(data_dir.join("sim-kubelet"));
+    let kube_tls = bind_sim_kube(&data_dir).await?;
+    let kube_tls_base = format!(
+        "https://{}",
+        kube_tls.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?
+    );
+    let sim = SimCloud::new(db.clone(), url.clone())
+        .with_kubelet_dir(data_dir.join("sim-kubelet"))
+        .with_kube_tls(kube_tls_base);
     let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim.clone()))), seams: seams.api.clone() };
     // A stable owner name: after a crash, the restarted API takes its runs back at once. The
     // engine holds it exclusively, so a second API with this id on this database is refused.
@@ -150,10 +157,15 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     let _ = std::io::stdout().flush();
     tracing::info!(api = %options.id, %url, store = store.backend(), "API started");
 
-    axum::serve(listener, router(state, sim))
+    // The simulated control planes' Kubernetes APIs: one set of routes (and one reconcile loop),
+    // served over TLS as k3s serves them, and on this API's port too.
+    let kube_routes = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage());
+    let kube_tls = tokio::spawn(anycloud_sim::kube::tls::serve(kube_tls, kube_routes.clone(), Arc::new(sim)));
+    let served = axum::serve(listener, router(state, kube_routes))
         .with_graceful_shutdown(stop_signal(terminate))
-        .await
-        .map_err(|err| CliError::new(NOT_OBSERVED, "SERVE_FAILED", format!("serving HTTP: {err}")))?;
+        .await;
+    kube_tls.abort();
+    served.map_err(|err| CliError::new(NOT_OBSERVED, "SERVE_FAILED", format!("serving HTTP: {err}")))?;
     tracing::info!("stopping: letting steps in flight finish and releasing leases");
     match Arc::try_unwrap(engine) {
         Ok(engine) => engine.shutdown(Duration::from_secs(30)).await,
@@ -208,7 +220,29 @@ fn redact(url: &str) -> String {
     }
 }
 
-fn router(state: AppState, sim: SimCloud) -> Router {
+/// The listener of the simulated control planes' TLS endpoint: on the port this API used before
+/// (kept in `sim-kube-port`, so kubeconfigs stay valid across restarts), or a new one.
+async fn bind_sim_kube(data_dir: &Path) -> Result<tokio::net::TcpListener, CliError> {
+    let failed = |err: std::io::Error| {
+        CliError::new(NOT_OBSERVED, "LISTEN_FAILED", format!("the simulated Kubernetes's TLS listener: {err}"))
+    };
+    let path = data_dir.join("sim-kube-port");
+    let before = std::fs::read_to_string(&path).ok().and_then(|port| port.trim().parse::<u16>().ok());
+    let listener = match before {
+        Some(port) => match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+            Ok(listener) => listener,
+            Err(_) => tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.map_err(failed)?,
+        },
+        None => tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.map_err(failed)?,
+    };
+    let port = listener.local_addr().map_err(failed)?.port();
+    if before != Some(port) {
+        std::fs::write(&path, port.to_string()).map_err(failed)?;
+    }
+    Ok(listener)
+}
+
+fn router(state: AppState, kube_routes: Router) -> Router {
     let authenticated = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/credentials", get(credentials::list).post(credentials::create))
@@ -238,7 +272,7 @@ fn router(state: AppState, sim: SimCloud) -> Router {
         .layer(middleware::from_fn(timing::server_timing))
         .with_state(state)
         // The simulated cloud's Kubernetes APIs check their clusters' own tokens.
-        .merge(anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage()))
+        .merge(kube_routes)
 }
 
 async fn health() -> Json<Value> {

@@ -51,6 +51,7 @@ mod storage;
 mod store;
 mod tables;
 mod time;
+pub mod tls;
 mod validation;
 mod watch;
 

@@ -404,6 +404,18 @@ pub async fn set_status(
     Ok(changed > 0)
 }
 
+/// Records when attempt `attempt` started running, unless that is known already.
+pub async fn set_started(db: &Db, id: &str, attempt: i64, started_at: i64) -> Result<(), sqlx::Error> {
+    execute!(
+        db.pool(),
+        "UPDATE deployments SET started_at = COALESCE(started_at, $1) WHERE id = $2 AND attempt = $3",
+        started_at,
+        id,
+        attempt
+    )?;
+    Ok(())
+}
+
 /// Ends attempt `attempt` of a deployment with `status`, its exit code and reason, unless it has
 /// already ended or moved on to another attempt. Returns whether it changed.
 pub async fn end(

@@ -26,7 +26,12 @@ impl Operations {
             Refusal::new(Code::ClusterUnreachable, format!("cluster `{name}`: {err}; try again")).into()
         };
         let secrets = self.deps.secrets(&cluster.id).await.map_err(|err| unreachable(&err))?;
-        let server = self.deps.kube_server(&cluster).await.map_err(|err| unreachable(&err))?;
+        let endpoint = self.deps.kube_endpoint_of(&cluster).await.map_err(|err| unreachable(&err))?;
+        let server = &endpoint.url;
+        let tls_server_name = match &endpoint.tls_server_name {
+            Some(name) => format!("\n    tls-server-name: {name}"),
+            None => String::new(),
+        };
         // The CA is pinned for a TLS server; a simulated cluster's API is plain HTTP on loopback.
         let ca = match server.starts_with("https://") {
             true => format!(
@@ -37,7 +42,7 @@ impl Operations {
         };
         let context = format!("anycloud-{name}");
         let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: {context}\n  cluster:\n    server: {server}{ca}\nusers:\n- name: {context}-admin\n  user:\n    token: {token}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {context}\n  cluster:\n    server: {server}{ca}{tls_server_name}\nusers:\n- name: {context}-admin\n  user:\n    token: {token}\n\
              contexts:\n- name: {context}\n  context:\n    cluster: {context}\n    user: {context}-admin\n    \
              namespace: anycloud\ncurrent-context: {context}\n",
             token = secrets.api_token,

@@ -1,0 +1,112 @@
+//! The simulated control planes' HTTPS endpoint, as k3s serves its API on `:6443`: TLS with a
+//! server certificate signed by the cluster's own CA, which the control plane's user-data carries
+//! (k3s is given the same CA and signs its serving certificate with it). One listener serves every
+//! simulated cluster: the client names the control plane in SNI (`{vm}.kube.sim.anycloud.internal`,
+//! kubeconfig's `tls-server-name`), and the certificate for that name is made from that VM's CA on
+//! first use. Behind TLS are the same routes as [`super::router`].
+//!
+//! It exists because clients refuse to send a bearer token over plain HTTP (kubectl does), and
+//! because it makes the simulated API as strict as a real one: a client that does not pin the
+//! cluster's CA cannot talk to it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use anycloud_workflows::user_data;
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::net::TcpListener;
+use tokio_rustls::LazyConfigAcceptor;
+
+use super::Machines;
+
+/// The DNS suffix a control plane's TLS name ends with.
+pub const NAME_SUFFIX: &str = ".kube.sim.anycloud.internal";
+
+/// The TLS server name of the simulated control plane `vm`.
+pub fn server_name(vm: &str) -> String {
+    format!("{vm}{NAME_SUFFIX}")
+}
+
+/// Serves `routes` over TLS on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, routes: Router, machines: Arc<dyn Machines>) {
+    let certificates = Arc::new(Certificates { machines, made: Mutex::new(HashMap::new()) });
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let routes = routes.clone();
+        let certificates = certificates.clone();
+        tokio::spawn(async move {
+            if let Err(err) = connection(stream, routes, &certificates).await {
+                tracing::debug!(error = %err, "simulated Kubernetes: a TLS connection failed");
+            }
+        });
+    }
+}
+
+async fn connection(
+    stream: tokio::net::TcpStream,
+    routes: Router,
+    certificates: &Certificates,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
+    let name = start.client_hello().server_name().map(str::to_owned);
+    let vm = name
+        .as_deref()
+        .and_then(|name| name.strip_suffix(NAME_SUFFIX))
+        .ok_or_else(|| format!("no simulated control plane is named {name:?} (SNI)"))?;
+    let config = certificates.config_for(vm).await?;
+    let tls = start.into_stream(config).await?;
+    hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(routes))
+        .with_upgrades()
+        .await?;
+    Ok(())
+}
+
+/// The server configuration of each control plane, made once from its CA.
+struct Certificates {
+    machines: Arc<dyn Machines>,
+    made: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
+}
+
+impl Certificates {
+    async fn config_for(&self, vm: &str) -> Result<Arc<rustls::ServerConfig>, Box<dyn std::error::Error + Send + Sync>> {
+        if let Some(config) = self.made.lock().map_err(|_| "poisoned")?.get(vm) {
+            return Ok(config.clone());
+        }
+        let machine = self.machines.machine(vm).await?.filter(|machine| machine.control_plane);
+        let machine = machine.ok_or_else(|| format!("no simulated control plane VM {vm}"))?;
+        let (ca_cert, ca_key) = user_data::parse_control_plane_ca(&machine.user_data)
+            .ok_or_else(|| format!("control plane VM {vm} was not given a cluster CA"))?;
+        let config = Arc::new(server_config(vm, &ca_cert, &ca_key)?);
+        self.made.lock().map_err(|_| "poisoned")?.insert(vm.to_owned(), config.clone());
+        Ok(config)
+    }
+}
+
+/// A serving certificate for `vm`'s names (its TLS name, `localhost`, `127.0.0.1`), signed by the
+/// cluster CA, in a configuration that speaks HTTP/1.1.
+fn server_config(
+    vm: &str,
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+) -> Result<rustls::ServerConfig, Box<dyn std::error::Error + Send + Sync>> {
+    let issuer = rcgen::Issuer::from_ca_cert_pem(ca_cert_pem, rcgen::KeyPair::from_pem(ca_key_pem)?)?;
+    let key = rcgen::KeyPair::generate()?;
+    let mut params =
+        rcgen::CertificateParams::new(vec![server_name(vm), "localhost".to_owned(), "127.0.0.1".to_owned()])?;
+    params.distinguished_name.push(rcgen::DnType::CommonName, "k3s (simulated)");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.signed_by(&key, &issuer)?;
+    let chain = vec![CertificateDer::from(cert.der().to_vec())];
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
