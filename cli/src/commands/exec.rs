@@ -128,6 +128,8 @@ pub async fn exec(key: &str, command: Vec<String>, force_stdin: bool) -> CliResu
                 },
                 Some(Ok(Message::Close(_))) | None => break,
                 Some(Ok(_)) => {}
+                // Once the exit code has arrived, a connection that breaks has nothing left to say.
+                Some(Err(_)) if exit.is_some() => break,
                 Some(Err(err)) => return Err(interrupted(format!("the connection broke: {err}"))),
             },
         }

@@ -38,6 +38,16 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
     frame.extend(serde_json::to_vec(&exit).unwrap_or_default());
     let _ = socket.send(Message::Binary(frame.into())).await;
     let _ = socket.send(Message::Close(None)).await;
+    // Waits for the client's own close: dropping the connection while its last frames are still
+    // arriving would reset it, and a reset can discard the exit frame before the client reads it.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while let Some(Ok(message)) = socket.recv().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 fn error_exit(code: &str, message: String) -> ExecExit {

@@ -15,6 +15,11 @@ impl Operations {
     /// Runs an ended job again as attempt N+1. Refused while it has not ended, for a service, and
     /// when its cluster is not ready any more.
     pub async fn resubmit_deployment(&self, key: &str) -> Result<DeploymentDetail, OperationError> {
+        // The cluster's name, for the messages, read before the write transaction begins (on
+        // SQLite the pool's one writer is the transaction's until it ends).
+        let found = deployments::find(&self.deps.db, key).await?.ok_or_else(|| deployment_not_found(key))?;
+        let cluster = clusters::get(&self.deps.db, &found.cluster_id).await?;
+        let cluster_key = cluster.map(|cluster| cluster.name).unwrap_or_else(|| found.cluster_id.clone());
         let mut tx = self.deps.db.begin().await?;
         let deployment = deployments::lock_in(&mut tx, key).await?.ok_or_else(|| deployment_not_found(key))?;
         let name = &deployment.name;
@@ -36,8 +41,6 @@ impl Operations {
             )
             .into());
         }
-        let cluster = clusters::get(&self.deps.db, &deployment.cluster_id).await?;
-        let cluster_key = cluster.map(|cluster| cluster.name).unwrap_or_else(|| deployment.cluster_id.clone());
         deployments::hold_cluster_in(&mut tx, &cluster_key)
             .await
             .map_err(|refused| placement_refusal(name, refused))?;
