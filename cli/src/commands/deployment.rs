@@ -244,9 +244,13 @@ pub async fn follow(client: &Client, key: &str, timeout: Duration, json: bool) -
 pub fn outcome(detail: &DeploymentDetail, json: bool) -> u8 {
     let deployment = &detail.deployment;
     if !json {
-        let exit = deployment.exit_code.map(|code| format!(" (exit code {code})")).unwrap_or_default();
-        let reason = deployment.reason.as_deref().map(|reason| format!(": {reason}")).unwrap_or_default();
-        say!("{} {} {}{exit}{reason}", deployment.kind, deployment.name, detail.state);
+        // The reason names the exit code when there is one; without a reason, say the code.
+        let why = match (&deployment.reason, deployment.exit_code) {
+            (Some(reason), _) => format!(": {reason}"),
+            (None, Some(code)) => format!(" (exit code {code})"),
+            (None, None) => String::new(),
+        };
+        say!("{} {} {}{why}", deployment.kind, deployment.name, detail.state);
     }
     if deployment.status == Status::Completed { OK } else { ENDED_OTHERWISE }
 }
