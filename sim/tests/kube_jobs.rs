@@ -155,10 +155,9 @@ async fn exec_runs_in_the_container_environment_and_reports_the_exit_code() {
     apply(&jobs, &job("sleeper", "echo $$; exec sleep 60", &[("FOO", "from-the-pod-spec")])).await;
     let pod = running_pod(&pods, "sleeper").await;
     let name = pod.metadata.name.unwrap();
-    let pid: i32 = eventually(10, "the sleeper's pid in its log", || async {
-        log_of(&pods, &name).await.trim().parse().ok()
-    })
-    .await;
+    let pid: i32 =
+        eventually(10, "the sleeper's pid in its log", || async { log_of(&pods, &name).await.trim().parse().ok() })
+            .await;
     assert!(process_runs(pid));
 
     let params = AttachParams::default().stdin(true).stdout(true).stderr(true);

@@ -64,7 +64,8 @@ async fn a_restarted_api_follows_a_process_that_still_runs() {
     let script = "echo $$; sleep 2; echo finished";
     jobs.patch("across", &PatchParams::apply("test"), &Patch::Apply(job("across", script, &[]))).await.unwrap();
     let (name, pid) = eventually(20, "the Job's process running", || async {
-        let pod = pods.list(&ListParams::default().labels("job-name=across")).await.unwrap().items.into_iter().next()?;
+        let pod =
+            pods.list(&ListParams::default().labels("job-name=across")).await.unwrap().items.into_iter().next()?;
         let name = pod.metadata.name.clone()?;
         let log = pods.logs(&name, &LogParams::default()).await.ok()?;
         let pid: i32 = log.lines().next()?.parse().ok()?;

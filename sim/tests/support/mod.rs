@@ -56,7 +56,15 @@ pub struct Cluster {
     pub secrets: ClusterSecrets,
     db: Db,
     machines: Arc<Fixed>,
-    server: Option<(tokio::task::JoinHandle<()>, String)>,
+    server: Option<Server>,
+}
+
+/// A running API: plain HTTP (as the anycloud API serves it) and HTTPS with a certificate of
+/// the cluster's CA (as k3s serves it): kubectl sends its token over TLS only.
+struct Server {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    url: String,
+    tls_url: String,
 }
 
 impl Cluster {
@@ -86,17 +94,36 @@ impl Cluster {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let url = format!("http://{}/sim/kube/{CONTROL_PLANE}", listener.local_addr().unwrap());
         let router = anycloud_sim::kube::router(self.machines.clone(), Storage::new(&self.db, self.kubelet_dir()));
-        let handle = tokio::spawn(async move {
+        let tls_listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let tls_url = format!("https://{}/sim/kube/{CONTROL_PLANE}", tls_listener.local_addr().unwrap());
+        let acceptor = tls_acceptor(&self.secrets);
+        let tls_router = router.clone();
+        let plain = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
-        self.server = Some((handle, url));
+        let tls = tokio::spawn(async move {
+            while let Ok((stream, _)) = tls_listener.accept().await {
+                let (acceptor, router) = (acceptor.clone(), tls_router.clone());
+                tokio::spawn(async move {
+                    let Ok(stream) = acceptor.accept(stream).await else { return };
+                    let service = hyper_util::service::TowerToHyperService::new(router);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        self.server = Some(Server { tasks: vec![plain, tls], url, tls_url });
     }
 
     /// Stops the API as if it died: its routes and reconcile loop go, its Pods' processes stay.
     pub async fn kill_api(&mut self) {
-        if let Some((handle, _)) = self.server.take() {
-            handle.abort();
-            let _ = handle.await;
+        if let Some(server) = self.server.take() {
+            for task in server.tasks {
+                task.abort();
+                let _ = task.await;
+            }
         }
         // The loop notices on its next tick that its routes are gone.
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -108,7 +135,7 @@ impl Cluster {
 
     /// The cluster's API URL.
     pub fn url(&self) -> String {
-        self.server.as_ref().map(|(_, url)| url.clone()).unwrap()
+        self.server.as_ref().map(|server| server.url.clone()).unwrap()
     }
 
     /// The domain's kube client for it.
@@ -116,17 +143,40 @@ impl Cluster {
         kube_api::client(&self.url(), &self.secrets).unwrap()
     }
 
-    /// A kubeconfig for kubectl, in the cluster's directory.
+    /// A kubeconfig for kubectl (HTTPS, trusting the cluster's CA), in the cluster's directory.
     pub fn kubeconfig(&self) -> PathBuf {
         let path = self.dir.path().join("kubeconfig");
+        let ca = self.dir.path().join("ca.crt");
+        std::fs::write(&ca, &self.secrets.ca_cert_pem).unwrap();
+        let server = self.server.as_ref().map(|server| server.tls_url.clone()).unwrap();
         let config = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {}\nusers:\n- name: sim\n  user:\n    token: {}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\n",
-            self.url(),
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: sim\n  user:\n    token: {}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\n",
+            ca.display(),
             self.secrets.api_token
         );
         std::fs::write(&path, config).unwrap();
         path
     }
+}
+
+/// TLS with a server certificate for 127.0.0.1 signed by the cluster's CA.
+fn tls_acceptor(secrets: &ClusterSecrets) -> tokio_rustls::TlsAcceptor {
+    let ca_key = rcgen::KeyPair::from_pem(&secrets.ca_key_pem).unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "anycloud cluster jobs CA");
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
 
 /// A Job that runs `script` under `sh -c` once (`restartPolicy: Never`, `backoffLimit: 0`).
