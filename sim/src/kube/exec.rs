@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -232,7 +232,9 @@ async fn finish(socket: &mut WebSocket, status: &Value) {
     let mut message = vec![STATUS];
     message.extend_from_slice(status.to_string().as_bytes());
     let _ = socket.send(Message::binary(message)).await;
-    let _ = socket.send(Message::Close(None)).await;
+    // client-go reads a close without a code (1005) as an error: say it is a normal one.
+    let close = CloseFrame { code: close_code::NORMAL, reason: "".into() };
+    let _ = socket.send(Message::Close(Some(close))).await;
 }
 
 /// Copies one output stream to its channel.

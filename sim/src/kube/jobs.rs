@@ -133,8 +133,11 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, job: Value, pods: &[Value])
                 events::record(kube, cluster, &JOBS, &updated, note).await;
             }
             if let Some((condition, _, reason, message)) = outcome {
-                let (severity, reason) =
-                    if condition == "Complete" { (Severity::Normal, "Completed") } else { (Severity::Warning, reason) };
+                let (severity, reason, message) = if condition == "Complete" {
+                    (Severity::Normal, "Completed", "Job completed")
+                } else {
+                    (Severity::Warning, reason, message)
+                };
                 let note = Note { severity, component: "job-controller", reason, message: message.to_owned() };
                 events::record(kube, cluster, &JOBS, &updated, note).await;
             }

@@ -47,7 +47,7 @@ async fn run(kube: &Kube, pass: u64) -> Result<(), ApiError> {
             tracing::warn!(%cluster, error = ?err, "simulated Kubernetes: reconciling a cluster");
         }
     }
-    if pass % 240 == 0 {
+    if pass.is_multiple_of(240) {
         kube.store.purge_tombstones(anycloud_workflows::now_ms() - TOMBSTONE_MS).await?;
     }
     Ok(())

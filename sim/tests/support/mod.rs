@@ -1,0 +1,220 @@
+//! A simulated cluster for the tests: a control plane and two Ready workers whose user-data is
+//! the domain's own, the simulated Kubernetes served on a loopback port over a temporary SQLite
+//! database and kubelet directory, and clients for it (the domain's kube client, kubectl).
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anycloud_engine::Store;
+use anycloud_sim::kube::{Machine, Machines, Storage};
+use anycloud_workflows::cluster_secrets::ClusterSecrets;
+use anycloud_workflows::db::Db;
+use anycloud_workflows::{kube_api, user_data};
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// The control plane's provider id: the cluster's API is at `/sim/kube/sim-cp`.
+pub const CONTROL_PLANE: &str = "sim-cp";
+
+/// One control plane and two Ready workers, always running.
+pub struct Fixed {
+    machines: Vec<Machine>,
+}
+
+fn machine(id: &str, name: &str, control_plane: bool, user_data: String, ip: &str) -> Machine {
+    Machine {
+        id: id.into(),
+        name: name.into(),
+        control_plane,
+        state: "running".into(),
+        running: true,
+        user_data,
+        private_ip: Some(ip.into()),
+        public_ip: None,
+        node_ready: true,
+    }
+}
+
+#[async_trait]
+impl Machines for Fixed {
+    async fn machine(&self, id: &str) -> Result<Option<Machine>, String> {
+        Ok(self.machines.iter().find(|m| m.id == id).cloned())
+    }
+
+    async fn running(&self) -> Result<Vec<Machine>, String> {
+        Ok(self.machines.clone())
+    }
+}
+
+/// The simulated cluster, and the API that serves it (which can be stopped and started again
+/// on the same database and kubelet directory, as an API restart would).
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub secrets: ClusterSecrets,
+    db: Db,
+    machines: Arc<Fixed>,
+    server: Option<Server>,
+}
+
+/// A running API: plain HTTP (as the anycloud API serves it) and HTTPS with a certificate of
+/// the cluster's CA (as k3s serves it): kubectl sends its token over TLS only.
+struct Server {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    url: String,
+    tls_url: String,
+}
+
+impl Cluster {
+    /// A cluster whose API is up.
+    pub async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::sqlite(&dir.path().join("api.db")).await.unwrap();
+        let db = Db::open(&store).await.unwrap();
+        let secrets = ClusterSecrets::generate("jobs").unwrap();
+        let cp = machine(CONTROL_PLANE, "cp", true, user_data::control_plane("c1", &secrets), "10.0.0.1");
+        let workers = ["w0", "w1"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let user_data = user_data::worker("c1", name, "10.0.0.1", &secrets);
+                machine(&format!("sim-{name}"), name, false, user_data, &format!("10.0.1.{}", i + 2))
+            })
+            .collect::<Vec<_>>();
+        let machines = Arc::new(Fixed { machines: [vec![cp], workers].concat() });
+        let mut cluster = Self { dir, secrets, db, machines, server: None };
+        cluster.serve().await;
+        cluster
+    }
+
+    /// Starts the API (its routes and reconcile loop) on a new port.
+    pub async fn serve(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let url = format!("http://{}/sim/kube/{CONTROL_PLANE}", listener.local_addr().unwrap());
+        let router = anycloud_sim::kube::router(self.machines.clone(), Storage::new(&self.db, self.kubelet_dir()));
+        let tls_listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let tls_url = format!("https://{}/sim/kube/{CONTROL_PLANE}", tls_listener.local_addr().unwrap());
+        let acceptor = tls_acceptor(&self.secrets);
+        let tls_router = router.clone();
+        let plain = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        let tls = tokio::spawn(async move {
+            while let Ok((stream, _)) = tls_listener.accept().await {
+                let (acceptor, router) = (acceptor.clone(), tls_router.clone());
+                tokio::spawn(async move {
+                    let Ok(stream) = acceptor.accept(stream).await else { return };
+                    let service = hyper_util::service::TowerToHyperService::new(router);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        self.server = Some(Server { tasks: vec![plain, tls], url, tls_url });
+    }
+
+    /// Stops the API as if it died: its routes and reconcile loop go, its Pods' processes stay.
+    pub async fn kill_api(&mut self) {
+        if let Some(server) = self.server.take() {
+            for task in server.tasks {
+                task.abort();
+                let _ = task.await;
+            }
+        }
+        // The loop notices on its next tick that its routes are gone.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+
+    pub fn kubelet_dir(&self) -> PathBuf {
+        self.dir.path().join("sim-kubelet")
+    }
+
+    /// The cluster's API URL.
+    pub fn url(&self) -> String {
+        self.server.as_ref().map(|server| server.url.clone()).unwrap()
+    }
+
+    /// The domain's kube client for it.
+    pub fn client(&self) -> kube::Client {
+        kube_api::client(&self.url(), &self.secrets).unwrap()
+    }
+
+    /// A kubeconfig for kubectl (HTTPS, trusting the cluster's CA), in the cluster's directory.
+    pub fn kubeconfig(&self) -> PathBuf {
+        let path = self.dir.path().join("kubeconfig");
+        let ca = self.dir.path().join("ca.crt");
+        std::fs::write(&ca, &self.secrets.ca_cert_pem).unwrap();
+        let server = self.server.as_ref().map(|server| server.tls_url.clone()).unwrap();
+        let config = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: sim\n  user:\n    token: {}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\n",
+            ca.display(),
+            self.secrets.api_token
+        );
+        std::fs::write(&path, config).unwrap();
+        path
+    }
+}
+
+/// TLS with a server certificate for 127.0.0.1 signed by the cluster's CA.
+fn tls_acceptor(secrets: &ClusterSecrets) -> tokio_rustls::TlsAcceptor {
+    let ca_key = rcgen::KeyPair::from_pem(&secrets.ca_key_pem).unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "anycloud cluster jobs CA");
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// A Job that runs `script` under `sh -c` once (`restartPolicy: Never`, `backoffLimit: 0`).
+pub fn job(name: &str, script: &str, env: &[(&str, &str)]) -> k8s_openapi::api::batch::v1::Job {
+    let env: Vec<Value> = env.iter().map(|(name, value)| serde_json::json!({ "name": name, "value": value })).collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name },
+        "spec": {
+            "backoffLimit": 0,
+            "template": { "spec": {
+                "restartPolicy": "Never",
+                "containers": [{ "name": "main", "image": "busybox:1.36", "command": ["sh", "-c", script], "env": env }],
+            } },
+        },
+    }))
+    .unwrap()
+}
+
+/// Waits up to `seconds` for `check` to give a value.
+pub async fn eventually<T, F, Fut>(seconds: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether a process runs (a zombie does not count).
+pub fn process_runs(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).map(str::to_owned))
+        .is_some_and(|state| state != "Z" && state != "X")
+}
