@@ -2,11 +2,11 @@
 //! the account's latency and may meet its injected faults; launches find VMs by tag first and
 //! honour client tokens, as EC2's do.
 
-use anycloud_workflows::kube_api::KubeEndpoint;
 use anycloud_engine::{execute, with_pool};
 use anycloud_workflows::cloud::{
     CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Vm,
 };
+use anycloud_workflows::kube_api::KubeEndpoint;
 use anycloud_workflows::now_ms;
 use anycloud_workflows::providers::Verdict;
 use anycloud_workflows::providers::sim_settings::{REGIONS, SimSettings, VM_TYPES};

@@ -3,10 +3,10 @@
 //! restarts like a real cloud's would. Everything it returns says it is simulated, and its public
 //! addresses are from TEST-NET-3 (203.0.113.0/24).
 
-use anycloud_workflows::kube_api::KubeEndpoint;
 use anycloud_engine::{Pool, with_pool};
 use anycloud_workflows::cloud::{Cloud, CloudError};
 use anycloud_workflows::db::Db;
+use anycloud_workflows::kube_api::KubeEndpoint;
 use anycloud_workflows::now_ms;
 use anycloud_workflows::providers::SimulatedCloud;
 use anycloud_workflows::providers::sim_settings::SimSettings;

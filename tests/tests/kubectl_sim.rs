@@ -106,8 +106,10 @@ fn kubectl_works_on_a_job_anycloud_submitted() {
     }
 
     kubectl.ok(&["delete", "job", "seen-1"]);
-    let gone = kubectl.ok(&["get", "jobs,pods"]);
-    assert!(!gone.contains("seen-1"), "{gone}");
+    // As on a real cluster, the Job goes at once and its Pod after its grace period.
+    e2e::wait_until(Duration::from_secs(30), "the Job and its Pod to be gone", || {
+        (!kubectl.ok(&["get", "jobs,pods"]).contains("seen-1")).then_some(())
+    });
     api.cli(&["wait", "deployment/seen", "--timeout", "60s"]).expect_code(1);
     let detail = api.cli(&["--json", "status", "seen"]).json();
     assert_eq!(detail["state"], "failed", "{detail:#}");

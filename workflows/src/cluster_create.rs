@@ -262,7 +262,8 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
         return Ok(Check::NotYet(format!("control plane VM {} ({}) has no address yet", cp.provider_id, cp.state)));
     };
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
-    let client = kube_api::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
+    let client =
+        kube_api::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
     match kube_api::version(&client).await {
         Ok(version) => {
             let endpoint = format!("https://{address}:6443");
@@ -323,7 +324,8 @@ async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, Ste
     let launched = ctx.output(LAUNCH_CONTROL_PLANE)?;
     let cp = live.iter().find(|vm| vm.provider_id == launched.provider_id).cloned().unwrap_or(launched);
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
-    let client = kube_api::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
+    let client =
+        kube_api::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
     let nodes = match kube_api::nodes(&client).await {
         Ok(nodes) => nodes,
         Err(err) => return Ok(Check::NotYet(format!("listing nodes: {}", anycloud_engine::error_chain(&err)))),

@@ -161,9 +161,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     // served over TLS as k3s serves them, and on this API's port too.
     let kube_routes = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage());
     let kube_tls = tokio::spawn(anycloud_sim::kube::tls::serve(kube_tls, kube_routes.clone(), Arc::new(sim)));
-    let served = axum::serve(listener, router(state, kube_routes))
-        .with_graceful_shutdown(stop_signal(terminate))
-        .await;
+    let served = axum::serve(listener, router(state, kube_routes)).with_graceful_shutdown(stop_signal(terminate)).await;
     kube_tls.abort();
     served.map_err(|err| CliError::new(NOT_OBSERVED, "SERVE_FAILED", format!("serving HTTP: {err}")))?;
     tracing::info!("stopping: letting steps in flight finish and releasing leases");

@@ -72,7 +72,10 @@ struct Certificates {
 }
 
 impl Certificates {
-    async fn config_for(&self, vm: &str) -> Result<Arc<rustls::ServerConfig>, Box<dyn std::error::Error + Send + Sync>> {
+    async fn config_for(
+        &self,
+        vm: &str,
+    ) -> Result<Arc<rustls::ServerConfig>, Box<dyn std::error::Error + Send + Sync>> {
         if let Some(config) = self.made.lock().map_err(|_| "poisoned")?.get(vm) {
             return Ok(config.clone());
         }
