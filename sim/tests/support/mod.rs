@@ -140,7 +140,7 @@ impl Cluster {
 
     /// The domain's kube client for it.
     pub fn client(&self) -> kube::Client {
-        kube_api::client(&self.url(), &self.secrets).unwrap()
+        kube_api::client(&kube_api::KubeEndpoint::url(self.url()), &self.secrets).unwrap()
     }
 
     /// A kubeconfig for kubectl (HTTPS, trusting the cluster's CA), in the cluster's directory.
