@@ -115,6 +115,32 @@ pub fn cluster_create<'a>(
     ]
 }
 
+/// A new cluster record named `name` on `credential`, as `cluster create` inserts it: on the
+/// simulated cloud (`sim-east-1`, `sim.small`), one capacity VM, `creating`, with a fresh id.
+/// Tests override what they need with struct update syntax.
+pub fn cluster_record(name: &str, credential: &str) -> anycloud_workflows::db::clusters::Cluster {
+    let now = anycloud_workflows::now_ms();
+    anycloud_workflows::db::clusters::Cluster {
+        id: uuid::Uuid::new_v4().to_string(),
+        name: name.into(),
+        credential: credential.into(),
+        provider: anycloud_workflows::providers::ProviderKind::Sim,
+        region: "sim-east-1".into(),
+        zone: None,
+        vm_type: "sim.small".into(),
+        min_vms: 1,
+        max_vms: 1,
+        phase: anycloud_workflows::db::clusters::Phase::Creating,
+        reason: None,
+        endpoint: None,
+        network_id: None,
+        workflow_id: None,
+        delete_requested_at: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
 /// The steps a run undid, in the order it undid them, from its `workflow inspect --json`.
 pub fn undone_steps(inspected: &Value) -> Vec<&str> {
     let steps = inspected["steps"].as_array().unwrap_or_else(|| panic!("no steps in {inspected:#}"));
@@ -367,6 +393,33 @@ impl Api {
         let dir = self.dir.path().join("scratch");
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// Writes a deployment row directly (a service, a job whose run never started, a status a
+    /// test needs), through a second connection to the API's SQLite file (WAL: the API keeps
+    /// running meanwhile). An existing id only has its status changed.
+    pub fn add_deployment(&self, id: &str, name: &str, kind: &str, cluster_id: &str, status: &str) {
+        block_on(async {
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(self.sqlite_path())
+                .busy_timeout(Duration::from_secs(10));
+            let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+            sqlx::query(
+                "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, 'python:3.12', '[\"sleep\", \"1\"]', $6, $6) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status",
+            )
+            .bind(id)
+            .bind(name)
+            .bind(kind)
+            .bind(cluster_id)
+            .bind(status)
+            .bind(now_ms())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            sqlx::Connection::close(conn).await.unwrap();
+        });
     }
 
     /// The API's bearer token.

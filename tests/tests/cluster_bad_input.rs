@@ -15,7 +15,6 @@
 use std::time::Duration;
 
 use anycloud_tests::e2e::{self, Api};
-use sqlx::Connection;
 
 /// What a bad request may not change: rows of `clusters`, `vms`, `cluster.*` runs, and the
 /// simulated cloud's VMs and network rules.
@@ -98,29 +97,6 @@ fn refused(api: &Api, case: &Case<'_>) {
     assert!(out.stdout.is_empty(), "{} (--json): stdout should be empty\n{out}", case.what);
     let after = Footprint::of(api);
     assert_eq!(after, before, "{} changed something", case.what);
-}
-
-/// Writes a deployment row that references `cluster_id`, as the deployments feature would, through
-/// a second connection to the API's SQLite file (WAL: the API keeps running meanwhile).
-fn add_deployment(api: &Api, id: &str, name: &str, cluster_id: &str, status: &str) {
-    e2e::block_on(async {
-        let options =
-            sqlx::sqlite::SqliteConnectOptions::new().filename(api.sqlite_path()).busy_timeout(Duration::from_secs(10));
-        let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
-        sqlx::query(
-            "INSERT INTO deployments (id, name, kind, cluster_id, status, created_at) VALUES ($1, $2, 'job', $3, $4, $5) \
-             ON CONFLICT (id) DO UPDATE SET status = excluded.status",
-        )
-        .bind(id)
-        .bind(name)
-        .bind(cluster_id)
-        .bind(status)
-        .bind(e2e::now_ms())
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        conn.close().await.unwrap();
-    });
 }
 
 #[test]
@@ -275,7 +251,7 @@ fn bad_cluster_requests_are_refused_and_change_nothing() {
     );
 
     // ---- A deployment on it: the delete is refused, naming the deployment.
-    add_deployment(&api, "dep-1", "train-job", &id, "running");
+    api.add_deployment("dep-1", "train-job", "job", &id, "running");
     refused(
         &api,
         &Case::new(
@@ -308,7 +284,7 @@ fn bad_cluster_requests_are_refused_and_change_nothing() {
 
     // Once the deployment has ended, the same delete goes through and the provider is emptied:
     // the refusal was the deployment's doing.
-    add_deployment(&api, "dep-1", "train-job", &id, "completed");
+    api.add_deployment("dep-1", "train-job", "job", &id, "completed");
     api.spawn_cli(&["cluster", "delete", "taken", "--wait"]).wait(Duration::from_secs(90)).expect_code(0);
     let live = api.query_strings("SELECT id FROM sim_vms WHERE terminated_at IS NULL");
     assert!(live.is_empty(), "{live:?}");

@@ -7,34 +7,14 @@
 use std::time::Duration;
 
 use anycloud_engine::Store;
-use anycloud_tests::e2e::PgDatabase;
+use anycloud_tests::e2e::{self, PgDatabase};
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster, Phase};
 use anycloud_workflows::db::deployments::{self, NewDeployment, PlacementRefused, Spec};
-use anycloud_workflows::providers::ProviderKind;
 
 async fn ready_cluster(store: &Store, name: &str) -> Cluster {
     Db::open(store).await.unwrap();
-    let now = anycloud_workflows::now_ms();
-    let cluster = Cluster {
-        id: uuid::Uuid::new_v4().to_string(),
-        name: name.into(),
-        credential: "c".into(),
-        provider: ProviderKind::Sim,
-        region: "sim-east-1".into(),
-        zone: None,
-        vm_type: "sim.small".into(),
-        min_vms: 1,
-        max_vms: 1,
-        phase: Phase::Ready,
-        reason: None,
-        endpoint: None,
-        network_id: None,
-        workflow_id: None,
-        delete_requested_at: None,
-        created_at: now,
-        updated_at: now,
-    };
+    let cluster = Cluster { phase: Phase::Ready, ..e2e::cluster_record(name, "c") };
     let mut tx = store.begin_write().await.unwrap();
     clusters::insert_in(&mut tx, &cluster).await.unwrap();
     tx.commit().await.unwrap();

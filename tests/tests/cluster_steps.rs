@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind};
 use anycloud_engine::{Engine, EngineConfig, Pool, Registry, RunStatus, Store};
 use anycloud_sim::SimCloud;
-use anycloud_tests::e2e::Moto;
+use anycloud_tests::e2e::{self, Moto};
 use anycloud_tests::simulated_kube::{MotoMachines, SimulatedKube};
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
 use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
@@ -119,21 +119,12 @@ impl Harness {
         let cluster = Cluster {
             id: cluster_id.clone(),
             name: name.clone(),
-            credential: CREDENTIAL.to_owned(),
             provider: credential.provider,
             region: region.to_owned(),
-            zone: None,
             vm_type: vm_type.to_owned(),
             min_vms: WORKERS,
             max_vms: WORKERS,
-            phase: Phase::Creating,
-            reason: None,
-            endpoint: None,
-            network_id: None,
-            workflow_id: None,
-            delete_requested_at: None,
-            created_at: now,
-            updated_at: now,
+            ..e2e::cluster_record(&name, CREDENTIAL)
         };
         let mut tx = store.begin_write().await.unwrap();
         credentials::insert_in(&mut tx, &credential, &sealer, &uuid::Uuid::new_v4().to_string(), now).await.unwrap();

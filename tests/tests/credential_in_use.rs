@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anycloud_engine::Store;
 use anycloud_tests::e2e::{self, Api, PgDatabase};
 use anycloud_workflows::db::Db;
-use anycloud_workflows::db::clusters::{self, Cluster, Phase};
+use anycloud_workflows::db::clusters::{self, Cluster};
 use anycloud_workflows::db::credentials::{self, Hold, NewRecord, PublicPart};
 use anycloud_workflows::providers::ProviderKind;
 use anycloud_workflows::secrets::SecretBox;
@@ -105,26 +105,7 @@ async fn add_credential(db: &Db, sealer: &SecretBox, name: &str) {
 
 /// A new cluster record on `credential`, as `cluster create` inserts it.
 fn cluster(name: &str, credential: &str) -> Cluster {
-    let now = anycloud_workflows::now_ms();
-    Cluster {
-        id: uuid::Uuid::new_v4().to_string(),
-        name: name.into(),
-        credential: credential.into(),
-        provider: ProviderKind::Sim,
-        region: "sim-east-1".into(),
-        zone: None,
-        vm_type: "sim.small".into(),
-        min_vms: 1,
-        max_vms: 1,
-        phase: Phase::Creating,
-        reason: None,
-        endpoint: None,
-        network_id: None,
-        workflow_id: Some("create-run".into()),
-        delete_requested_at: None,
-        created_at: now,
-        updated_at: now,
-    }
+    Cluster { workflow_id: Some("create-run".into()), ..e2e::cluster_record(name, credential) }
 }
 
 /// The live clusters on `credential`, read in a transaction of its own.

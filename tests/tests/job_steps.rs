@@ -21,7 +21,7 @@ use anycloud_sim::SimCloud;
 use anycloud_tests::e2e;
 use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
 use anycloud_workflows::db::Db;
-use anycloud_workflows::db::clusters::{self, Cluster, Phase};
+use anycloud_workflows::db::clusters::{self, Cluster};
 use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
 use anycloud_workflows::db::deployments::{self, NewDeployment, Spec};
 use anycloud_workflows::deps::Deps;
@@ -69,25 +69,7 @@ impl Harness {
         };
         let credential =
             NewRecord { name: CREDENTIAL.to_owned(), provider: ProviderKind::Sim, public, secret: "sim".to_owned() };
-        let cluster = Cluster {
-            id: uuid::Uuid::new_v4().to_string(),
-            name: "jobs".into(),
-            credential: CREDENTIAL.to_owned(),
-            provider: ProviderKind::Sim,
-            region: "sim-east-1".into(),
-            zone: None,
-            vm_type: "sim.small".into(),
-            min_vms: 1,
-            max_vms: 1,
-            phase: Phase::Creating,
-            reason: None,
-            endpoint: None,
-            network_id: None,
-            workflow_id: None,
-            delete_requested_at: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let cluster = e2e::cluster_record("jobs", CREDENTIAL);
         let mut tx = store.begin_write().await.unwrap();
         credentials::insert_in(&mut tx, &credential, &sealer, &uuid::Uuid::new_v4().to_string(), now).await.unwrap();
         clusters::insert_in(&mut tx, &cluster).await.unwrap();

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use anycloud_tests::e2e::{self, Api};
 use serde_json::json;
-use sqlx::Connection;
 
 /// What a bad request may not change.
 #[derive(Debug, PartialEq, Eq)]
@@ -59,30 +58,6 @@ fn refused(api: &Api, what: &str, args: &[&str], code: i32, error_code: &str, wo
     assert_eq!(out.code, code, "{what} (--json): exit code\n{out}");
     assert_eq!(out.json_error()["error"]["code"], error_code, "{what} (--json)\n{out}");
     assert_eq!(Footprint::of(api), before, "{what} changed something");
-}
-
-/// Writes a deployment row directly (a service, or a job whose run never started), through a
-/// second connection to the API's SQLite file.
-fn add_deployment(api: &Api, name: &str, kind: &str, cluster_id: &str, status: &str) {
-    e2e::block_on(async {
-        let options =
-            sqlx::sqlite::SqliteConnectOptions::new().filename(api.sqlite_path()).busy_timeout(Duration::from_secs(10));
-        let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
-        sqlx::query(
-            "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, 'python:3.12', '[\"sleep\", \"1\"]', $6, $6)",
-        )
-        .bind(uuid::Uuid::new_v4().to_string())
-        .bind(name)
-        .bind(kind)
-        .bind(cluster_id)
-        .bind(status)
-        .bind(e2e::now_ms())
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        conn.close().await.unwrap();
-    });
 }
 
 fn job<'a>(cluster: &'a str, extra: &[&'a str], command: &[&'a str]) -> Vec<&'a str> {
@@ -169,10 +144,10 @@ fn bad_job_requests_are_refused_and_change_nothing() {
     );
 
     // Another kind of deployment, and a job whose run never started.
-    add_deployment(&api, "svc", "service", &cluster_id, "running");
+    api.add_deployment(&uuid::Uuid::new_v4().to_string(), "svc", "service", &cluster_id, "running");
     refused(&api, "resubmit of a service", &["resubmit", "svc"], 3, "WRONG_DEPLOYMENT_KIND", &["service"]);
     refused(&api, "logs of a service", &["logs", "svc"], 3, "WRONG_DEPLOYMENT_KIND", &["not supported yet"]);
-    add_deployment(&api, "never", "job", &cluster_id, "queued");
+    api.add_deployment(&uuid::Uuid::new_v4().to_string(), "never", "job", &cluster_id, "queued");
     refused(
         &api,
         "logs of a job that never started",

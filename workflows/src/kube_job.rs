@@ -208,21 +208,27 @@ pub async fn delete(client: &kube::Client, deployment: &Deployment, before: Opti
         }
     };
     let jobs: Api<Job> = Api::namespaced(client.clone(), &deployment.namespace);
-    let mut left = 0;
-    for job in jobs.list(&selector).await?.items.into_iter().filter(|job| old(job.metadata.labels.as_ref())) {
-        left += 1;
-        let name = job.metadata.name.unwrap_or_default();
-        match jobs.delete(&name, &DeleteParams::foreground()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => left -= 1,
-            Err(err) => return Err(err.into()),
-        }
-    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &deployment.namespace);
-    for pod in pods.list(&selector).await?.items.into_iter().filter(|pod| old(pod.metadata.labels.as_ref())) {
+    Ok(delete_listed(&jobs, &selector, &old, &DeleteParams::foreground()).await?
+        + delete_listed(&pods, &selector, &old, &DeleteParams::background()).await?)
+}
+
+/// Deletes the objects `selector` lists that `wanted` keeps, and returns how many of them were
+/// still there (a 404 means one is gone already).
+async fn delete_listed<K>(
+    api: &Api<K>,
+    selector: &ListParams,
+    wanted: &impl Fn(Option<&BTreeMap<String, String>>) -> bool,
+    params: &DeleteParams,
+) -> Result<usize, KubeError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut left = 0;
+    for object in api.list(selector).await?.items.into_iter().filter(|object| wanted(object.meta().labels.as_ref())) {
         left += 1;
-        let name = pod.metadata.name.unwrap_or_default();
-        match pods.delete(&name, &DeleteParams::background()).await {
+        let name = object.meta().name.clone().unwrap_or_default();
+        match api.delete(&name, params).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => left -= 1,
             Err(err) => return Err(err.into()),
