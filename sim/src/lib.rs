@@ -5,12 +5,19 @@
 //!   under a seed. The domain reaches its accounts ([`SimAccount`]) only through the `Cloud`
 //!   trait, as the `sim` provider ([`anycloud_workflows::providers::SimulatedCloud`]).
 //! - [`kube`]: the Kubernetes-compatible API of its control planes, which the real kube client
-//!   talks to; tests also serve it for clusters on moto and the fake Compute server, whose VMs
-//!   cannot boot here, so the project has one fake Kubernetes.
+//!   and kubectl talk to, and which runs Jobs for real: objects in SQL, a Job controller, a
+//!   scheduler and a kubelet that runs each container's command as a local process (detached,
+//!   so it survives API restarts), with logs and exec. Simulated, not isolated: no image is
+//!   pulled, commands run on the API's host as its user, `resources` are recorded, not
+//!   enforced. Tests also serve it for clusters on moto and the fake Compute server, whose VMs
+//!   cannot boot here, so the project has one fake Kubernetes. Mount it with
+//!   `kube::router(Arc::new(sim.clone()), sim.kube_storage())`.
 //!
-//! Its tables (`sim_api_calls`, `sim_vms`, `sim_networks`) were created by the domain's first
-//! migrations, which cannot move (sqlx checksums applied migrations); later changes to them
-//! belong in this crate.
+//! Its cloud tables (`sim_api_calls`, `sim_vms`, `sim_networks`) were created by the domain's
+//! first migrations, which cannot move (sqlx checksums applied migrations); later changes to them
+//! belong in this crate. Its Kubernetes tables (`sim_kube_objects`, `sim_kube_revisions`,
+//! `sim_kube_processes`) are this crate's own, created with `CREATE TABLE IF NOT EXISTS` when its
+//! routes first use them.
 
 mod account;
 mod cloud;

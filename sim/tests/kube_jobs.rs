@@ -218,3 +218,16 @@ async fn errors_are_the_apiservers() {
     let no_namespace = api_error(elsewhere.create(&PostParams::default(), &job("x", "true", &[])).await);
     assert_eq!((no_namespace.code, no_namespace.message.as_str()), (404, "namespaces \"no-such-namespace\" not found"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_processes_die_with_its_vms() {
+    let (cluster, jobs, pods) = setup().await;
+    apply(&jobs, &job("doomed", "echo $$; exec sleep 60", &[])).await;
+    let pod = running_pod(&pods, "doomed").await;
+    let name = pod.metadata.name.unwrap();
+    let pid: i32 =
+        eventually(10, "the process's pid in its log", || async { log_of(&pods, &name).await.trim().parse().ok() })
+            .await;
+    cluster.terminate_vms();
+    eventually(10, "the process gone with its VMs", || async { (!process_runs(pid)).then_some(()) }).await;
+}

@@ -37,7 +37,7 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, job: Value, pods: &[Value])
             kube.store.remove(cluster, &JOBS, &job).await?;
         }
         for pod in owned.into_iter().filter(|pod| !deleting(pod)) {
-            objects::delete_pod(kube, cluster, pod.clone()).await?;
+            objects::delete_pod(kube, cluster, pod.clone(), None).await?;
         }
         return Ok(());
     }
@@ -107,7 +107,7 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, job: Value, pods: &[Value])
             next.insert("completionTime".into(), json!(now));
         }
         for pod in owned.iter().filter(|pod| !terminal(pod) && !deleting(pod)) {
-            objects::delete_pod(kube, cluster, (*pod).clone()).await?;
+            objects::delete_pod(kube, cluster, (*pod).clone(), None).await?;
         }
     }
     let active = if outcome.is_some() { 0 } else { active + created.len() as i64 };

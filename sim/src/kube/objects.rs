@@ -599,15 +599,15 @@ async fn mark_deleted(
     Err(ApiError::conflict(scope.resource, &name))
 }
 
-/// Marks a Pod for deletion with its own grace period (for the reconcile loop: a Job or
-/// namespace being deleted takes its Pods with it).
-pub(crate) async fn delete_pod(kube: &Kube, cluster: &str, pod: Value) -> Result<(), ApiError> {
+/// Marks a Pod for deletion, with its own grace period unless `grace` says (for the reconcile
+/// loop: a Job, namespace or cluster being deleted takes its Pods with it).
+pub(crate) async fn delete_pod(kube: &Kube, cluster: &str, pod: Value, grace: Option<i64>) -> Result<(), ApiError> {
     let scope = Scope {
         cluster: cluster.to_owned(),
         resource: &resources::PODS,
         namespace: pod["metadata"]["namespace"].as_str().map(str::to_owned),
     };
-    mark_deleted(kube, cluster, &scope, pod, None).await.map(drop)
+    mark_deleted(kube, cluster, &scope, pod, grace).await.map(drop)
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //!
 //! State advances without anyone asking, and after an API restart the first pass picks up every
 //! Pod whose process still runs or exited meanwhile (their pids and exit files are on disk and
-//! in SQL). The loop holds the routes' state weakly: it stops when the routes are dropped.
+//! in SQL). A cluster whose control plane VM is terminated loses its Jobs, and its Pods'
+//! processes are killed at once, as they would die with their VMs. The loop holds the routes' state weakly: it stops when the routes are dropped.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -54,6 +55,9 @@ async fn run(kube: &Kube, pass: u64) -> Result<(), ApiError> {
 }
 
 async fn cluster_pass(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
+    if control_plane_gone(kube, cluster).await {
+        return wind_down(kube, cluster).await;
+    }
     for namespace in kube.store.list(cluster, &NAMESPACES, None).await? {
         if !namespace["metadata"]["deletionTimestamp"].is_null() {
             empty_namespace(kube, cluster, namespace).await?;
@@ -71,6 +75,33 @@ async fn cluster_pass(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Whether the cluster's control plane VM is terminated (or no longer known): its workloads die
+/// with its VMs.
+async fn control_plane_gone(kube: &Kube, cluster: &str) -> bool {
+    match kube.machines.machine(cluster).await {
+        Ok(None) => true,
+        Ok(Some(cp)) => matches!(cp.state.as_str(), "terminated" | "shutting-down"),
+        // Unknown is not gone: the next pass asks again.
+        Err(_) => false,
+    }
+}
+
+/// A cluster whose VMs are gone: its Jobs go, and its Pods' processes are killed at once.
+async fn wind_down(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
+    for job in kube.store.list(cluster, &JOBS, None).await? {
+        kube.store.remove(cluster, &JOBS, &job).await?;
+    }
+    for pod in kube.store.list(cluster, &PODS, None).await? {
+        if pod["metadata"]["deletionTimestamp"].is_null() {
+            objects::delete_pod(kube, cluster, pod, Some(0)).await?;
+        }
+    }
+    for pod in kube.store.list(cluster, &PODS, None).await? {
+        kubelet::sync(kube, cluster, pod).await?;
+    }
+    Ok(())
+}
+
 /// Deletes what a terminating namespace holds; removes it once it holds no Pod.
 async fn empty_namespace(kube: &Kube, cluster: &str, namespace: serde_json::Value) -> Result<(), ApiError> {
     let name = namespace["metadata"]["name"].as_str().unwrap_or_default().to_owned();
@@ -80,7 +111,7 @@ async fn empty_namespace(kube: &Kube, cluster: &str, namespace: serde_json::Valu
             if resource.plural == resources::PODS.plural {
                 pods_left = true;
                 if object["metadata"]["deletionTimestamp"].is_null() {
-                    objects::delete_pod(kube, cluster, object).await?;
+                    objects::delete_pod(kube, cluster, object, None).await?;
                 }
             } else {
                 kube.store.remove(cluster, resource, &object).await?;

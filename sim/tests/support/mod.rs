@@ -21,7 +21,7 @@ pub const CONTROL_PLANE: &str = "sim-cp";
 
 /// One control plane and two Ready workers, always running.
 pub struct Fixed {
-    machines: Vec<Machine>,
+    machines: std::sync::Mutex<Vec<Machine>>,
 }
 
 fn machine(id: &str, name: &str, control_plane: bool, user_data: String, ip: &str) -> Machine {
@@ -41,11 +41,11 @@ fn machine(id: &str, name: &str, control_plane: bool, user_data: String, ip: &st
 #[async_trait]
 impl Machines for Fixed {
     async fn machine(&self, id: &str) -> Result<Option<Machine>, String> {
-        Ok(self.machines.iter().find(|m| m.id == id).cloned())
+        Ok(self.machines.lock().unwrap().iter().find(|m| m.id == id).cloned())
     }
 
     async fn running(&self) -> Result<Vec<Machine>, String> {
-        Ok(self.machines.clone())
+        Ok(self.machines.lock().unwrap().iter().filter(|m| m.running).cloned().collect())
     }
 }
 
@@ -83,7 +83,7 @@ impl Cluster {
                 machine(&format!("sim-{name}"), name, false, user_data, &format!("10.0.1.{}", i + 2))
             })
             .collect::<Vec<_>>();
-        let machines = Arc::new(Fixed { machines: [vec![cp], workers].concat() });
+        let machines = Arc::new(Fixed { machines: std::sync::Mutex::new([vec![cp], workers].concat()) });
         let mut cluster = Self { dir, secrets, db, machines, server: None };
         cluster.serve().await;
         cluster
@@ -127,6 +127,14 @@ impl Cluster {
         }
         // The loop notices on its next tick that its routes are gone.
         tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+
+    /// Terminates every VM of the cluster, as `cluster delete` does.
+    pub fn terminate_vms(&self) {
+        for machine in self.machines.machines.lock().unwrap().iter_mut() {
+            machine.state = "terminated".into();
+            machine.running = false;
+        }
     }
 
     pub fn kubelet_dir(&self) -> PathBuf {
