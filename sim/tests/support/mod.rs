@@ -59,8 +59,9 @@ pub struct Cluster {
     server: Option<Server>,
 }
 
-/// A running API: plain HTTP (as the anycloud API serves it) and HTTPS with a certificate of
-/// the cluster's CA (as k3s serves it): kubectl sends its token over TLS only.
+/// A running API: plain HTTP and HTTPS with a certificate of the cluster's CA, both as the
+/// anycloud API serves them (`anycloud_sim::kube::tls`, as k3s serves it): kubectl sends its
+/// token over TLS only.
 struct Server {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     url: String,
@@ -96,23 +97,9 @@ impl Cluster {
         let router = anycloud_sim::kube::router(self.machines.clone(), Storage::new(&self.db, self.kubelet_dir()));
         let tls_listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let tls_url = format!("https://{}/sim/kube/{CONTROL_PLANE}", tls_listener.local_addr().unwrap());
-        let acceptor = tls_acceptor(&self.secrets);
-        let tls_router = router.clone();
+        let tls = tokio::spawn(anycloud_sim::kube::tls::serve(tls_listener, router.clone(), self.machines.clone()));
         let plain = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
-        });
-        let tls = tokio::spawn(async move {
-            while let Ok((stream, _)) = tls_listener.accept().await {
-                let (acceptor, router) = (acceptor.clone(), tls_router.clone());
-                tokio::spawn(async move {
-                    let Ok(stream) = acceptor.accept(stream).await else { return };
-                    let service = hyper_util::service::TowerToHyperService::new(router);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .with_upgrades()
-                        .await;
-                });
-            }
         });
         self.server = Some(Server { tasks: vec![plain, tls], url, tls_url });
     }
@@ -158,33 +145,14 @@ impl Cluster {
         std::fs::write(&ca, &self.secrets.ca_cert_pem).unwrap();
         let server = self.server.as_ref().map(|server| server.tls_url.clone()).unwrap();
         let config = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: sim\n  user:\n    token: {}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\n    certificate-authority: {}\n    tls-server-name: {}\nusers:\n- name: sim\n  user:\n    token: {}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\n",
             ca.display(),
+            anycloud_sim::kube::tls::server_name(CONTROL_PLANE),
             self.secrets.api_token
         );
         std::fs::write(&path, config).unwrap();
         path
     }
-}
-
-/// TLS with a server certificate for 127.0.0.1 signed by the cluster's CA.
-fn tls_acceptor(secrets: &ClusterSecrets) -> tokio_rustls::TlsAcceptor {
-    let ca_key = rcgen::KeyPair::from_pem(&secrets.ca_key_pem).unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(rcgen::DnType::CommonName, "anycloud cluster jobs CA");
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
-        .unwrap();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
 
 /// A Job that runs `script` under `sh -c` once (`restartPolicy: Never`, `backoffLimit: 0`).
