@@ -258,7 +258,10 @@ fn bad_cluster_requests_are_refused_and_change_nothing() {
             "a delete while a deployment references the cluster",
             &["cluster", "delete", "taken"],
             3,
-            &["cluster `taken` is still referenced by 1 deployment(s): train-job", "anycloud terminate train-job"],
+            &[
+                "cluster `taken` is still referenced by 1 deployment(s) that have not ended: train-job",
+                "anycloud terminate train-job",
+            ],
             "CLUSTER_IN_USE",
         ),
     );
