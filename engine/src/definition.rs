@@ -144,8 +144,9 @@ impl<T> Effect<T> {
 pub(crate) enum Body<W: Workflow> {
     /// Runs once (retried on error) and checkpoints its output.
     Action(ActionFn<W>),
-    /// Checks a condition every `interval` until it holds or `timeout` passes since the first check.
-    Poll { check: ActionFn<W>, interval: Duration, timeout: Duration },
+    /// Checks a condition every `interval` (slowing to `slowest`, see [`Step::slowing_to`]) until
+    /// it holds or `timeout` passes since the first check.
+    Poll { check: ActionFn<W>, interval: Duration, slowest: Duration, timeout: Duration },
     /// Waits until `duration` after the step first started.
     Sleep(SleepFn<W>),
 }
@@ -198,7 +199,8 @@ impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
                 })
             })
         });
-        let body = Body::Poll { check, interval: Duration::from_secs(5), timeout: Duration::from_secs(15 * 60) };
+        let every = Duration::from_secs(5);
+        let body = Body::Poll { check, interval: every, slowest: every, timeout: Duration::from_secs(15 * 60) };
         Self::new(name.step_name(), body)
     }
 
@@ -240,8 +242,21 @@ impl<W: Workflow, T: Serialize + DeserializeOwned + Send + 'static> Step<W, T> {
     /// For a poll step: the time between checks.
     #[must_use]
     pub fn every(mut self, every: Duration) -> Self {
-        if let Body::Poll { interval, .. } = &mut self.def.body {
+        if let Body::Poll { interval, slowest, .. } = &mut self.def.body {
             *interval = every;
+            *slowest = (*slowest).max(every);
+        }
+        self
+    }
+
+    /// For a poll step: checks come further apart the longer it waits, a tenth of the time waited
+    /// so far (never less than [`Step::every`]), up to `slowest`. A wait of a few seconds is seen
+    /// within its first interval; a job that runs for days costs a check every `slowest`, not
+    /// every `every`.
+    #[must_use]
+    pub fn slowing_to(mut self, slowest: Duration) -> Self {
+        if let Body::Poll { interval, slowest: limit, .. } = &mut self.def.body {
+            *limit = slowest.max(*interval);
         }
         self
     }

@@ -65,7 +65,7 @@ impl Registry {
 /// How a step waits, if it does.
 pub(crate) enum Shape {
     Action,
-    Poll { interval: Duration, timeout: Duration },
+    Poll { interval: Duration, slowest: Duration, timeout: Duration },
     Sleep(Duration),
 }
 
@@ -189,7 +189,9 @@ impl<W: Workflow> Instance for Running<W> {
     fn shape(&self, index: usize) -> Shape {
         match &self.steps.list[index].body {
             Body::Action(_) => Shape::Action,
-            Body::Poll { interval, timeout, .. } => Shape::Poll { interval: *interval, timeout: *timeout },
+            Body::Poll { interval, slowest, timeout, .. } => {
+                Shape::Poll { interval: *interval, slowest: *slowest, timeout: *timeout }
+            }
             Body::Sleep(duration) => Shape::Sleep(duration(&self.ctx_for(index, 0, false))),
         }
     }

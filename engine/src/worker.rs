@@ -186,7 +186,7 @@ impl Driver<'_> {
                 let now = now_ms();
                 let next_at = match shape {
                     Shape::Sleep(duration) => after(started, duration),
-                    Shape::Poll { interval, timeout } => {
+                    Shape::Poll { interval, slowest, timeout } => {
                         let deadline = after(started, timeout);
                         if now >= deadline {
                             // Like retries running out: the step's policy says unwind or park.
@@ -196,7 +196,7 @@ impl Driver<'_> {
                             ));
                             return self.give_up(run, index, error, &policy, "timed out");
                         }
-                        after(now, interval).min(deadline)
+                        after(now, next_check(interval, slowest, since(started, now))).min(deadline)
                     }
                     Shape::Action => now,
                 };
@@ -619,6 +619,12 @@ async fn commit(
     }
 }
 
+/// The time until a poll's next check, after it has waited `waited`: a tenth of that, between
+/// `every` and `slowest`.
+fn next_check(every: Duration, slowest: Duration, waited: Duration) -> Duration {
+    (waited / 10).clamp(every, slowest.max(every))
+}
+
 pub(crate) fn humanize(duration: Duration) -> String {
     let ms = duration.as_millis();
     if ms < 1_000 {
@@ -627,5 +633,23 @@ pub(crate) fn humanize(duration: Duration) -> String {
         format!("{:.1} s", duration.as_secs_f64())
     } else {
         format!("{} min", duration.as_secs() / 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::next_check;
+
+    #[test]
+    fn a_poll_slows_with_the_time_it_has_waited() {
+        let (every, slowest) = (Duration::from_secs(1), Duration::from_secs(30));
+        assert_eq!(next_check(every, slowest, Duration::ZERO), every);
+        assert_eq!(next_check(every, slowest, Duration::from_secs(5)), every);
+        assert_eq!(next_check(every, slowest, Duration::from_secs(60)), Duration::from_secs(6));
+        assert_eq!(next_check(every, slowest, Duration::from_secs(3600)), slowest);
+        // Without `slowing_to`, `slowest` is `every`: a fixed interval.
+        assert_eq!(next_check(every, every, Duration::from_secs(3600)), every);
     }
 }

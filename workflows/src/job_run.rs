@@ -82,12 +82,14 @@ impl Workflow for RunJob {
             .then(
                 Step::poll(WAIT_FOR_POD, wait_for_pod)
                     .every(Duration::from_secs(1))
+                    .slowing_to(Duration::from_secs(10))
                     .timeout(START_TIMEOUT)
                     .attempt_timeout(retry::QUICK_ATTEMPT),
             )
             .then(
                 Step::poll(WAIT_FOR_END, wait_for_end)
                     .every(Duration::from_secs(2))
+                    .slowing_to(Duration::from_secs(30))
                     .timeout(RUN_TIMEOUT)
                     .attempt_timeout(retry::QUICK_ATTEMPT),
             )

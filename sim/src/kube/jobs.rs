@@ -21,13 +21,8 @@ use super::resources::{JOBS, PODS};
 use super::status::ApiError;
 use super::{Kube, defaults, objects, time};
 
-/// Reconciles one Job with `pods`, every Pod of its cluster.
-pub(crate) async fn sync(kube: &Kube, cluster: &str, job: Value, pods: &[Value]) -> Result<(), ApiError> {
-    let uid = &job["metadata"]["uid"];
-    let owned: Vec<&Value> = pods
-        .iter()
-        .filter(|pod| pod["metadata"]["ownerReferences"].as_array().is_some_and(|o| o.iter().any(|o| o["uid"] == *uid)))
-        .collect();
+/// Reconciles one Job with `owned`, the Pods it controls.
+pub(crate) async fn sync(kube: &Kube, cluster: &str, job: Value, owned: &[&Value]) -> Result<(), ApiError> {
     let phase = |pod: &&Value| pod["status"]["phase"].as_str().unwrap_or("Pending").to_owned();
     let deleting = |pod: &&Value| !pod["metadata"]["deletionTimestamp"].is_null();
     let terminal = |pod: &&Value| matches!(phase(pod).as_str(), "Succeeded" | "Failed");
@@ -36,8 +31,8 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, job: Value, pods: &[Value])
         if owned.is_empty() {
             kube.store.remove(cluster, &JOBS, &job).await?;
         }
-        for pod in owned.into_iter().filter(|pod| !deleting(pod)) {
-            objects::delete_pod(kube, cluster, pod.clone(), None).await?;
+        for pod in owned.iter().filter(|pod| !deleting(pod)) {
+            objects::delete_pod(kube, cluster, (*pod).clone(), None).await?;
         }
         return Ok(());
     }

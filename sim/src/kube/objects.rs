@@ -122,7 +122,9 @@ async fn list_objects(
         return Ok(watch::serve(kube, watch));
     }
     let revision = kube.store.revision(&scope.cluster).await?;
-    let objects = kube.store.list(&scope.cluster, scope.resource, scope.namespace.as_deref()).await?;
+    let equalities = selector.label_equalities();
+    let objects =
+        kube.store.list_labelled(&scope.cluster, scope.resource, scope.namespace.as_deref(), &equalities).await?;
     let items: Vec<Value> = objects.into_iter().filter(|object| selector.matches(object)).collect();
     if tables::wanted(&headers) {
         let include = query.get("includeObject").map(String::as_str);

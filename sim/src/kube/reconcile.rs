@@ -1,5 +1,6 @@
-//! The control loop: every 250 ms, for every cluster with Jobs, Pods or a namespace being
-//! deleted, in this order:
+//! The control loop: every 250 ms, for every cluster with objects it still drives (a Job not
+//! finished, a Pod not ended, anything being deleted: see [`super::store::settled`]), in this
+//! order:
 //!
 //! 1. namespaces being deleted lose their objects (Pods through the kubelet), then go;
 //! 2. the Job controller ([`super::jobs`]) passes over every Job;
@@ -12,8 +13,11 @@
 //! in SQL). A cluster whose control plane VM is terminated loses its Jobs, and its Pods'
 //! processes are killed at once, as they would die with their VMs. The loop holds the routes' state weakly: it stops when the routes are dropped.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use serde_json::Value;
 
 use super::resources::{self, ALL, JOBS, NAMESPACES, PODS};
 use super::status::ApiError;
@@ -63,13 +67,22 @@ async fn cluster_pass(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
             empty_namespace(kube, cluster, namespace).await?;
         }
     }
-    let pods = kube.store.list(cluster, &PODS, None).await?;
-    for job in kube.store.list(cluster, &JOBS, None).await? {
+    // Finished Jobs and ended Pods are left alone: a pass reads only what may still change.
+    let owned = kube.store.owned_by_unsettled(cluster, &PODS, &JOBS).await?;
+    let mut by_owner: HashMap<&str, Vec<&Value>> = HashMap::new();
+    for pod in &owned {
+        let owner = pod["metadata"]["ownerReferences"]
+            .as_array()
+            .and_then(|owners| owners.iter().find(|owner| owner["controller"] == true))
+            .and_then(|owner| owner["uid"].as_str());
+        by_owner.entry(owner.unwrap_or_default()).or_default().push(pod);
+    }
+    for job in kube.store.unsettled(cluster, &JOBS).await? {
+        let pods = by_owner.get(job["metadata"]["uid"].as_str().unwrap_or_default()).cloned().unwrap_or_default();
         jobs::sync(kube, cluster, job, &pods).await?;
     }
-    let pods = kube.store.list(cluster, &PODS, None).await?;
-    scheduler::schedule(kube, cluster, &pods).await?;
-    for pod in kube.store.list(cluster, &PODS, None).await? {
+    scheduler::schedule(kube, cluster, &kube.store.unsettled(cluster, &PODS).await?).await?;
+    for pod in kube.store.unsettled(cluster, &PODS).await? {
         kubelet::sync(kube, cluster, pod).await?;
     }
     Ok(())

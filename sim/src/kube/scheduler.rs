@@ -11,7 +11,7 @@ use super::resources::PODS;
 use super::status::ApiError;
 use super::{Kube, nodes, time};
 
-/// Binds the cluster's unscheduled Pods (among `pods`, every Pod of the cluster).
+/// Binds the cluster's unscheduled Pods (among `pods`, every Pod of the cluster that has not ended).
 pub(crate) async fn schedule(kube: &Kube, cluster: &str, pods: &[Value]) -> Result<(), ApiError> {
     let unscheduled: Vec<&Value> = pods
         .iter()

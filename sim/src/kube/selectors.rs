@@ -30,6 +30,17 @@ impl Selector {
         })
     }
 
+    /// The label equalities (`a=b`) among its requirements, for the store's prefilter.
+    pub(crate) fn label_equalities(&self) -> Vec<(&str, &str)> {
+        self.labels
+            .iter()
+            .filter_map(|requirement| match requirement {
+                Requirement::Equals(key, value) => Some((key.as_str(), value.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the object is selected.
     pub(crate) fn matches(&self, object: &Value) -> bool {
         let labels = &object["metadata"]["labels"];

@@ -5,7 +5,11 @@
 //!   resource (`jobs`), namespace (`""` when cluster-scoped) and name; the object's JSON, its uid,
 //!   its `resourceVersion` and the revisions that created and deleted it. A deleted object stays
 //!   a while as a tombstone (`deleted_revision` set), so that a watch that starts from an older
-//!   `resourceVersion` still sees it go.
+//!   `resourceVersion` still sees it go. Three columns are derived from the body at each write, so
+//!   that reads need not parse every object: `labels` (see [`label_text`]), `owner` (the uid of
+//!   its controller) and `settled` (1 when the control loop has nothing left to do with it, see
+//!   [`settled`]). With a thousand finished Jobs and their Pods, a pass of the loop and a list by
+//!   label read only what they need.
 //! - `sim_kube_revisions`: each cluster's last `resourceVersion`, which every write increments.
 //! - `sim_kube_processes`: the local process of each started container (pid, and its start time
 //!   in clock ticks, which tells it from a later process that reuses the pid).
@@ -15,13 +19,16 @@
 //! migrations. Writes are optimistic: an update names the `resourceVersion` it read, and
 //! changes nothing if the object moved on.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use anycloud_engine::{Pool, execute, with_pool};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use super::resources::Resource;
 
-const SCHEMA: [&str; 3] = [
+const SCHEMA: [&str; 5] = [
     "CREATE TABLE IF NOT EXISTS sim_kube_objects (
         cluster TEXT NOT NULL,
         resource TEXT NOT NULL,
@@ -33,8 +40,13 @@ const SCHEMA: [&str; 3] = [
         deleted_revision BIGINT,
         deleted_at BIGINT,
         body TEXT NOT NULL,
+        labels TEXT NOT NULL DEFAULT '',
+        owner TEXT NOT NULL DEFAULT '',
+        settled BIGINT NOT NULL DEFAULT 0,
         PRIMARY KEY (cluster, resource, namespace, name)
     )",
+    "CREATE INDEX IF NOT EXISTS sim_kube_objects_settled ON sim_kube_objects (cluster, resource, settled)",
+    "CREATE INDEX IF NOT EXISTS sim_kube_objects_owner ON sim_kube_objects (cluster, resource, owner)",
     "CREATE TABLE IF NOT EXISTS sim_kube_revisions (
         cluster TEXT PRIMARY KEY,
         revision BIGINT NOT NULL
@@ -79,10 +91,66 @@ pub(crate) struct ProcessRecord {
     pub(crate) start_ticks: u64,
 }
 
+/// Columns that an earlier version of the table lacked, added (and filled) on first use.
+const DERIVED: [&str; 3] = [
+    "ALTER TABLE sim_kube_objects ADD COLUMN labels TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE sim_kube_objects ADD COLUMN owner TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE sim_kube_objects ADD COLUMN settled BIGINT NOT NULL DEFAULT 0",
+];
+
 /// The objects of every simulated cluster of one API.
 pub(crate) struct Store {
     pool: Pool,
     schema: OnceCell<()>,
+    /// Recorded processes, by `{pod uid}/{container}`: a record never changes once written, and
+    /// the kubelet asks for every running container's on every pass.
+    processes: Mutex<HashMap<String, ProcessRecord>>,
+}
+
+/// The labels of an object as the `labels` column holds them: each `key=value` between two
+/// newlines, in key order, so that `LIKE` finds a set of equalities in one pattern (a prefilter:
+/// the selector itself decides).
+pub(crate) fn label_text(object: &Value) -> String {
+    let mut labels: Vec<(&String, &Value)> =
+        object["metadata"]["labels"].as_object().map(|labels| labels.iter().collect()).unwrap_or_default();
+    labels.sort_by(|a, b| a.0.cmp(b.0));
+    labels.iter().map(|(key, value)| format!("\n{key}={}\n", value.as_str().unwrap_or_default())).collect()
+}
+
+/// The `LIKE` pattern that every object whose labels include `equalities` matches.
+fn label_pattern(equalities: &[(&str, &str)]) -> String {
+    let mut sorted = equalities.to_vec();
+    sorted.sort();
+    let mut pattern = String::from("%");
+    for (key, value) in sorted {
+        pattern.push_str(&format!("\n{key}={value}\n%"));
+    }
+    pattern
+}
+
+/// The uid of the object's controller (its `ownerReferences` entry with `controller: true`).
+fn owner_of(object: &Value) -> String {
+    object["metadata"]["ownerReferences"]
+        .as_array()
+        .and_then(|owners| owners.iter().find(|owner| owner["controller"] == true))
+        .and_then(|owner| owner["uid"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether the control loop has nothing left to do with the object: not being deleted, and a
+/// Pod that has ended, a Job that is finished, or any object of a kind the loop does not drive.
+pub(crate) fn settled(resource: &Resource, object: &Value) -> bool {
+    if !object["metadata"]["deletionTimestamp"].is_null() {
+        return false;
+    }
+    match resource.plural {
+        "pods" => matches!(object["status"]["phase"].as_str(), Some("Succeeded" | "Failed")),
+        "jobs" => object["status"]["conditions"].as_array().is_some_and(|conditions| {
+            conditions.iter().any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
+        }),
+        _ => true,
+    }
 }
 
 /// The `resourceVersion` an object carries.
@@ -100,19 +168,60 @@ fn parse(bodies: Vec<String>) -> Result<Vec<Value>, sqlx::Error> {
 
 impl Store {
     pub(crate) fn new(pool: Pool) -> Self {
-        Self { pool, schema: OnceCell::new() }
+        Self { pool, schema: OnceCell::new(), processes: Mutex::new(HashMap::new()) }
     }
 
     async fn ready(&self) -> Result<&Pool, sqlx::Error> {
         self.schema
             .get_or_try_init(|| async {
-                for statement in SCHEMA {
-                    execute!(&self.pool, statement)?;
+                execute!(&self.pool, SCHEMA[0])?;
+                self.add_derived_columns().await?;
+                for statement in &SCHEMA[1..] {
+                    execute!(&self.pool, *statement)?;
                 }
                 Ok::<(), sqlx::Error>(())
             })
             .await?;
         Ok(&self.pool)
+    }
+
+    /// A table made by an earlier version lacks the derived columns: adds and fills them.
+    async fn add_derived_columns(&self) -> Result<(), sqlx::Error> {
+        let pool = &self.pool;
+        let probe: Result<Option<i64>, sqlx::Error> = with_pool!(pool, |pool| {
+            sqlx::query_scalar("SELECT settled FROM sim_kube_objects WHERE 1 = 0").fetch_optional(pool).await
+        });
+        if probe.is_ok() {
+            return Ok(());
+        }
+        for statement in DERIVED {
+            execute!(pool, statement)?;
+        }
+        let rows: Vec<(String, String, String, String, String)> = with_pool!(pool, |pool| {
+            sqlx::query_as("SELECT cluster, resource, namespace, name, body FROM sim_kube_objects")
+                .fetch_all(pool)
+                .await
+        })?;
+        for (cluster, plural, namespace, name, body) in rows {
+            let object: Value = serde_json::from_str(&body).map_err(|err| sqlx::Error::Decode(Box::new(err)))?;
+            let settled = super::resources::ALL
+                .into_iter()
+                .find(|resource| resource.plural == plural)
+                .is_some_and(|resource| settled(resource, &object));
+            execute!(
+                pool,
+                "UPDATE sim_kube_objects SET labels = $1, owner = $2, settled = $3 \
+                 WHERE cluster = $4 AND resource = $5 AND namespace = $6 AND name = $7",
+                label_text(&object),
+                owner_of(&object),
+                i64::from(settled),
+                cluster,
+                plural,
+                namespace,
+                name
+            )?;
+        }
+        Ok(())
     }
 
     /// The cluster's last `resourceVersion` (0 before its first write).
@@ -172,15 +281,69 @@ impl Store {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> Result<Vec<Value>, sqlx::Error> {
+        self.list_labelled(cluster, resource, namespace, &[]).await
+    }
+
+    /// Like [`Store::list`], without most of the objects whose labels lack `equalities` (the
+    /// caller's selector decides on the rest).
+    pub(crate) async fn list_labelled(
+        &self,
+        cluster: &str,
+        resource: &Resource,
+        namespace: Option<&str>,
+        equalities: &[(&str, &str)],
+    ) -> Result<Vec<Value>, sqlx::Error> {
         let pool = self.ready().await?;
         let bodies: Vec<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar(
                 "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 \
-                 AND ($3 = '*' OR namespace = $3) AND deleted_revision IS NULL ORDER BY namespace, name",
+                 AND ($3 = '*' OR namespace = $3) AND labels LIKE $4 AND deleted_revision IS NULL \
+                 ORDER BY namespace, name",
             )
             .bind(cluster)
             .bind(resource.plural)
             .bind(namespace.unwrap_or("*"))
+            .bind(label_pattern(equalities))
+            .fetch_all(pool)
+            .await
+        })?;
+        parse(bodies)
+    }
+
+    /// The objects of a resource that the control loop still drives (not [`settled`]).
+    pub(crate) async fn unsettled(&self, cluster: &str, resource: &Resource) -> Result<Vec<Value>, sqlx::Error> {
+        let pool = self.ready().await?;
+        let bodies: Vec<String> = with_pool!(pool, |pool| {
+            sqlx::query_scalar(
+                "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 AND settled = 0 \
+                 AND deleted_revision IS NULL ORDER BY namespace, name",
+            )
+            .bind(cluster)
+            .bind(resource.plural)
+            .fetch_all(pool)
+            .await
+        })?;
+        parse(bodies)
+    }
+
+    /// The objects of `resource` whose controller is an unsettled object of `owners` (a Pod of a
+    /// running Job, ended or not).
+    pub(crate) async fn owned_by_unsettled(
+        &self,
+        cluster: &str,
+        resource: &Resource,
+        owners: &Resource,
+    ) -> Result<Vec<Value>, sqlx::Error> {
+        let pool = self.ready().await?;
+        let bodies: Vec<String> = with_pool!(pool, |pool| {
+            sqlx::query_scalar(
+                "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 AND deleted_revision IS NULL \
+                 AND owner IN (SELECT uid FROM sim_kube_objects WHERE cluster = $1 AND resource = $3 \
+                 AND settled = 0 AND deleted_revision IS NULL) ORDER BY namespace, name",
+            )
+            .bind(cluster)
+            .bind(resource.plural)
+            .bind(owners.plural)
             .fetch_all(pool)
             .await
         })?;
@@ -201,17 +364,22 @@ impl Store {
         let created = execute!(
             self.ready().await?,
             "INSERT INTO sim_kube_objects (cluster, resource, namespace, name, uid, resource_version, created_revision, \
-             body) VALUES ($1, $2, $3, $4, $5, $6, $6, $7) ON CONFLICT (cluster, resource, namespace, name) \
+             body, labels, owner, settled) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10) \
+             ON CONFLICT (cluster, resource, namespace, name) \
              DO UPDATE SET uid = excluded.uid, resource_version = excluded.resource_version, \
              created_revision = excluded.created_revision, deleted_revision = NULL, deleted_at = NULL, \
-             body = excluded.body WHERE sim_kube_objects.deleted_revision IS NOT NULL",
+             body = excluded.body, labels = excluded.labels, owner = excluded.owner, settled = excluded.settled \
+             WHERE sim_kube_objects.deleted_revision IS NOT NULL",
             cluster,
             resource.plural,
             namespace,
             metadata["name"].as_str().unwrap_or_default(),
             metadata["uid"].as_str().unwrap_or_default(),
             revision,
-            object.to_string()
+            object.to_string(),
+            label_text(&object),
+            owner_of(&object),
+            i64::from(settled(resource, &object))
         )?;
         Ok((created == 1).then_some(object))
     }
@@ -230,7 +398,7 @@ impl Store {
         let metadata = &object["metadata"];
         let updated = execute!(
             self.ready().await?,
-            "UPDATE sim_kube_objects SET resource_version = $1, body = $2 \
+            "UPDATE sim_kube_objects SET resource_version = $1, body = $2, labels = $8, owner = $9, settled = $10 \
              WHERE cluster = $3 AND resource = $4 AND namespace = $5 AND name = $6 AND resource_version = $7 \
              AND deleted_revision IS NULL",
             revision,
@@ -239,7 +407,10 @@ impl Store {
             resource.plural,
             namespace_of(resource, metadata["namespace"].as_str().unwrap_or_default()),
             metadata["name"].as_str().unwrap_or_default(),
-            read
+            read,
+            label_text(&object),
+            owner_of(&object),
+            i64::from(settled(resource, &object))
         )?;
         Ok((updated == 1).then_some(object))
     }
@@ -307,13 +478,12 @@ impl Store {
         Ok(())
     }
 
-    /// The clusters that have Jobs, Pods or namespaces being deleted, for the reconcile loop.
+    /// The clusters that have objects the control loop still drives (see [`settled`]).
     pub(crate) async fn busy_clusters(&self) -> Result<Vec<String>, sqlx::Error> {
         let pool = self.ready().await?;
         with_pool!(pool, |pool| {
             sqlx::query_scalar(
-                "SELECT DISTINCT cluster FROM sim_kube_objects WHERE resource IN ('jobs', 'pods', 'namespaces') \
-                 AND deleted_revision IS NULL AND (resource <> 'namespaces' OR body LIKE '%deletionTimestamp%') \
+                "SELECT DISTINCT cluster FROM sim_kube_objects WHERE settled = 0 AND deleted_revision IS NULL \
                  ORDER BY cluster",
             )
             .fetch_all(pool)
@@ -323,6 +493,10 @@ impl Store {
 
     /// The recorded process of a container, if it was started.
     pub(crate) async fn process(&self, pod_uid: &str, container: &str) -> Result<Option<ProcessRecord>, sqlx::Error> {
+        let key = format!("{pod_uid}/{container}");
+        if let Some(record) = self.processes.lock().ok().and_then(|known| known.get(&key).copied()) {
+            return Ok(Some(record));
+        }
         let pool = self.ready().await?;
         let row: Option<(i64, i64)> = with_pool!(pool, |pool| {
             sqlx::query_as("SELECT pid, start_ticks FROM sim_kube_processes WHERE pod_uid = $1 AND container = $2")
@@ -331,7 +505,11 @@ impl Store {
                 .fetch_optional(pool)
                 .await
         })?;
-        Ok(row.map(|(pid, start_ticks)| ProcessRecord { pid: pid as i32, start_ticks: start_ticks as u64 }))
+        let record = row.map(|(pid, start_ticks)| ProcessRecord { pid: pid as i32, start_ticks: start_ticks as u64 });
+        if let (Some(record), Ok(mut known)) = (record, self.processes.lock()) {
+            known.insert(key, record);
+        }
+        Ok(record)
     }
 
     /// Records a container's process.
@@ -350,12 +528,18 @@ impl Store {
             i64::from(process.pid),
             process.start_ticks as i64
         )?;
+        if let Ok(mut known) = self.processes.lock() {
+            known.insert(format!("{pod_uid}/{container}"), process);
+        }
         Ok(())
     }
 
     /// Forgets the processes of a removed Pod.
     pub(crate) async fn forget_processes(&self, pod_uid: &str) -> Result<(), sqlx::Error> {
         execute!(self.ready().await?, "DELETE FROM sim_kube_processes WHERE pod_uid = $1", pod_uid)?;
+        if let Ok(mut known) = self.processes.lock() {
+            known.retain(|key, _| !key.starts_with(&format!("{pod_uid}/")));
+        }
         Ok(())
     }
 }
