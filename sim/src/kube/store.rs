@@ -543,3 +543,66 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::kube::resources::{JOBS, PODS};
+
+    async fn store() -> (tempfile::TempDir, Pool) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = anycloud_engine::Store::sqlite(&dir.path().join("kube.db")).await.unwrap();
+        (dir, store.pool().clone())
+    }
+
+    fn pod(name: &str, labels: Value, phase: &str) -> Value {
+        json!({ "metadata": { "name": name, "namespace": "ns", "uid": name, "labels": labels },
+                "status": { "phase": phase } })
+    }
+
+    #[tokio::test]
+    async fn lists_by_label_and_the_loop_sees_only_what_may_change() {
+        let (_dir, pool) = store().await;
+        let store = Store::new(pool);
+        store.create("c", &PODS, pod("a", json!({ "app": "web", "tier": "x" }), "Running")).await.unwrap();
+        store.create("c", &PODS, pod("b", json!({ "app": "web" }), "Succeeded")).await.unwrap();
+        store.create("c", &PODS, pod("c", json!({ "app": "WEB" }), "Running")).await.unwrap();
+        let names = |objects: Vec<Value>| -> Vec<String> {
+            objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+        };
+        // The prefilter may let `WEB` through (LIKE ignores case on SQLite); it never drops a match.
+        let web = names(store.list_labelled("c", &PODS, Some("ns"), &[("app", "web")]).await.unwrap());
+        assert!(web.contains(&"a".to_owned()) && web.contains(&"b".to_owned()), "{web:?}");
+        let both = names(store.list_labelled("c", &PODS, None, &[("tier", "x"), ("app", "web")]).await.unwrap());
+        assert_eq!(both, ["a"]);
+        assert_eq!(names(store.unsettled("c", &PODS).await.unwrap()), ["a", "c"]);
+        assert!(store.unsettled("c", &JOBS).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_table_of_an_earlier_version_gets_its_derived_columns() {
+        let (_dir, pool) = store().await;
+        execute!(
+            &pool,
+            "CREATE TABLE sim_kube_objects (cluster TEXT NOT NULL, resource TEXT NOT NULL, namespace TEXT NOT NULL, \
+             name TEXT NOT NULL, uid TEXT NOT NULL, resource_version BIGINT NOT NULL, created_revision BIGINT NOT NULL, \
+             deleted_revision BIGINT, deleted_at BIGINT, body TEXT NOT NULL, \
+             PRIMARY KEY (cluster, resource, namespace, name))"
+        )
+        .unwrap();
+        let old = pod("a", json!({ "app": "web" }), "Succeeded");
+        execute!(
+            &pool,
+            "INSERT INTO sim_kube_objects VALUES ('c', 'pods', 'ns', 'a', 'a', 1, 1, NULL, NULL, $1)",
+            old.to_string()
+        )
+        .unwrap();
+        let store = Store::new(pool);
+        assert_eq!(store.list_labelled("c", &PODS, None, &[("app", "web")]).await.unwrap().len(), 1);
+        assert!(store.unsettled("c", &PODS).await.unwrap().is_empty(), "an ended Pod is settled");
+    }
+}
