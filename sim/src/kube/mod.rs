@@ -33,16 +33,22 @@
 
 mod auth;
 mod defaults;
+mod deployments;
 mod discovery;
+mod endpoints;
 mod events;
 mod exec;
 mod jobs;
 mod kubelet;
 mod logs;
+mod network;
 mod nodes;
 mod objects;
+mod probes;
 mod process;
+mod proxy;
 mod reconcile;
+mod replicasets;
 mod resources;
 mod scheduler;
 mod selectors;
@@ -100,6 +106,7 @@ pub(crate) struct Kube {
     pub(crate) machines: Arc<dyn Machines>,
     pub(crate) store: store::Store,
     pub(crate) kubelet: kubelet::Kubelet,
+    pub(crate) proxy: proxy::Proxy,
     pub(crate) seeded: auth::Seeded,
     /// Keeps a temporary [`Storage`]'s directory for as long as the API lives.
     _storage: Storage,
@@ -117,6 +124,7 @@ pub fn router(machines: Arc<dyn Machines>, storage: Storage) -> Router {
         machines,
         store: store::Store::new(storage.pool().clone()),
         kubelet: kubelet::Kubelet::new(storage.kubelet_dir().to_owned()),
+        proxy: proxy::Proxy::default(),
         seeded: auth::Seeded::new(),
         _storage: storage,
     });
