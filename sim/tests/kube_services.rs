@@ -163,7 +163,8 @@ async fn replica_sets(api: &Api<ReplicaSet>) -> Vec<(i64, String, i32)> {
         .items
         .into_iter()
         .map(|rs| {
-            let revision = rs.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"].parse().unwrap();
+            let revision =
+                rs.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"].parse().unwrap();
             (revision, rs.metadata.name.unwrap(), rs.spec.unwrap().replicas.unwrap())
         })
         .collect();
@@ -196,7 +197,7 @@ async fn a_rolling_update_replaces_replicas_without_a_failed_request() {
     for pod in &pods {
         let status = pod.status.as_ref().unwrap();
         assert!(status.pod_ip.as_deref().unwrap().starts_with("127.42."), "{status:?}");
-        assert_eq!(status.container_statuses.as_ref().unwrap()[0].ready, true);
+        assert!(status.container_statuses.as_ref().unwrap()[0].ready);
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert!(labels.contains_key("pod-template-hash"), "{labels:?}");
         let log = apis.pods.logs(pod.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();

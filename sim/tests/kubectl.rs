@@ -150,7 +150,8 @@ async fn kubectl_follows_a_deployment_behind_a_service() {
     assert!(status.ends_with("deployment \"web\" successfully rolled out\n"), "{status}");
     let listed = succeeds(&config, &["get", "deployments,replicasets,services,pods"]).await;
     println!("{listed}");
-    let line = |prefix: &str| listed.lines().find(|l| l.starts_with(prefix)).map(|l| l.split_whitespace().collect::<Vec<_>>());
+    let line =
+        |prefix: &str| listed.lines().find(|l| l.starts_with(prefix)).map(|l| l.split_whitespace().collect::<Vec<_>>());
     assert_eq!(line("deployment.apps/web ").unwrap()[1..4], ["2/2", "2", "2"], "{listed}");
     assert_eq!(line("replicaset.apps/web-").unwrap()[1..4], ["2", "2", "2"], "{listed}");
     assert_eq!(line("service/web ").unwrap()[1..5], ["ClusterIP", ip.as_str(), "<none>", "8080/TCP"], "{listed}");

@@ -109,6 +109,11 @@ fn pod_spec(spec: &mut Map<String, Value>, restart_policy: Option<&str>) {
             let latest = container.get("image").and_then(Value::as_str).is_some_and(|image| {
                 !image.rsplit('/').next().unwrap_or(image).contains(':') || image.ends_with(":latest")
             });
+            if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
+                for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                    port.entry("protocol").or_insert(json!("TCP"));
+                }
+            }
             for (field, value) in [
                 ("imagePullPolicy", json!(if latest { "Always" } else { "IfNotPresent" })),
                 ("resources", json!({})),
@@ -125,11 +130,9 @@ fn pod_spec(spec: &mut Map<String, Value>, restart_policy: Option<&str>) {
 /// its ReplicaSets').
 pub(crate) fn deployment(deployment: &mut Value) {
     let spec = child(root(deployment), "spec");
-    for (field, value) in [
-        ("replicas", json!(1)),
-        ("revisionHistoryLimit", json!(10)),
-        ("progressDeadlineSeconds", json!(600)),
-    ] {
+    for (field, value) in
+        [("replicas", json!(1)), ("revisionHistoryLimit", json!(10)), ("progressDeadlineSeconds", json!(600))]
+    {
         spec.entry(field).or_insert(value);
     }
     let strategy = child(spec, "strategy");

@@ -250,7 +250,13 @@ fn scale_down_old(sets: &[Set], targets: &mut [i64], old: &[usize], new_index: u
 }
 
 /// Deletes old ReplicaSets at 0 (with no Pod left) beyond `revisionHistoryLimit`, oldest first.
-async fn clean_up_history(kube: &Kube, cluster: &str, spec: &Value, sets: &[Set], new_index: usize) -> Result<(), ApiError> {
+async fn clean_up_history(
+    kube: &Kube,
+    cluster: &str,
+    spec: &Value,
+    sets: &[Set],
+    new_index: usize,
+) -> Result<(), ApiError> {
     let limit = spec["revisionHistoryLimit"].as_i64().unwrap_or(10).max(0) as usize;
     let idle: Vec<&Set> = sets
         .iter()
@@ -393,7 +399,13 @@ fn status(
     let available_condition = if available >= replicas - max_unavailable {
         condition("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.".into(), true)
     } else {
-        condition("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".into(), true)
+        condition(
+            "Available",
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.".into(),
+            true,
+        )
     };
     let old_progressing = current("Progressing");
     let reason_was = |reason: &str| old_progressing.as_ref().is_some_and(|c| c["reason"] == reason);
@@ -438,9 +450,7 @@ mod tests {
 
     #[test]
     fn fenceposts_round_surge_up_and_unavailable_down() {
-        let spec = |surge: Value, unavailable: Value| {
-            json!({ "strategy": { "rollingUpdate": { "maxSurge": surge, "maxUnavailable": unavailable } } })
-        };
+        let spec = |surge: Value, unavailable: Value| json!({ "strategy": { "rollingUpdate": { "maxSurge": surge, "maxUnavailable": unavailable } } });
         assert_eq!(fenceposts(&spec(json!("25%"), json!("25%")), 2), (1, 0));
         assert_eq!(fenceposts(&spec(json!(1), json!(0)), 2), (1, 0));
         assert_eq!(fenceposts(&spec(json!(0), json!(0)), 2), (0, 1));

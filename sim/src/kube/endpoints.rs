@@ -59,9 +59,11 @@ pub(crate) async fn sync(
             for port in &service_ports {
                 let Some(target) = target_port(pod, &port["targetPort"]) else { continue };
                 ports.push(json!({ "name": port["name"].as_str().unwrap_or_default(), "port": target, "protocol": port["protocol"] }));
-                if let (true, Some(service_port), Ok(address)) =
-                    (ready, port["port"].as_u64(), service["spec"]["clusterIP"].as_str().unwrap_or_default().parse::<IpAddr>())
-                    && let (Ok(service_port), Ok(pod_ip)) = (u16::try_from(service_port), ip.parse::<IpAddr>())
+                if let (true, Some(service_port), Ok(address)) = (
+                    ready,
+                    port["port"].as_u64(),
+                    service["spec"]["clusterIP"].as_str().unwrap_or_default().parse::<IpAddr>(),
+                ) && let (Ok(service_port), Ok(pod_ip)) = (u16::try_from(service_port), ip.parse::<IpAddr>())
                 {
                     let route: &mut Vec<SocketAddr> = routes.entry(SocketAddr::new(address, service_port)).or_default();
                     route.push(SocketAddr::new(pod_ip, target));
@@ -111,7 +113,13 @@ fn target_port(pod: &Value, target: &Value) -> Option<u16> {
 }
 
 /// Creates or updates the Service's Endpoints if its subsets changed.
-async fn write(kube: &Kube, cluster: &str, service: &Value, existing: &[Value], subsets: Vec<Value>) -> Result<(), ApiError> {
+async fn write(
+    kube: &Kube,
+    cluster: &str,
+    service: &Value,
+    existing: &[Value],
+    subsets: Vec<Value>,
+) -> Result<(), ApiError> {
     let name = &service["metadata"]["name"];
     let namespace = service["metadata"]["namespace"].as_str().unwrap_or_default();
     let current = existing.iter().find(|e| e["metadata"]["name"] == *name && e["metadata"]["namespace"] == namespace);

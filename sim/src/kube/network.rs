@@ -76,11 +76,10 @@ fn free_port() -> Result<u16, ApiError> {
 /// The host port of a container's port, given as its number or its name.
 pub(crate) fn host_port(pod: &Value, container: &Value, port: &Value) -> Option<u16> {
     let number = match port {
-        Value::String(name) => container["ports"]
-            .as_array()?
-            .iter()
-            .find(|p| p["name"].as_str() == Some(name.as_str()))?["containerPort"]
-            .as_i64()?,
+        Value::String(name) => {
+            container["ports"].as_array()?.iter().find(|p| p["name"].as_str() == Some(name.as_str()))?["containerPort"]
+                .as_i64()?
+        }
         other => other.as_i64()?,
     };
     let mapped: Value = serde_json::from_str(pod["metadata"]["annotations"][HOST_PORTS].as_str()?).ok()?;
@@ -129,7 +128,10 @@ pub(crate) fn service_env(services: &[Value]) -> BTreeMap<String, String> {
                 env.insert(format!("{prefix}_PORT"), format!("{}://{ip}:{number}", protocol.to_lowercase()));
             }
             if let Some(name) = port["name"].as_str().filter(|name| !name.is_empty()) {
-                env.insert(format!("{prefix}_SERVICE_PORT_{}", name.to_uppercase().replace('-', "_")), number.to_string());
+                env.insert(
+                    format!("{prefix}_SERVICE_PORT_{}", name.to_uppercase().replace('-', "_")),
+                    number.to_string(),
+                );
             }
             let link = format!("{prefix}_PORT_{number}_{protocol}");
             env.insert(link.clone(), format!("{}://{ip}:{number}", protocol.to_lowercase()));

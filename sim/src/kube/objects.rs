@@ -545,7 +545,8 @@ async fn delete_object(
             }
         }
         "deployments" | "replicasets" => {
-            let children = if scope.resource.plural == "deployments" { &resources::REPLICASETS } else { &resources::PODS };
+            let children =
+                if scope.resource.plural == "deployments" { &resources::REPLICASETS } else { &resources::PODS };
             match options.propagation_policy.as_deref() {
                 Some("Foreground") => {
                     let marked = mark_deleted(kube, &scope.cluster, &scope, object, None).await?;

@@ -86,7 +86,10 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, replica_set: Value, owned: 
     let mut created = Vec::new();
     for _ in 0..missing.max(0) {
         let pod = create_pod(kube, cluster, &replica_set).await?;
-        notes.push(note("SuccessfulCreate", format!("Created pod: {}", pod["metadata"]["name"].as_str().unwrap_or_default())));
+        notes.push(note(
+            "SuccessfulCreate",
+            format!("Created pod: {}", pod["metadata"]["name"].as_str().unwrap_or_default()),
+        ));
         created.push(pod);
     }
     if missing < 0 {
@@ -102,7 +105,10 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, replica_set: Value, owned: 
         let surplus: Vec<&Value> = active.drain(..(-missing) as usize).collect();
         for pod in surplus {
             objects::delete_pod(kube, cluster, pod.clone(), None).await?;
-            notes.push(note("SuccessfulDelete", format!("Deleted pod: {}", pod["metadata"]["name"].as_str().unwrap_or_default())));
+            notes.push(note(
+                "SuccessfulDelete",
+                format!("Deleted pod: {}", pod["metadata"]["name"].as_str().unwrap_or_default()),
+            ));
         }
     }
     let counts = count(&active, min_ready);

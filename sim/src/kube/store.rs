@@ -343,7 +343,12 @@ impl Store {
     }
 
     /// The objects of `resource` whose controller has the uid `owner`.
-    pub(crate) async fn owned(&self, cluster: &str, resource: &Resource, owner: &str) -> Result<Vec<Value>, sqlx::Error> {
+    pub(crate) async fn owned(
+        &self,
+        cluster: &str,
+        resource: &Resource,
+        owner: &str,
+    ) -> Result<Vec<Value>, sqlx::Error> {
         let pool = self.ready().await?;
         let bodies: Vec<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar(

@@ -230,7 +230,11 @@ fn cells(plural: &str, object: &Value) -> Vec<Value> {
             } else {
                 vec![name, json!(wanted), json!(count("replicas")), json!(count("readyReplicas")), age]
             };
-            row.extend([json!(joined("name")), json!(joined("image")), json!(labels(&spec["selector"]["matchLabels"]))]);
+            row.extend([
+                json!(joined("name")),
+                json!(joined("image")),
+                json!(labels(&spec["selector"]["matchLabels"])),
+            ]);
             row
         }
         "services" => {
