@@ -368,3 +368,38 @@ async fn web_pids(cluster: &Cluster) -> Vec<i32> {
     assert_eq!(pids.len(), 2, "{pids:?}");
     pids
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreground_deletion_waits_for_the_pods_and_the_listeners_go_with_the_vms() {
+    let cluster = Cluster::start().await;
+    let apis = apis(&cluster);
+    let address = deploy_v1(&apis).await;
+    let pids = web_pids(&cluster).await;
+
+    apis.deployments.delete("web", &DeleteParams::foreground()).await.unwrap();
+    let marked = apis.deployments.get("web").await.unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    eventually(45, "the Deployment gone after its Pods", || async {
+        let gone = apis.deployments.get_opt("web").await.unwrap().is_none();
+        let pods = apis.pods.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+        if gone {
+            assert!(pods.is_empty(), "the Deployment went before its Pods: {pods:?}");
+        }
+        gone.then_some(())
+    })
+    .await;
+    assert!(pids.iter().all(|pid| !process_runs(*pid)));
+    // No ready endpoint left: the Service's port resets connections.
+    assert!(get(&address).await.is_err());
+
+    apply(&apis.deployments, &serving("v1")).await;
+    rolled_out(&apis.deployments).await;
+    let pids = web_pids(&cluster).await;
+    eventually(10, "the Service answering", || async { get(&address).await.ok() }).await;
+    cluster.terminate_vms();
+    eventually(20, "the listener and the replicas gone with the VMs", || async {
+        let refused = TcpStream::connect(&address).await.is_err();
+        (refused && pids.iter().all(|pid| !process_runs(*pid))).then_some(())
+    })
+    .await;
+}

@@ -1,7 +1,7 @@
 //! The Deployment controller, one pass over one Deployment, as Kubernetes 1.34's:
 //!
-//! 1. A Deployment being deleted in the foreground removes its ReplicaSets (their Pods follow,
-//!    see [`super::reconcile`]'s garbage collection) and goes once none is left.
+//! 1. A Deployment being deleted in the foreground deletes its ReplicaSets in the foreground
+//!    (they take their Pods first) and goes once none is left.
 //! 2. Its ReplicaSet for the current pod template is the one whose template, without the
 //!    `pod-template-hash` label, equals the Deployment's; if none does, one is created as
 //!    `{deployment}-{hash}` (label and selector `pod-template-hash`), with the next revision
@@ -32,7 +32,7 @@ use super::events::{self, Note, Severity};
 use super::replicasets::{self, Counts};
 use super::resources::{DEPLOYMENTS, REPLICASETS};
 use super::status::ApiError;
-use super::{Kube, defaults, time};
+use super::{Kube, defaults, objects, time};
 
 /// The label (and selector key) that tells a ReplicaSet's Pods by template.
 pub(crate) const HASH_LABEL: &str = "pod-template-hash";
@@ -72,8 +72,8 @@ pub(crate) async fn sync(
         if owned.is_empty() {
             kube.store.remove(cluster, &DEPLOYMENTS, &deployment).await?;
         }
-        for replica_set in owned {
-            kube.store.remove(cluster, &REPLICASETS, replica_set).await?;
+        for replica_set in owned.iter().filter(|rs| rs["metadata"]["deletionTimestamp"].is_null()) {
+            objects::delete_in_foreground(kube, cluster, &REPLICASETS, (*replica_set).clone()).await?;
         }
         return Ok(());
     }

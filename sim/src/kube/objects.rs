@@ -658,6 +658,22 @@ async fn mark_deleted(
     Err(ApiError::conflict(scope.resource, &name))
 }
 
+/// Marks an object for a foreground deletion (for the reconcile loop: a Deployment deleted in
+/// the foreground takes its ReplicaSets, which take their Pods, before it goes).
+pub(crate) async fn delete_in_foreground(
+    kube: &Kube,
+    cluster: &str,
+    resource: &'static Resource,
+    object: Value,
+) -> Result<(), ApiError> {
+    let scope = Scope {
+        cluster: cluster.to_owned(),
+        resource,
+        namespace: object["metadata"]["namespace"].as_str().map(str::to_owned),
+    };
+    mark_deleted(kube, cluster, &scope, object, None).await.map(drop)
+}
+
 /// Marks a Pod for deletion, with its own grace period unless `grace` says (for the reconcile
 /// loop: a Job, namespace or cluster being deleted takes its Pods with it).
 pub(crate) async fn delete_pod(kube: &Kube, cluster: &str, pod: Value, grace: Option<i64>) -> Result<(), ApiError> {
