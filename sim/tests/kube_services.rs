@@ -403,3 +403,32 @@ async fn a_foreground_deletion_waits_for_the_pods_and_the_listeners_go_with_the_
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreate_update_ends_the_old_replicas_before_starting_new_ones() {
+    let cluster = Cluster::start().await;
+    let apis = apis(&cluster);
+    let mut v1 = serving("v1");
+    v1["spec"]["strategy"] = json!({ "type": "Recreate" });
+    apply(&apis.deployments, &v1).await;
+    rolled_out(&apis.deployments).await;
+    let old = web_pids(&cluster).await;
+    let mut v2 = serving("v2");
+    v2["spec"]["strategy"] = json!({ "type": "Recreate" });
+    apply(&apis.deployments, &v2).await;
+    eventually(45, "the new replicas started after the old ones ended", || async {
+        let pods = apis.pods.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+        let versions: Vec<String> = pods
+            .iter()
+            .map(|pod| pod.spec.as_ref().unwrap().containers[0].env.as_ref().unwrap()[0].value.clone().unwrap())
+            .collect();
+        if versions.iter().any(|v| v == "v2") {
+            assert!(old.iter().all(|pid| !process_runs(*pid)), "a v2 Pod while a v1 process runs");
+        }
+        (versions == ["v2", "v2"]).then_some(())
+    })
+    .await;
+    rolled_out(&apis.deployments).await;
+    let sets = replica_sets(&apis.replica_sets).await;
+    assert_eq!(sets.iter().map(|(rev, _, replicas)| (*rev, *replicas)).collect::<Vec<_>>(), [(1, 0), (2, 2)]);
+}

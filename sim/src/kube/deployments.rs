@@ -149,7 +149,7 @@ pub(crate) async fn sync(
         for i in &old {
             targets[*i] = 0;
         }
-    } else if old.iter().all(|i| sets[*i].counts.pods == 0) {
+    } else if old.iter().all(|i| sets[*i].counts.running == 0) {
         targets[new_index] = replicas;
     }
     for (i, set) in sets.iter_mut().enumerate() {

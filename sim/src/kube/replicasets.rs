@@ -56,6 +56,8 @@ pub(crate) struct Counts {
     pub(crate) ready: i64,
     /// Of them, available.
     pub(crate) available: i64,
+    /// Pods whose processes may still run: active ones and those being deleted.
+    pub(crate) running: i64,
 }
 
 /// Counts `pods` with the ReplicaSet's `minReadySeconds`.
@@ -64,6 +66,10 @@ pub(crate) fn count(pods: &[&Value], min_ready: i64) -> Counts {
         pods: pods.iter().filter(|pod| active(pod)).count() as i64,
         ready: pods.iter().filter(|pod| ready(pod)).count() as i64,
         available: pods.iter().filter(|pod| available(pod, min_ready)).count() as i64,
+        running: pods
+            .iter()
+            .filter(|pod| !matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+            .count() as i64,
     }
 }
 
