@@ -5,9 +5,11 @@
 //!   under a seed. The domain reaches its accounts ([`SimAccount`]) only through the `Cloud`
 //!   trait, as the `sim` provider ([`anycloud_workflows::providers::SimulatedCloud`]).
 //! - [`kube`]: the Kubernetes-compatible API of its control planes, which the real kube client
-//!   and kubectl talk to, and which runs Jobs for real: objects in SQL, a Job controller, a
-//!   scheduler and a kubelet that runs each container's command as a local process (detached,
-//!   so it survives API restarts), with logs and exec. Simulated, not isolated: no image is
+//!   and kubectl talk to, and which runs Jobs and Deployments for real: objects in SQL, Job,
+//!   Deployment and ReplicaSet controllers, a scheduler and a kubelet that runs each container's
+//!   command as a local process (detached, so it survives API restarts; restarted when it exits
+//!   under `restartPolicy: Always`), with logs and exec; ClusterIP Services on loopback addresses
+//!   that forward to the ready replicas. Simulated, not isolated: no image is
 //!   pulled, commands run on the API's host as its user, `resources` are recorded, not
 //!   enforced. Tests also serve it for clusters on moto and the fake Compute server, whose VMs
 //!   cannot boot here, so the project has one fake Kubernetes. Mount it with

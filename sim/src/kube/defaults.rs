@@ -1,6 +1,9 @@
 //! What the apiserver fills in on create: metadata (uid, creation time, generation) and the
-//! defaults of namespaces, Jobs and Pods that clients read back (a Job's selector and its
-//! template's labels, `backoffLimit: 6`, containers' `imagePullPolicy`, ...).
+//! defaults of namespaces, Jobs, Pods, Deployments, ReplicaSets and Services that clients read
+//! back (a Job's selector and its template's labels, `backoffLimit: 6`, a Deployment's
+//! `RollingUpdate` strategy at 25%/25%, a Service's `ClusterIP` type and `targetPort`,
+//! containers' `imagePullPolicy`, ...). A Service's cluster IP is allocated by
+//! [`super::proxy::allocate`] before these defaults, which need no I/O.
 
 use serde_json::{Map, Value, json};
 
@@ -31,6 +34,9 @@ pub(crate) fn on_create(resource: &Resource, namespace: &str, object: &mut Value
         "namespaces" => namespace_defaults(object),
         "jobs" => job(object),
         "pods" => pod(object),
+        "deployments" => deployment(object),
+        "replicasets" => replica_set(object),
+        "services" => service(object),
         _ => {}
     }
 }
@@ -103,6 +109,11 @@ fn pod_spec(spec: &mut Map<String, Value>, restart_policy: Option<&str>) {
             let latest = container.get("image").and_then(Value::as_str).is_some_and(|image| {
                 !image.rsplit('/').next().unwrap_or(image).contains(':') || image.ends_with(":latest")
             });
+            if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
+                for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                    port.entry("protocol").or_insert(json!("TCP"));
+                }
+            }
             for (field, value) in [
                 ("imagePullPolicy", json!(if latest { "Always" } else { "IfNotPresent" })),
                 ("resources", json!({})),
@@ -113,6 +124,66 @@ fn pod_spec(spec: &mut Map<String, Value>, restart_policy: Option<&str>) {
             }
         }
     }
+}
+
+/// A Deployment's defaults (again after every apply, so that its template compares equal to
+/// its ReplicaSets').
+pub(crate) fn deployment(deployment: &mut Value) {
+    let spec = child(root(deployment), "spec");
+    for (field, value) in
+        [("replicas", json!(1)), ("revisionHistoryLimit", json!(10)), ("progressDeadlineSeconds", json!(600))]
+    {
+        spec.entry(field).or_insert(value);
+    }
+    let strategy = child(spec, "strategy");
+    strategy.entry("type").or_insert(json!("RollingUpdate"));
+    if strategy.get("type") == Some(&json!("RollingUpdate")) {
+        let rolling = child(strategy, "rollingUpdate");
+        rolling.entry("maxSurge").or_insert(json!("25%"));
+        rolling.entry("maxUnavailable").or_insert(json!("25%"));
+    }
+    pod_template(child(spec, "template"));
+    child(root(deployment), "status");
+}
+
+/// A ReplicaSet's defaults.
+pub(crate) fn replica_set(replica_set: &mut Value) {
+    let spec = child(root(replica_set), "spec");
+    spec.entry("replicas").or_insert(json!(1));
+    pod_template(child(spec, "template"));
+    child(root(replica_set), "status");
+}
+
+fn pod_template(template: &mut Map<String, Value>) {
+    child(template, "metadata");
+    pod_spec(child(template, "spec"), Some("Always"));
+}
+
+/// A Service's defaults (its `clusterIP` is given by the caller, see [`super::proxy`]).
+pub(crate) fn service(service: &mut Value) {
+    let spec = child(root(service), "spec");
+    for (field, value) in [
+        ("type", json!("ClusterIP")),
+        ("sessionAffinity", json!("None")),
+        ("ipFamilies", json!(["IPv4"])),
+        ("ipFamilyPolicy", json!("SingleStack")),
+        ("internalTrafficPolicy", json!("Cluster")),
+    ] {
+        spec.entry(field).or_insert(value);
+    }
+    if let Some(ip) = spec.get("clusterIP").cloned() {
+        spec.insert("clusterIPs".into(), json!([ip]));
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            port.entry("protocol").or_insert(json!("TCP"));
+            if let Some(number) = port.get("port").cloned() {
+                port.entry("targetPort").or_insert(number);
+            }
+        }
+    }
+    let status = child(root(service), "status");
+    status.entry("loadBalancer").or_insert(json!({}));
 }
 
 /// The value as an object, made one if it is not.

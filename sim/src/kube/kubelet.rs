@@ -10,7 +10,14 @@
 //! 3. Its containers' states follow their processes: `waiting` (`ContainerCreating`), `running`
 //!    (`startedAt`), `terminated` (`exitCode`, `Completed` or `Error`, `startedAt`,
 //!    `finishedAt`), and its phase follows them: `Pending`, `Running`, then `Succeeded` when every
-//!    container exited 0, else `Failed`. Containers are never restarted.
+//!    container exited 0, else `Failed`.
+//! 4. With `restartPolicy: Always` (a Deployment's Pods) a container whose process exits is
+//!    restarted: its exit goes to `lastState.terminated`, `restartCount` grows, and it waits in
+//!    `waiting` with reason `CrashLoopBackOff` for its back-off, as the kubelet's: the first
+//!    restart at once, then 10 s doubling to 5 min. Its log file goes on (`logs --previous` is
+//!    not simulated). With `Never` and `OnFailure` (Jobs' Pods) a container is never restarted.
+//! 5. A running container is ready as [`super::probes`] says; the Pod is `Ready` when all are.
+//!    Each Pod has its own loopback address and host ports (see [`super::network`]).
 //!
 //! Nothing is pulled: a container's image is recorded (`imageID: sim://not-pulled/{image}`)
 //! and its `Pulled` event says so.
@@ -25,7 +32,7 @@ use super::events::{self, Note, Severity};
 use super::process::{self, ContainerFiles, Probe};
 use super::resources::PODS;
 use super::status::ApiError;
-use super::{Kube, time};
+use super::{Kube, network, probes, time};
 
 /// The kubelets' shared directory, and the Pods this process has sent SIGTERM.
 pub(crate) struct Kubelet {
@@ -49,13 +56,21 @@ impl Kubelet {
     }
 }
 
-/// The environment a container's processes get (its own, and `exec`'s).
+/// The environment a container's processes get (its own, and `exec`'s): `HOSTNAME`, the
+/// Services' variables, the container's `env`, then `PORT` (see [`network`]).
 pub(crate) fn environment(pod: &Value, container: &Value) -> Vec<(String, String)> {
     let mut env = vec![("HOSTNAME".to_owned(), pod["metadata"]["name"].as_str().unwrap_or_default().to_owned())];
+    let network = network::env(pod, container);
+    env.extend(network.iter().filter(|(name, _)| name != "PORT").cloned());
     for var in container["env"].as_array().into_iter().flatten() {
         if let Some(name) = var["name"].as_str() {
+            env.retain(|(existing, _)| existing != name);
             env.push((name.to_owned(), var["value"].as_str().unwrap_or_default().to_owned()));
         }
+    }
+    if let Some(port) = network.iter().find(|(name, _)| name == "PORT") {
+        env.retain(|(existing, _)| existing != "PORT");
+        env.push(port.clone());
     }
     if !env.iter().any(|(name, _)| name == "PATH") {
         env.push(("PATH".to_owned(), process::DEFAULT_PATH.to_owned()));
@@ -81,19 +96,65 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, pod: Value) -> Result<(), A
     if pod["spec"]["nodeName"].is_null() || matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed")) {
         return Ok(());
     }
+    let pod = if network::needs_setup(&pod) {
+        match network::setup(kube, cluster, &pod).await? {
+            Some(written) => written,
+            None => return Ok(()),
+        }
+    } else {
+        pod
+    };
     let pod_dir = kube.kubelet.pod_dir(&uid);
     let containers = pod["spec"]["containers"].as_array().cloned().unwrap_or_default();
     let previous = pod["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
+    let restarts = pod["spec"]["restartPolicy"] == "Always";
     let mut statuses = Vec::new();
     let mut notes = Vec::new();
     for container in &containers {
         let name = container["name"].as_str().unwrap_or_default();
-        let before = previous.iter().find(|s| s["name"] == name).cloned();
-        let state = match before.as_ref().map(|s| &s["state"]) {
+        let before = previous.iter().find(|s| s["name"] == name).cloned().unwrap_or(Value::Null);
+        let mut last_state = before.get("lastState").cloned().unwrap_or_else(|| json!({}));
+        let mut restart_count = before["restartCount"].as_i64().unwrap_or(0);
+        let mut state = match before.get("state") {
             Some(state) if state.get("terminated").is_some() => state.clone(),
+            Some(state) if state["waiting"]["reason"] == "CrashLoopBackOff" => {
+                let finished = time::seconds(&last_state["terminated"]["finishedAt"]).unwrap_or(0);
+                if time::now_seconds() >= finished + back_off(restart_count) {
+                    kube.kubelet.files(&uid, name).clear();
+                    start(kube, &uid, &pod_dir, &pod, container, &mut notes).await?
+                } else {
+                    state.clone()
+                }
+            }
             _ => container_state(kube, &uid, &pod_dir, &pod, container, &mut notes).await?,
         };
-        statuses.push(container_status(&uid, container, state));
+        if restarts && before["state"].get("terminated").is_none() && state.get("terminated").is_some() {
+            last_state = state.clone();
+            restart_count += 1;
+            let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            let message = format!(
+                "back-off {}s restarting failed container={name} pod={pod_name}_{}({uid})",
+                back_off(restart_count).max(10),
+                pod["metadata"]["namespace"].as_str().unwrap_or_default(),
+            );
+            notes.push(Note {
+                severity: Severity::Warning,
+                component: "kubelet",
+                reason: "BackOff",
+                message: format!("Back-off restarting failed container {name} in pod {pod_name}"),
+            });
+            state = if back_off(restart_count) == 0 {
+                kube.kubelet.files(&uid, name).clear();
+                start(kube, &uid, &pod_dir, &pod, container, &mut notes).await?
+            } else {
+                json!({ "waiting": { "reason": "CrashLoopBackOff", "message": message } })
+            };
+        }
+        let ready = match time::seconds(&state["running"]["startedAt"]) {
+            Some(started) => probes::ready(&pod, container, started).await,
+            None => false,
+        };
+        statuses.push(container_status(&uid, container, state, last_state, restart_count, ready));
     }
     let mut next = pod.clone();
     next["status"] = pod_status(&pod, &statuses);
@@ -105,6 +166,12 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, pod: Value) -> Result<(), A
         }
     }
     Ok(())
+}
+
+/// How long a container that has restarted `restarts` times waits before its next start: none
+/// before the first restart, then 10 s doubling to 5 min, as the kubelet's back-off.
+fn back_off(restarts: i64) -> i64 {
+    if restarts <= 1 { 0 } else { (10i64 << (restarts - 2).min(5)).min(300) }
 }
 
 /// The state of a container that has not terminated yet: started now if it was not, else as
@@ -226,13 +293,20 @@ async fn start(
     }
 }
 
-fn container_status(uid: &str, container: &Value, state: Value) -> Value {
+fn container_status(
+    uid: &str,
+    container: &Value,
+    state: Value,
+    last_state: Value,
+    restart_count: i64,
+    ready: bool,
+) -> Value {
     let name = container["name"].as_str().unwrap_or_default();
     let image = container["image"].as_str().unwrap_or_default();
     let running = state.get("running").is_some();
     let started = running || state.get("terminated").is_some_and(|t| t["reason"] != "StartError");
     json!({
-        "name": name, "state": state, "lastState": {}, "ready": running, "restartCount": 0,
+        "name": name, "state": state, "lastState": last_state, "ready": ready, "restartCount": restart_count,
         "image": image, "imageID": format!("sim://not-pulled/{image}"),
         "containerID": format!("sim://{uid}/{name}"), "started": started,
     })
@@ -245,12 +319,16 @@ fn pod_status(pod: &Value, statuses: &[Value]) -> Value {
     let all_ended = !statuses.is_empty() && terminated.len() == statuses.len();
     let phase = if all_ended {
         if terminated.iter().all(|t| t["exitCode"] == 0) { "Succeeded" } else { "Failed" }
-    } else if statuses.iter().any(|s| s["state"].get("running").is_some()) || !terminated.is_empty() {
+    } else if statuses
+        .iter()
+        .any(|s| s["state"].get("running").is_some() || s["restartCount"].as_i64().unwrap_or(0) > 0)
+        || !terminated.is_empty()
+    {
         "Running"
     } else {
         "Pending"
     };
-    let all_running = statuses.iter().all(|s| s["state"].get("running").is_some());
+    let all_ready = statuses.iter().all(|s| s["ready"] == true);
     let now = time::now();
     let since = |kind: &str, value: &str| {
         status["conditions"]
@@ -274,14 +352,14 @@ fn pod_status(pod: &Value, statuses: &[Value]) -> Value {
         _ => "ContainersNotReady",
     };
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
-    let pod_ip = pod_ip(uid);
+    let pod_ip = network::pod_ip(uid);
     let mut next = json!({
         "phase": phase,
         "conditions": [
             condition("PodReadyToStartContainers", phase != "Succeeded" && phase != "Failed", None),
             condition("Initialized", true, None),
-            condition("Ready", all_running, Some(not_ready_reason)),
-            condition("ContainersReady", all_running, Some(not_ready_reason)),
+            condition("Ready", all_ready, Some(not_ready_reason)),
+            condition("ContainersReady", all_ready, Some(not_ready_reason)),
             condition("PodScheduled", true, None),
         ],
         "hostIP": status["hostIP"], "hostIPs": status["hostIPs"],
@@ -294,12 +372,6 @@ fn pod_status(pod: &Value, statuses: &[Value]) -> Value {
         next["observedGeneration"] = observed.clone();
     }
     next
-}
-
-/// A made-up Pod address in k3s's Pod network (10.42.0.0/16), stable for the Pod.
-fn pod_ip(uid: &str) -> String {
-    let bytes = uuid::Uuid::parse_str(uid).map(|u| *u.as_bytes()).unwrap_or_default();
-    format!("10.42.{}.{}", bytes[0], bytes[1].clamp(2, 254))
 }
 
 /// Ends a Pod being deleted: signals while its processes run, removes it when none does.

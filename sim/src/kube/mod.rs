@@ -6,9 +6,9 @@
 //! What is simulated, file by file:
 //!
 //! - [`auth`]: which control plane a request is for, and its token.
-//! - [`store`]: objects (namespaces, Jobs, Pods, Services, Deployments, Events) kept in SQL
-//!   (`sim_kube_objects`) in the database of the API that hosts them, with uids, a monotonic
-//!   `resourceVersion` per cluster and `generation`s.
+//! - [`store`]: objects (namespaces, Jobs, Pods, Deployments, ReplicaSets, Services, Endpoints,
+//!   Events) kept in SQL (`sim_kube_objects`) in the database of the API that hosts them, with
+//!   uids, a monotonic `resourceVersion` per cluster and `generation`s.
 //! - [`objects`]: get, list (label and `metadata.name` field selectors), create, server-side
 //!   apply and merge patches, delete with propagation, and watch (by polling the store).
 //! - [`discovery`] and [`tables`]: what `kubectl` needs to find resources and print them.
@@ -18,31 +18,56 @@
 //!   provider's instances that cannot boot here (moto's, the fake Compute server's).
 //! - [`jobs`]: the Job controller (one Pod per Job attempt, status and conditions as Kubernetes
 //!   1.34 reports them) and its scheduler (least-loaded Ready worker).
+//! - [`deployments`] and [`replicasets`]: the Deployment controller (a ReplicaSet per pod
+//!   template, revisions, `RollingUpdate` with `maxSurge`/`maxUnavailable`, `Recreate`,
+//!   `progressDeadlineSeconds`, rollback by reusing an old template's ReplicaSet) and the
+//!   ReplicaSet controller.
 //! - [`kubelet`] and [`process`]: each container's `command` + `args` runs as a local process
 //!   in the Pod's scratch directory `{kubelet dir}/{pod uid}/`, detached in its own process
 //!   group, so that it survives the API that started it; [`reconcile`] finds it again.
+//!   Containers of `restartPolicy: Always` Pods restart with the kubelet's back-off
+//!   (`CrashLoopBackOff`); [`probes`] says when a container is ready (a TCP connect to its port,
+//!   or its `readinessProbe`).
+//! - [`network`], [`endpoints`] and [`proxy`]: each Pod has a loopback address
+//!   (`127.42.0.0/16`) and a free host port per declared container port, given to it as `PORT`;
+//!   each ClusterIP Service has a loopback cluster IP (`127.43.0.0/16`) on which the API listens
+//!   and forwards TCP connections to the ready endpoints, round robin; Pods get the Services'
+//!   `{NAME}_SERVICE_HOST`/`_PORT` variables.
 //! - [`logs`] and [`exec`]: `pods/log` (with `follow`) and `pods/exec` (WebSocket,
 //!   `v5.channel.k8s.io` and `v4.channel.k8s.io`).
 //!
 //! What is not: no image is pulled (a container's `image` is recorded and shown as
 //! `sim://not-pulled/{image}`), a command runs on the host with the API's user and file system
-//! (no isolation, no cgroups: `resources` are recorded, never enforced), there is no network
-//! per Pod (its `podIP` is made up), and only Jobs have a controller (a Deployment is stored,
-//! never run). There is one fake Kubernetes: the simulated cloud's and the tests' of clusters
-//! on moto and on the fake Compute server.
+//! (no isolation, no cgroups: `resources` are recorded, never enforced), and there is no network
+//! namespace per Pod: every Pod shares the host's, so an app must listen on `$PORT` (its host
+//! port) for two replicas to run side by side, and Endpoints list `podIP:hostPort` where a real
+//! cluster lists `podIP:containerPort`. Services are ClusterIP only (a `NodePort` or
+//! `LoadBalancer` Service is served as ClusterIP; TCP only; no EndpointSlices, no DNS names: Pods
+//! find Services by their environment variables), and they are served only while the API runs
+//! (the proxy lives in its process; the replicas' processes do not). Deployments are not paused
+//! and scale proportionally only through their newest ReplicaSet; probes run every pass (250 ms)
+//! rather than every `periodSeconds`; `logs --previous` is not simulated. There is one fake
+//! Kubernetes: the simulated cloud's and the tests' of clusters on moto and on the fake Compute
+//! server.
 
 mod auth;
 mod defaults;
+mod deployments;
 mod discovery;
+mod endpoints;
 mod events;
 mod exec;
 mod jobs;
 mod kubelet;
 mod logs;
+mod network;
 mod nodes;
 mod objects;
+mod probes;
 mod process;
+mod proxy;
 mod reconcile;
+mod replicasets;
 mod resources;
 mod scheduler;
 mod selectors;
@@ -100,6 +125,7 @@ pub(crate) struct Kube {
     pub(crate) machines: Arc<dyn Machines>,
     pub(crate) store: store::Store,
     pub(crate) kubelet: kubelet::Kubelet,
+    pub(crate) proxy: proxy::Proxy,
     pub(crate) seeded: auth::Seeded,
     /// Keeps a temporary [`Storage`]'s directory for as long as the API lives.
     _storage: Storage,
@@ -117,6 +143,7 @@ pub fn router(machines: Arc<dyn Machines>, storage: Storage) -> Router {
         machines,
         store: store::Store::new(storage.pool().clone()),
         kubelet: kubelet::Kubelet::new(storage.kubelet_dir().to_owned()),
+        proxy: proxy::Proxy::default(),
         seeded: auth::Seeded::new(),
         _storage: storage,
     });

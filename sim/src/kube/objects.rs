@@ -13,7 +13,10 @@
 //!   (SIGTERM, then SIGKILL after its grace period); a Job's Pods are deleted with it
 //!   (`Background`), before it (`Foreground`: it stays, with a `deletionTimestamp`, until they
 //!   are gone) or orphaned (`Orphan`, and batch/v1's default, with the apiserver's warning); a
-//!   namespace is `Terminating` until its objects are gone.
+//!   namespace is `Terminating` until its objects are gone. A Deployment's ReplicaSets and a
+//!   ReplicaSet's Pods go after it (`Background`, apps/v1's default, by the reconcile loop's
+//!   garbage collection), before it (`Foreground`) or stay (`Orphan`).
+//! - A Service's `clusterIP` is allocated on create (see [`super::proxy`]) and cannot change.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,7 +34,7 @@ use super::selectors::Selector;
 use super::status::ApiError;
 use super::store::resource_version;
 use super::validation::validate;
-use super::{Kube, Shared, auth, defaults, tables, time, watch};
+use super::{Kube, Shared, auth, defaults, proxy, tables, time, watch};
 
 /// The apiserver's warning when a batch/v1 Job is deleted without a propagation policy.
 const ORPHAN_WARNING: &str = "299 - \"child pods are preserved by default when jobs are deleted; set \
@@ -266,6 +269,14 @@ async fn create_object(
     if !causes.is_empty() {
         return Err(ApiError::invalid(scope.resource, &name, &causes));
     }
+    if scope.resource.plural == resources::SERVICES.plural {
+        let ip = object["spec"]["clusterIP"].as_str().filter(|ip| !ip.is_empty()).map(str::to_owned);
+        let ip = match ip {
+            Some(ip) => ip,
+            None => proxy::allocate(kube, &scope.cluster, &proxy::ports(&object)).await?,
+        };
+        defaults::child(defaults::root(&mut object), "spec").insert("clusterIP".into(), json!(ip));
+    }
     let fields = managed_fields(&object);
     defaults::on_create(scope.resource, scope.namespace(), &mut object);
     record_manager(&mut object, manager, operation, scope.resource, fields);
@@ -335,6 +346,25 @@ async fn patch_object(
             apply_fields(&mut changed, &patch);
         } else {
             merge(&mut changed, &patch);
+        }
+        match scope.resource.plural {
+            "deployments" => defaults::deployment(&mut changed),
+            "replicasets" => defaults::replica_set(&mut changed),
+            "services" => {
+                let kept = &current["spec"]["clusterIP"];
+                let given = changed["spec"]["clusterIP"].as_str().filter(|ip| !ip.is_empty());
+                if given.is_some_and(|ip| Some(ip) != kept.as_str()) {
+                    let cause = (
+                        "spec.clusterIP".to_owned(),
+                        format!("Invalid value: \"{}\": field is immutable", given.unwrap_or_default()),
+                        "FieldValueInvalid",
+                    );
+                    return Err(ApiError::invalid(scope.resource, name, &[cause]));
+                }
+                changed["spec"]["clusterIP"] = kept.clone();
+                defaults::service(&mut changed);
+            }
+            _ => {}
         }
         if scope.resource.plural == resources::JOBS.plural {
             defaults::job(&mut changed);
@@ -514,6 +544,33 @@ async fn delete_object(
                 }
             }
         }
+        "deployments" | "replicasets" => {
+            let children =
+                if scope.resource.plural == "deployments" { &resources::REPLICASETS } else { &resources::PODS };
+            match options.propagation_policy.as_deref() {
+                Some("Foreground") => {
+                    let marked = mark_deleted(kube, &scope.cluster, &scope, object, None).await?;
+                    Ok(json_response(StatusCode::OK, &marked))
+                }
+                Some("Orphan") => {
+                    let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+                    for mut child in kube.store.owned(&scope.cluster, children, uid).await? {
+                        if let Some(metadata) = child["metadata"].as_object_mut() {
+                            metadata.remove("ownerReferences");
+                        }
+                        kube.store.update(&scope.cluster, children, child).await?;
+                    }
+                    remove(kube, &scope, &object).await?;
+                    Ok(json_response(StatusCode::OK, &deleted_status(scope.resource, &object)))
+                }
+                // Background, apps/v1's default: the reconcile loop's garbage collection takes
+                // the ReplicaSets, then their Pods.
+                _ => {
+                    remove(kube, &scope, &object).await?;
+                    Ok(json_response(StatusCode::OK, &deleted_status(scope.resource, &object)))
+                }
+            }
+        }
         "namespaces" => {
             let mut namespace = mark_deleted(kube, &scope.cluster, &scope, object, None).await?;
             namespace["status"]["phase"] = json!("Terminating");
@@ -586,7 +643,7 @@ async fn mark_deleted(
             metadata.insert("deletionGracePeriodSeconds".into(), json!(grace.unwrap_or(default_grace)));
         } else {
             metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
-            if scope.resource.plural == resources::JOBS.plural {
+            if matches!(scope.resource.plural, "jobs" | "deployments" | "replicasets") {
                 metadata.insert("finalizers".into(), json!(["foregroundDeletion"]));
             }
         }
@@ -599,6 +656,22 @@ async fn mark_deleted(
         }
     }
     Err(ApiError::conflict(scope.resource, &name))
+}
+
+/// Marks an object for a foreground deletion (for the reconcile loop: a Deployment deleted in
+/// the foreground takes its ReplicaSets, which take their Pods, before it goes).
+pub(crate) async fn delete_in_foreground(
+    kube: &Kube,
+    cluster: &str,
+    resource: &'static Resource,
+    object: Value,
+) -> Result<(), ApiError> {
+    let scope = Scope {
+        cluster: cluster.to_owned(),
+        resource,
+        namespace: object["metadata"]["namespace"].as_str().map(str::to_owned),
+    };
+    mark_deleted(kube, cluster, &scope, object, None).await.map(drop)
 }
 
 /// Marks a Pod for deletion, with its own grace period unless `grace` says (for the reconcile

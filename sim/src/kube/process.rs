@@ -66,6 +66,17 @@ impl ContainerFiles {
         self.with(".pid")
     }
 
+    /// Forgets a previous run's pid and exit code, before the container starts again.
+    pub(crate) fn clear(&self) {
+        for path in [self.exit(), self.pid()] {
+            if let Err(err) = std::fs::remove_file(&path)
+                && err.kind() != io::ErrorKind::NotFound
+            {
+                tracing::warn!(path = %path.display(), error = %err, "simulated kubelet: clearing a container's files");
+            }
+        }
+    }
+
     /// The exit code the wrapper recorded.
     pub(crate) fn exit_code(&self) -> Option<i32> {
         std::fs::read_to_string(self.exit()).ok()?.trim().parse().ok()

@@ -1,27 +1,36 @@
 //! The control loop: every 250 ms, for every cluster with objects it still drives (a Job not
-//! finished, a Pod not ended, anything being deleted: see [`super::store::settled`]), in this
-//! order:
+//! finished, a Pod not ended, any Deployment, ReplicaSet or Service, anything being deleted: see
+//! [`super::store::settled`]), in this order:
 //!
 //! 1. namespaces being deleted lose their objects (Pods through the kubelet), then go;
 //! 2. the Job controller ([`super::jobs`]) passes over every Job;
-//! 3. the scheduler ([`super::scheduler`]) binds new Pods to nodes;
-//! 4. the kubelet ([`super::kubelet`]) passes over every Pod: it starts, follows and ends their
-//!    processes.
+//! 3. ReplicaSets whose Deployment is gone are deleted (the garbage collector), then the
+//!    Deployment controller ([`super::deployments`]) and the ReplicaSet controller
+//!    ([`super::replicasets`]) pass over theirs;
+//! 4. the scheduler ([`super::scheduler`]) binds new Pods to nodes;
+//! 5. Pods whose ReplicaSet is gone are deleted; the Endpoints controller
+//!    ([`super::endpoints`]) lists each Service's Pods and [`super::proxy`] routes to the ready
+//!    ones;
+//! 6. the kubelet ([`super::kubelet`]) passes over every Pod: it starts, probes, restarts,
+//!    follows and ends their processes.
 //!
-//! State advances without anyone asking, and after an API restart the first pass picks up every
-//! Pod whose process still runs or exited meanwhile (their pids and exit files are on disk and
-//! in SQL). A cluster whose control plane VM is terminated loses its Jobs, and its Pods'
-//! processes are killed at once, as they would die with their VMs. The loop holds the routes' state weakly: it stops when the routes are dropped.
+//! Each step reads the objects it needs once and groups them by owner. State advances without
+//! anyone asking, and after an API restart the first pass picks up every Pod whose process still
+//! runs or exited meanwhile (their pids and exit files are on disk and in SQL), and listens for
+//! every Service again. A cluster whose control plane VM is terminated loses its Jobs,
+//! Deployments, ReplicaSets and Services (and their listeners), and its Pods' processes are
+//! killed at once, as they would die with their VMs. The loop holds the routes' state weakly: it
+//! stops when the routes are dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::resources::{self, ALL, JOBS, NAMESPACES, PODS};
+use super::resources::{self, ALL, DEPLOYMENTS, ENDPOINTS, JOBS, NAMESPACES, PODS, REPLICASETS, SERVICES};
 use super::status::ApiError;
-use super::{Kube, jobs, kubelet, objects, scheduler};
+use super::{Kube, deployments, endpoints, jobs, kubelet, objects, replicasets, scheduler};
 
 /// How often the loop passes.
 const PERIOD: Duration = Duration::from_millis(250);
@@ -47,7 +56,10 @@ pub(crate) fn start(kube: &Arc<Kube>) {
 
 /// One pass over every cluster.
 async fn run(kube: &Kube, pass: u64) -> Result<(), ApiError> {
-    for cluster in kube.store.busy_clusters().await? {
+    let busy = kube.store.busy_clusters().await?;
+    // A cluster with no Service left is not busy: its listeners go.
+    kube.proxy.retain_clusters(&busy);
+    for cluster in busy {
         if let Err(err) = cluster_pass(kube, &cluster).await {
             tracing::warn!(%cluster, error = ?err, "simulated Kubernetes: reconciling a cluster");
         }
@@ -81,11 +93,84 @@ async fn cluster_pass(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
         let pods = by_owner.get(job["metadata"]["uid"].as_str().unwrap_or_default()).cloned().unwrap_or_default();
         jobs::sync(kube, cluster, job, &pods).await?;
     }
+    deployments_and_replica_sets(kube, cluster).await?;
     scheduler::schedule(kube, cluster, &kube.store.unsettled(cluster, &PODS).await?).await?;
-    for pod in kube.store.unsettled(cluster, &PODS).await? {
+    let mut pods = kube.store.unsettled(cluster, &PODS).await?;
+    collect_orphan_pods(kube, cluster, &mut pods).await?;
+    // Endpoints before the kubelet: a Pod deleted in this pass leaves the Services before its
+    // process gets SIGTERM.
+    let routes = endpoints::sync(kube, cluster, &kube.store.unsettled(cluster, &SERVICES).await?, &pods).await?;
+    kube.proxy.serve(cluster, &routes);
+    for pod in pods {
         kubelet::sync(kube, cluster, pod).await?;
     }
     Ok(())
+}
+
+/// The Deployment controller, then the ReplicaSet controller; ReplicaSets whose Deployment is
+/// gone are deleted first (the garbage collector's background deletion). Every object is read
+/// once and grouped by owner.
+async fn deployments_and_replica_sets(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
+    let deployments = kube.store.unsettled(cluster, &DEPLOYMENTS).await?;
+    let deployment_uids: HashSet<&str> = deployments.iter().filter_map(|d| d["metadata"]["uid"].as_str()).collect();
+    let replica_sets = kube.store.unsettled(cluster, &REPLICASETS).await?;
+    let mut by_deployment: HashMap<&str, Vec<&Value>> = HashMap::new();
+    for replica_set in &replica_sets {
+        match controller(replica_set) {
+            Some((kind, uid)) if kind == "Deployment" && !deployment_uids.contains(uid) => {
+                kube.store.remove(cluster, &REPLICASETS, replica_set).await?;
+            }
+            Some((_, uid)) => by_deployment.entry(uid).or_default().push(replica_set),
+            None => {}
+        }
+    }
+    if deployments.is_empty() && replica_sets.is_empty() {
+        return Ok(());
+    }
+    let owned = kube.store.owned_by_unsettled(cluster, &PODS, &REPLICASETS).await?;
+    let mut by_replica_set: HashMap<&str, Vec<&Value>> = HashMap::new();
+    for pod in &owned {
+        by_replica_set.entry(controller(pod).map(|(_, uid)| uid).unwrap_or_default()).or_default().push(pod);
+    }
+    for deployment in &deployments {
+        let uid = deployment["metadata"]["uid"].as_str().unwrap_or_default();
+        let sets = by_deployment.get(uid).cloned().unwrap_or_default();
+        deployments::sync(kube, cluster, deployment.clone(), &sets, &by_replica_set).await?;
+    }
+    // Read again: the Deployments have just scaled them.
+    for replica_set in kube.store.unsettled(cluster, &REPLICASETS).await? {
+        let uid = replica_set["metadata"]["uid"].as_str().unwrap_or_default();
+        let pods = by_replica_set.get(uid).cloned().unwrap_or_default();
+        replicasets::sync(kube, cluster, replica_set, &pods).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the Pods whose ReplicaSet is gone (background deletion), and takes them out of `pods`
+/// as they will be once marked.
+async fn collect_orphan_pods(kube: &Kube, cluster: &str, pods: &mut Vec<Value>) -> Result<(), ApiError> {
+    if !pods.iter().any(|pod| controller(pod).is_some_and(|(kind, _)| kind == "ReplicaSet")) {
+        return Ok(());
+    }
+    let replica_sets = kube.store.unsettled(cluster, &REPLICASETS).await?;
+    let live: HashSet<&str> = replica_sets.iter().filter_map(|r| r["metadata"]["uid"].as_str()).collect();
+    let mut kept = Vec::new();
+    for pod in pods.drain(..) {
+        let orphan = controller(&pod).is_some_and(|(kind, uid)| kind == "ReplicaSet" && !live.contains(uid));
+        if orphan && pod["metadata"]["deletionTimestamp"].is_null() {
+            objects::delete_pod(kube, cluster, pod, None).await?;
+        } else {
+            kept.push(pod);
+        }
+    }
+    *pods = kept;
+    Ok(())
+}
+
+/// The kind and uid of the object's controller.
+fn controller(object: &Value) -> Option<(&str, &str)> {
+    let owner = object["metadata"]["ownerReferences"].as_array()?.iter().find(|o| o["controller"] == true)?;
+    Some((owner["kind"].as_str()?, owner["uid"].as_str()?))
 }
 
 /// Whether the cluster's control plane VM is terminated (or no longer known): its workloads die
@@ -101,8 +186,11 @@ async fn control_plane_gone(kube: &Kube, cluster: &str) -> bool {
 
 /// A cluster whose VMs are gone: its Jobs go, and its Pods' processes are killed at once.
 async fn wind_down(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
-    for job in kube.store.list(cluster, &JOBS, None).await? {
-        kube.store.remove(cluster, &JOBS, &job).await?;
+    kube.proxy.serve(cluster, &HashMap::new());
+    for resource in [&JOBS, &DEPLOYMENTS, &REPLICASETS, &SERVICES, &ENDPOINTS] {
+        for object in kube.store.list(cluster, resource, None).await? {
+            kube.store.remove(cluster, resource, &object).await?;
+        }
     }
     for pod in kube.store.list(cluster, &PODS, None).await? {
         if pod["metadata"]["deletionTimestamp"].is_null() {

@@ -58,7 +58,7 @@ pub(crate) const PODS: Resource = Resource {
     short_names: &["po"],
     categories: &["all"],
 };
-/// Services (stored, never routed).
+/// Services (ClusterIP, served by [`super::proxy`]).
 pub(crate) const SERVICES: Resource = Resource {
     group: "",
     version: "v1",
@@ -91,7 +91,7 @@ pub(crate) const JOBS: Resource = Resource {
     short_names: &[],
     categories: &["all"],
 };
-/// Deployments (stored, never run).
+/// Deployments (run by [`super::deployments`]).
 pub(crate) const DEPLOYMENTS: Resource = Resource {
     group: "apps",
     version: "v1",
@@ -103,8 +103,32 @@ pub(crate) const DEPLOYMENTS: Resource = Resource {
     categories: &["all"],
 };
 
+/// ReplicaSets (run by [`super::replicasets`]).
+pub(crate) const REPLICASETS: Resource = Resource {
+    group: "apps",
+    version: "v1",
+    plural: "replicasets",
+    singular: "replicaset",
+    kind: "ReplicaSet",
+    namespaced: true,
+    short_names: &["rs"],
+    categories: &["all"],
+};
+/// Endpoints (written by [`super::endpoints`]).
+pub(crate) const ENDPOINTS: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "endpoints",
+    singular: "endpoints",
+    kind: "Endpoints",
+    namespaced: true,
+    short_names: &["ep"],
+    categories: &[],
+};
+
 /// Every resource, in discovery's order.
-pub(crate) const ALL: [&Resource; 7] = [&NAMESPACES, &NODES, &PODS, &SERVICES, &EVENTS, &JOBS, &DEPLOYMENTS];
+pub(crate) const ALL: [&Resource; 9] =
+    [&NAMESPACES, &NODES, &PODS, &SERVICES, &ENDPOINTS, &EVENTS, &JOBS, &DEPLOYMENTS, &REPLICASETS];
 
 /// The API groups besides core, with their one version.
 pub(crate) const GROUPS: [(&str, &str); 2] = [("batch", "v1"), ("apps", "v1")];

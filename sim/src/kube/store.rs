@@ -28,7 +28,7 @@ use tokio::sync::OnceCell;
 
 use super::resources::Resource;
 
-const SCHEMA: [&str; 5] = [
+const SCHEMA: [&str; 6] = [
     "CREATE TABLE IF NOT EXISTS sim_kube_objects (
         cluster TEXT NOT NULL,
         resource TEXT NOT NULL,
@@ -58,6 +58,8 @@ const SCHEMA: [&str; 5] = [
         start_ticks BIGINT NOT NULL,
         PRIMARY KEY (pod_uid, container)
     )",
+    // Deployments and Services stored before the loop drove them were written settled.
+    "UPDATE sim_kube_objects SET settled = 0 WHERE resource IN ('deployments', 'services') AND settled = 1",
 ];
 
 /// How an object changed.
@@ -140,17 +142,31 @@ fn owner_of(object: &Value) -> String {
 
 /// Whether the control loop has nothing left to do with the object: not being deleted, and a
 /// Pod that has ended, a Job that is finished, or any object of a kind the loop does not drive.
+/// Deployments, ReplicaSets and Services are never settled while they exist (the loop keeps
+/// checking their replicas' health and their endpoints), nor are the Pods of a ReplicaSet (their
+/// containers restart).
 pub(crate) fn settled(resource: &Resource, object: &Value) -> bool {
     if !object["metadata"]["deletionTimestamp"].is_null() {
         return false;
     }
     match resource.plural {
+        "deployments" | "replicasets" | "services" => false,
+        "pods" if controller_kind(object) == Some("ReplicaSet") => false,
         "pods" => matches!(object["status"]["phase"].as_str(), Some("Succeeded" | "Failed")),
         "jobs" => object["status"]["conditions"].as_array().is_some_and(|conditions| {
             conditions.iter().any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
         }),
         _ => true,
     }
+}
+
+/// The kind of the object's controller, if it has one.
+pub(crate) fn controller_kind(object: &Value) -> Option<&str> {
+    object["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|owner| owner["controller"] == true)
+        .and_then(|owner| owner["kind"].as_str())
 }
 
 /// The `resourceVersion` an object carries.
@@ -320,6 +336,28 @@ impl Store {
             )
             .bind(cluster)
             .bind(resource.plural)
+            .fetch_all(pool)
+            .await
+        })?;
+        parse(bodies)
+    }
+
+    /// The objects of `resource` whose controller has the uid `owner`.
+    pub(crate) async fn owned(
+        &self,
+        cluster: &str,
+        resource: &Resource,
+        owner: &str,
+    ) -> Result<Vec<Value>, sqlx::Error> {
+        let pool = self.ready().await?;
+        let bodies: Vec<String> = with_pool!(pool, |pool| {
+            sqlx::query_scalar(
+                "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 AND owner = $3 \
+                 AND deleted_revision IS NULL ORDER BY namespace, name",
+            )
+            .bind(cluster)
+            .bind(resource.plural)
+            .bind(owner)
             .fetch_all(pool)
             .await
         })?;

@@ -2,7 +2,10 @@
 //! (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`) and prints its columns as they come.
 //! The columns are the apiserver's own (its `printers.go`): jobs `NAME STATUS COMPLETIONS
 //! DURATION AGE`, pods `NAME READY STATUS RESTARTS AGE` (`-o wide`: `IP NODE ...`), nodes
-//! `NAME STATUS ROLES AGE VERSION`, namespaces `NAME STATUS AGE`, and `NAME AGE` for the rest.
+//! `NAME STATUS ROLES AGE VERSION`, namespaces `NAME STATUS AGE`, deployments `NAME READY
+//! UP-TO-DATE AVAILABLE AGE`, replicasets `NAME DESIRED CURRENT READY AGE`, services `NAME TYPE
+//! CLUSTER-IP EXTERNAL-IP PORT(S) AGE`, endpoints `NAME ENDPOINTS AGE`, and `NAME AGE` for the
+//! rest.
 
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
@@ -83,6 +86,36 @@ fn columns(plural: &str) -> Vec<(&'static str, &'static str, u8)> {
             ("External-IP", "string", 1),
         ],
         "namespaces" => vec![("Name", "string", 0), ("Status", "string", 0), ("Age", "string", 0)],
+        "deployments" => vec![
+            ("Name", "string", 0),
+            ("Ready", "string", 0),
+            ("Up-to-date", "integer", 0),
+            ("Available", "integer", 0),
+            ("Age", "string", 0),
+            ("Containers", "string", 1),
+            ("Images", "string", 1),
+            ("Selector", "string", 1),
+        ],
+        "replicasets" => vec![
+            ("Name", "string", 0),
+            ("Desired", "integer", 0),
+            ("Current", "integer", 0),
+            ("Ready", "integer", 0),
+            ("Age", "string", 0),
+            ("Containers", "string", 1),
+            ("Images", "string", 1),
+            ("Selector", "string", 1),
+        ],
+        "services" => vec![
+            ("Name", "string", 0),
+            ("Type", "string", 0),
+            ("Cluster-IP", "string", 0),
+            ("External-IP", "string", 0),
+            ("Port(s)", "string", 0),
+            ("Age", "string", 0),
+            ("Selector", "string", 1),
+        ],
+        "endpoints" => vec![("Name", "string", 0), ("Endpoints", "string", 0), ("Age", "string", 0)],
         _ => vec![("Name", "string", 0), ("Age", "string", 0)],
     }
 }
@@ -131,11 +164,17 @@ fn cells(plural: &str, object: &Value) -> Vec<Value> {
             let total = object["spec"]["containers"].as_array().map(Vec::len).unwrap_or(0);
             let ready = statuses.iter().filter(|s| s["ready"] == json!(true)).count();
             let none = || json!("<none>");
+            let restarts: i64 = statuses.iter().map(|s| s["restartCount"].as_i64().unwrap_or(0)).sum();
+            let last = statuses.iter().filter_map(|s| time::seconds(&s["lastState"]["terminated"]["finishedAt"])).max();
+            let restarts = match last {
+                Some(last) if restarts > 0 => format!("{restarts} ({} ago)", time::human(time::now_seconds() - last)),
+                _ => restarts.to_string(),
+            };
             vec![
                 name,
                 json!(format!("{ready}/{total}")),
                 json!(pod_status(object)),
-                json!("0"),
+                json!(restarts),
                 age,
                 status.get("podIP").cloned().unwrap_or_else(none),
                 object["spec"].get("nodeName").cloned().unwrap_or_else(none),
@@ -172,8 +211,78 @@ fn cells(plural: &str, object: &Value) -> Vec<Value> {
             ]
         }
         "namespaces" => vec![name, object["status"]["phase"].clone(), age],
+        "deployments" | "replicasets" => {
+            let spec = &object["spec"];
+            let status = &object["status"];
+            let containers = spec["template"]["spec"]["containers"].as_array().cloned().unwrap_or_default();
+            let joined =
+                |field: &str| containers.iter().filter_map(|c| c[field].as_str()).collect::<Vec<_>>().join(",");
+            let count = |field: &str| status[field].as_i64().unwrap_or(0);
+            let wanted = spec["replicas"].as_i64().unwrap_or(1);
+            let mut row = if plural == "deployments" {
+                vec![
+                    name,
+                    json!(format!("{}/{wanted}", count("readyReplicas"))),
+                    json!(count("updatedReplicas")),
+                    json!(count("availableReplicas")),
+                    age,
+                ]
+            } else {
+                vec![name, json!(wanted), json!(count("replicas")), json!(count("readyReplicas")), age]
+            };
+            row.extend([
+                json!(joined("name")),
+                json!(joined("image")),
+                json!(labels(&spec["selector"]["matchLabels"])),
+            ]);
+            row
+        }
+        "services" => {
+            let spec = &object["spec"];
+            let ports: Vec<String> = spec["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
+                .collect();
+            let ports = if ports.is_empty() { "<none>".to_owned() } else { ports.join(",") };
+            let selector = labels(&spec["selector"]);
+            vec![
+                name,
+                spec["type"].clone(),
+                json!(spec["clusterIP"].as_str().unwrap_or("<none>")),
+                json!("<none>"),
+                json!(ports),
+                age,
+                json!(if selector.is_empty() { "<none>".to_owned() } else { selector }),
+            ]
+        }
+        "endpoints" => {
+            let mut addresses = Vec::new();
+            for subset in object["subsets"].as_array().into_iter().flatten() {
+                for address in subset["addresses"].as_array().into_iter().flatten() {
+                    for port in subset["ports"].as_array().into_iter().flatten() {
+                        addresses.push(format!("{}:{}", address["ip"].as_str().unwrap_or_default(), port["port"]));
+                    }
+                }
+            }
+            let shown = match addresses.len() {
+                0 => "<none>".to_owned(),
+                1..=3 => addresses.join(","),
+                n => format!("{} + {} more...", addresses[..3].join(","), n - 3),
+            };
+            vec![name, json!(shown), age]
+        }
         _ => vec![name, age],
     }
+}
+
+/// A label map as `a=b,c=d`.
+fn labels(map: &Value) -> String {
+    map.as_object()
+        .map(|labels| labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .join(",")
 }
 
 /// The STATUS column of a Job, as `kubectl get jobs` prints it.

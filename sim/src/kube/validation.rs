@@ -1,5 +1,8 @@
-//! What the apiserver refuses with 422 Invalid, in its words: names that are not DNS-1123, Jobs
-//! and Pods without containers, images or a supported `restartPolicy`. One rule is the
+//! What the apiserver refuses with 422 Invalid, in its words: names that are not DNS-1123, Jobs,
+//! Pods, Deployments and ReplicaSets without containers, images or a supported
+//! `restartPolicy`, a Deployment whose selector does not match its template's labels, a Service
+//! without ports or with a cluster IP outside the simulation's loopback range (or a protocol
+//! other than TCP, which the simulation does not serve). One rule is the
 //! simulation's own: a container needs a `command`, because no image (and so no entrypoint) is
 //! ever pulled.
 
@@ -62,6 +65,69 @@ pub(crate) fn validate(resource: &Resource, object: &Value) -> Vec<Cause> {
             containers(&mut causes, "spec.template.spec", spec);
         }
         "pods" => containers(&mut causes, "spec", &object["spec"]),
+        "deployments" | "replicasets" => {
+            let spec = &object["spec"];
+            let selector = spec["selector"]["matchLabels"].as_object().filter(|labels| !labels.is_empty());
+            match selector {
+                None => causes.push(required("spec.selector", "")),
+                Some(selector) => {
+                    let labels = &spec["template"]["metadata"]["labels"];
+                    if !selector.iter().all(|(key, value)| labels[key] == *value) {
+                        causes.push((
+                            "spec.template.metadata.labels".into(),
+                            format!("Invalid value: {labels}: `selector` does not match template `labels`"),
+                            "FieldValueInvalid",
+                        ));
+                    }
+                }
+            }
+            if spec["replicas"].as_i64().is_some_and(|replicas| replicas < 0) {
+                causes.push((
+                    "spec.replicas".into(),
+                    format!("Invalid value: {}: must be greater than or equal to 0", spec["replicas"]),
+                    "FieldValueInvalid",
+                ));
+            }
+            if let Some(policy) = spec["template"]["spec"]["restartPolicy"].as_str().filter(|p| *p != "Always") {
+                causes.push((
+                    "spec.template.spec.restartPolicy".into(),
+                    format!("Unsupported value: \"{policy}\": supported values: \"Always\""),
+                    "FieldValueNotSupported",
+                ));
+            }
+            containers(&mut causes, "spec.template.spec", &spec["template"]["spec"]);
+        }
+        "services" => {
+            let spec = &object["spec"];
+            let ports = spec["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let ip = spec["clusterIP"].as_str().unwrap_or_default();
+            if ports.is_empty() && ip != "None" {
+                causes.push(required("spec.ports", ""));
+            }
+            for (i, port) in ports.iter().enumerate() {
+                if !port["port"].as_u64().is_some_and(|port| (1..=65535).contains(&port)) {
+                    causes.push((
+                        format!("spec.ports[{i}].port"),
+                        format!("Invalid value: {}: must be between 1 and 65535, inclusive", port["port"]),
+                        "FieldValueInvalid",
+                    ));
+                }
+                if port["protocol"].as_str().is_some_and(|protocol| protocol != "TCP") {
+                    causes.push((
+                        format!("spec.ports[{i}].protocol"),
+                        "Unsupported value: the simulated cluster serves TCP only".into(),
+                        "FieldValueNotSupported",
+                    ));
+                }
+            }
+            if !ip.is_empty() && !crate::kube::proxy::valid_cluster_ip(ip) {
+                causes.push(invalid(
+                    "spec.clusterIP",
+                    ip,
+                    "provided IP is not in the valid range. The range of valid IPs is 127.43.0.0/16",
+                ));
+            }
+        }
         _ => {}
     }
     causes
