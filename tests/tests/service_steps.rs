@@ -204,7 +204,9 @@ impl Harness {
     async fn nothing_left(&self, step: &str) -> Result<(), String> {
         let objects = self.objects().await;
         if objects != [0, 0, 0, 0] {
-            return Err(format!("after `{step}`: Kubernetes still lists [deployments, services, sets, pods] {objects:?}"));
+            return Err(format!(
+                "after `{step}`: Kubernetes still lists [deployments, services, sets, pods] {objects:?}"
+            ));
         }
         for _ in 0..50 {
             if e2e::processes_under(&self.kubelet_dir).is_empty() {
@@ -240,7 +242,9 @@ impl Harness {
         // Failed or rolled back; still `queued` only when the failure was injected before `apply`
         // ran at all (nothing of it was done).
         let expected = match step {
-            "apply" => matches!(second.result, RevisionResult::Failed | RevisionResult::RolledBack | RevisionResult::Queued),
+            "apply" => {
+                matches!(second.result, RevisionResult::Failed | RevisionResult::RolledBack | RevisionResult::Queued)
+            }
             _ => matches!(second.result, RevisionResult::Failed | RevisionResult::RolledBack),
         };
         if !expected {

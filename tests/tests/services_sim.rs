@@ -110,7 +110,13 @@ impl Poller {
 fn only(seen: &[Result<String, String>], version: &str) {
     assert!(seen.len() > 10, "the poller made only {} requests", seen.len());
     let other: Vec<_> = seen.iter().filter(|answer| answer.as_deref() != Ok(version)).collect();
-    assert!(other.is_empty(), "{} of {} answers were not {version}: {:?}", other.len(), seen.len(), &other[..other.len().min(5)]);
+    assert!(
+        other.is_empty(),
+        "{} of {} answers were not {version}: {:?}",
+        other.len(),
+        seen.len(),
+        &other[..other.len().min(5)]
+    );
 }
 
 /// The service's server processes (the kubelet's wrapping shells aside).
@@ -134,8 +140,24 @@ fn services_deploy_serve_upgrade_roll_back_and_end_on_a_simulated_cluster() {
     // the marker finds the service's replicas, whatever their revision.
     let m1 = "anycloud-test-web".to_owned();
     let out = api.cli(&[
-        "service", "acme/web:1", "--cluster", "demo", "-i", "web", "--replicas", "2", "-e", "VERSION=v1",
-        "--progress-deadline", "30s", "--wait", "--", "python3", "-c", SERVER, &m1,
+        "service",
+        "acme/web:1",
+        "--cluster",
+        "demo",
+        "-i",
+        "web",
+        "--replicas",
+        "2",
+        "-e",
+        "VERSION=v1",
+        "--progress-deadline",
+        "30s",
+        "--wait",
+        "--",
+        "python3",
+        "-c",
+        SERVER,
+        &m1,
     ]);
     out.expect_code(0);
     let detail = status(&api, "web");
@@ -151,7 +173,9 @@ fn services_deploy_serve_upgrade_roll_back_and_end_on_a_simulated_cluster() {
     assert_eq!(servers(&m1).len(), 2, "two replicas of v1 run");
     let shown = api.cli(&["status", "web"]);
     shown.expect_code(0);
-    for words in ["running, revision 1 serves", "web.anycloud.svc.cluster.local:8080", &ip, "live Pod health is not shown"] {
+    for words in
+        ["running, revision 1 serves", "web.anycloud.svc.cluster.local:8080", &ip, "live Pod health is not shown"]
+    {
         assert!(shown.stdout.contains(words), "status does not say {words:?}:\n{}", shown.stdout);
     }
     api.cli(&["wait", "deployment/web"]).expect_code(0);
@@ -195,7 +219,16 @@ fn services_deploy_serve_upgrade_roll_back_and_end_on_a_simulated_cluster() {
     // ---- Upgrade to a revision that never listens: the deadline rolls it back.
     let poller = Poller::start(&addr);
     let out = api.cli(&[
-        "deployment", "upgrade", "web", "-e", "MODE=mute", "-e", "VERSION=v4", "--progress-deadline", "5s", "--wait",
+        "deployment",
+        "upgrade",
+        "web",
+        "-e",
+        "MODE=mute",
+        "-e",
+        "VERSION=v4",
+        "--progress-deadline",
+        "5s",
+        "--wait",
     ]);
     let seen = poller.stop();
     out.expect_code(1);

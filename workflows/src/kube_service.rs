@@ -90,8 +90,12 @@ pub fn deployment_object(deployment: &Deployment, revision: &Revision) -> serde_
     if let Some(memory) = &spec.memory {
         resources.insert("memory".into(), json!(memory));
     }
-    let mut env: Vec<_> =
-        spec.env.iter().filter(|var| var.name != "PORT").map(|var| json!({ "name": var.name, "value": var.value })).collect();
+    let mut env: Vec<_> = spec
+        .env
+        .iter()
+        .filter(|var| var.name != "PORT")
+        .map(|var| json!({ "name": var.name, "value": var.value }))
+        .collect();
     env.push(json!({ "name": "PORT", "value": port.to_string() }));
     let labels = labels(deployment);
     let mut template_labels = labels.clone();
@@ -269,7 +273,11 @@ fn pod_failure(pod: &Pod, revision: i64) -> Option<String> {
     if let Some(reason) = waiting.as_deref().filter(|reason| {
         matches!(
             *reason,
-            "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "CreateContainerConfigError" | "CreateContainerError"
+            "ErrImagePull"
+                | "ImagePullBackOff"
+                | "InvalidImageName"
+                | "CreateContainerConfigError"
+                | "CreateContainerError"
         )
     }) {
         return Some(format!("revision {revision}'s container cannot start in Pod {name} ({reason})"));

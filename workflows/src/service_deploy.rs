@@ -143,7 +143,10 @@ async fn apply(ctx: StepCtx<DeployService>) -> Result<Applied, StepError> {
         Ok(cluster_ip) => cluster_ip,
         Err(err) => {
             let Some(message) = kube_job::is_refusal(&err) else {
-                return Err(kube_failed(&format!("applying the Service and Deployment of `{}`", deployment.name), &err));
+                return Err(kube_failed(
+                    &format!("applying the Service and Deployment of `{}`", deployment.name),
+                    &err,
+                ));
             };
             let reason = format!("the cluster refused the service's objects: {message}");
             kube_service::delete(&client, &deployment)

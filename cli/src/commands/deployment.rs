@@ -307,9 +307,10 @@ pub fn has_settled(detail: &DeploymentDetail) -> bool {
     if !detail.deployment.is_service() || has_ended(detail) {
         return has_ended(detail);
     }
-    let in_flight = detail.revisions.iter().any(|revision| {
-        !revision.result.is_final() && revision.result != RevisionResult::Running
-    });
+    let in_flight = detail
+        .revisions
+        .iter()
+        .any(|revision| !revision.result.is_final() && revision.result != RevisionResult::Running);
     detail.state == "running" && !in_flight
 }
 
@@ -378,7 +379,8 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
     let memory = spec.memory.as_deref().unwrap_or("cluster default");
     say!("resources  cpus {cpus}, memory {memory}");
     if let Some(address) = &detail.address {
-        let ip = address.cluster_ip.as_deref().map(|ip| format!("  (ClusterIP {ip}:{})", address.port)).unwrap_or_default();
+        let ip =
+            address.cluster_ip.as_deref().map(|ip| format!("  (ClusterIP {ip}:{})", address.port)).unwrap_or_default();
         say!("replicas   {}", deployment.replicas.unwrap_or(1));
         say!("address    {}:{}{ip}", address.dns_name, address.port);
         say!("           cluster-internal only; live Pod health is not shown for cluster-backed services");

@@ -216,7 +216,9 @@ pub async fn upgrade(args: UpgradeArgs, json: bool) -> CliResult {
         }
     }
     let settled = deployment::follow_until(&client, &name, args.timeout, json, |detail| {
-        detail.deployment.status.is_ended() || revision_of(detail, revision).is_some_and(|result| result.is_final() || result == RevisionResult::Running)
+        detail.deployment.status.is_ended()
+            || revision_of(detail, revision)
+                .is_some_and(|result| result.is_final() || result == RevisionResult::Running)
     })
     .await?;
     let result = revision_of(&settled, revision);
@@ -231,7 +233,9 @@ pub async fn upgrade(args: UpgradeArgs, json: bool) -> CliResult {
         let serving = settled.deployment.revision.unwrap_or(1);
         match result {
             Some(RevisionResult::Running) => say!("service {name}: revision {revision} serves"),
-            Some(result) => say!("service {name}: the upgrade to revision {revision} {result}{reason}; revision {serving} serves"),
+            Some(result) => {
+                say!("service {name}: the upgrade to revision {revision} {result}{reason}; revision {serving} serves")
+            }
             None => say!("service {name} {}", settled.state),
         }
     }

@@ -41,10 +41,10 @@ mod workflows;
 
 use std::sync::Arc;
 
+pub use deploy_service::{DEFAULT_PORT, DEFAULT_PROGRESS_DEADLINE_S, MAX_REPLICAS};
 pub use deployment_exec::ExecSession;
 pub use deployment_logs::LogStream;
 pub use show_deployments::LIST_LIMIT;
-pub use deploy_service::{DEFAULT_PORT, DEFAULT_PROGRESS_DEADLINE_S, MAX_REPLICAS};
 pub use submit_job::MAX_NAME;
 
 use anycloud_engine::Engine;

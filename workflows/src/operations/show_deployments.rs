@@ -9,9 +9,9 @@ use anycloud_engine::{EngineError, RunRecord, RunStatus};
 use crate::api::{
     DeploymentDetail, DeploymentList, DeploymentQuery, DeploymentSummary, RetryState, ServiceAddress, WorkflowSummary,
 };
+use crate::db::deployments::{self, Deployment, Status};
 use crate::db::{clusters, revisions};
 use crate::kube_service;
-use crate::db::deployments::{self, Deployment, Status};
 use crate::providers::ProviderKind;
 use crate::refusal::{Code, OperationError, Refusal};
 

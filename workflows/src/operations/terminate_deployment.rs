@@ -65,8 +65,9 @@ impl Operations {
         deployments::set_workflow_in(&mut tx, &deployment.id, &run.to_string(), crate::now_ms()).await?;
         tx.commit().await?;
         self.engine.wake_up();
-        let deployment =
-            deployments::get(&self.deps.db, &deployment.id).await?.ok_or_else(|| deployment_not_found(&deployment.id))?;
+        let deployment = deployments::get(&self.deps.db, &deployment.id)
+            .await?
+            .ok_or_else(|| deployment_not_found(&deployment.id))?;
         self.deployment_detail(deployment).await
     }
 }

@@ -17,7 +17,11 @@ impl Operations {
     /// Records revision N+1 of a service (the latest revision that did not fail, with the
     /// request's image, variables, replicas and deadline) and starts rolling it out. Refused for a
     /// job, for a service that has ended, and for a spec that cannot run.
-    pub async fn upgrade_service(&self, key: &str, request: UpgradeRequest) -> Result<DeploymentDetail, OperationError> {
+    pub async fn upgrade_service(
+        &self,
+        key: &str,
+        request: UpgradeRequest,
+    ) -> Result<DeploymentDetail, OperationError> {
         let mut tx = self.deps.db.begin().await?;
         let deployment = deployments::lock_in(&mut tx, key).await?.ok_or_else(|| deployment_not_found(key))?;
         let name = &deployment.name;
@@ -53,14 +57,18 @@ impl Operations {
         let image = request.image.as_deref().unwrap_or(&base.spec.image);
         let mut env = base.spec.env.clone();
         env.extend(request.env.iter().cloned());
-        let spec = workload::check(image, &base.spec.command, &env, base.spec.cpus.as_deref(), base.spec.memory.as_deref())
-            .map_err(|why| Refusal::new(Code::InvalidWorkload, why))?;
+        let spec =
+            workload::check(image, &base.spec.command, &env, base.spec.cpus.as_deref(), base.spec.memory.as_deref())
+                .map_err(|why| Refusal::new(Code::InvalidWorkload, why))?;
         check_env(&spec.env)?;
         let replicas = check_replicas(request.replicas.unwrap_or(base.replicas))?;
         let progress_deadline_s = check_deadline(request.progress_deadline_s.unwrap_or(base.progress_deadline_s))?;
         let number = known.iter().map(|revision| revision.number).max().unwrap_or(0) + 1;
         let input = UpgradeInput { deployment_id: deployment.id.clone(), name: name.clone(), revision: number };
-        let run = self.engine.submit_in::<UpgradeService>(&mut tx, &input, Some(&Deployment::resource_key(&deployment.id))).await?;
+        let run = self
+            .engine
+            .submit_in::<UpgradeService>(&mut tx, &input, Some(&Deployment::resource_key(&deployment.id)))
+            .await?;
         let run = run.to_string();
         let now = crate::now_ms();
         let next = Revision {
