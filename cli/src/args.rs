@@ -36,20 +36,31 @@ pub(crate) enum Command {
     /// `anycloud job list` lists jobs.
     #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Job(JobCommand),
-    /// Show one deployment (job) in detail; without ID, list deployments like `anycloud list`.
+    /// Deploy a service on a cluster: `anycloud service IMAGE --cluster NAME -- COMMAND...` (the
+    /// command serves on $PORT); `anycloud service list` lists services.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Service(ServiceCommand),
+    /// Act on a deployment: `anycloud deployment upgrade ID` rolls a service out to a new revision.
+    #[command(subcommand)]
+    Deployment(DeploymentCommand),
+    /// Show one deployment (job or service) in detail; without ID, list deployments like `anycloud list`.
     Status {
         /// The deployment's name or id.
         id: Option<String>,
-        /// Also the environment variable names (never values), the namespace and the Kubernetes Job.
+        /// Also the environment variable names (never values), the namespace and the Kubernetes objects.
         #[arg(long)]
         verbose: bool,
-        /// Print it again on every change until it ends (polls every second).
+        /// Print it again on every change until it ends, or (a service) runs with no upgrade in flight.
         #[arg(long, requires = "id")]
         watch: bool,
+        /// Live Pod health: not supported yet for cluster-backed deployments (refused).
+        #[arg(long, requires = "id")]
+        health: bool,
     },
     /// List deployments (jobs and services), newest first.
     List {
-        /// Only this state: queued, starting, running, completed, errored, terminated, failed, invalid.
+        /// Only this state: queued, starting, running, completed, errored, terminated, failed, invalid,
+        /// deploying, upgrading, rolling-back.
         #[arg(long)]
         status: Option<String>,
     },
@@ -74,7 +85,8 @@ pub(crate) enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
-    /// End a job: its Kubernetes objects are deleted and it ends `terminated` (asking again is harmless).
+    /// End a job or a service: its Kubernetes objects are deleted and it ends `terminated`; the
+    /// record stays (asking again is harmless).
     Terminate {
         /// The deployment's name or id.
         id: String,
@@ -97,7 +109,8 @@ pub(crate) enum Command {
         timeout: std::time::Duration,
     },
     /// Wait for resources, e.g. `anycloud wait cluster/training` or `anycloud wait deployment/hello`:
-    /// one line per state change. Exit 0 reached (a cluster ready or deleted, a job completed),
+    /// one line per state change. Exit 0 reached (a cluster ready or deleted, a job completed, a
+    /// service running),
     /// 1 ended another way, 2 not observable, 4 timeout, 5 the workflow stopped for a person (the
     /// message says what to run).
     Wait {
@@ -227,6 +240,103 @@ pub(crate) struct SubmitJobArgs {
     pub(crate) command: Vec<String>,
     #[command(flatten)]
     pub(crate) placement: commands::job::PlacementFlags,
+}
+
+/// `anycloud service IMAGE ... -- COMMAND...`, or `anycloud service list`.
+#[derive(Debug, Args)]
+pub(crate) struct ServiceCommand {
+    #[command(subcommand)]
+    pub(crate) list: Option<ServiceSubcommand>,
+    #[command(flatten)]
+    pub(crate) deploy: DeployServiceArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ServiceSubcommand {
+    /// List services, newest first.
+    List {
+        /// Only this state: deploying, running, upgrading, rolling-back, terminated, failed.
+        #[arg(long)]
+        status: Option<String>,
+    },
+}
+
+/// What `anycloud service IMAGE` takes.
+#[derive(Debug, Args)]
+pub(crate) struct DeployServiceArgs {
+    /// The container image, e.g. ghcr.io/acme/api:latest.
+    #[arg(required = true)]
+    pub(crate) image: Option<String>,
+    /// The cluster (name or id) to run on; required: this build places workloads only on clusters.
+    #[arg(long)]
+    pub(crate) cluster: Option<String>,
+    /// The service's name (a DNS label starting with a letter); made from the image when absent.
+    #[arg(short = 'i', long = "id", value_name = "NAME")]
+    pub(crate) name: Option<String>,
+    /// An environment variable, KEY=VALUE (repeatable; wins over --env-file; PORT is set from --port).
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = commands::job::parse_env_flag)]
+    pub(crate) env: Vec<anycloud_workflows::api::EnvVar>,
+    /// A file of KEY=VALUE lines (`#` comments, blank lines and an `export ` prefix allowed).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) env_file: Option<PathBuf>,
+    /// The port the app listens on, given to it as $PORT (the API checks 1 to 65535) [default: 8080].
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) port: Option<i64>,
+    /// How many replicas (the API checks 1 to 100) [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) replicas: Option<i64>,
+    /// CPUs requested and limited per replica, e.g. 0.5, 2 or 1500m.
+    #[arg(long)]
+    pub(crate) cpus: Option<String>,
+    /// Memory requested and limited per replica, e.g. 512Mi or 2Gi.
+    #[arg(long)]
+    pub(crate) memory: Option<String>,
+    /// How long a revision may take to become available (e.g. 90s, 10m; at most 24h) [default: 10m].
+    #[arg(long, value_parser = commands::parse_duration)]
+    pub(crate) progress_deadline: Option<std::time::Duration>,
+    /// Follow the service until it runs; exit 0 running, 1 failed, 4 timeout, 5 its workflow
+    /// stopped for a person.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// How long --wait waits (e.g. 90s, 15m).
+    #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+    pub(crate) timeout: std::time::Duration,
+    /// The command and its arguments, after `--`; it must serve on $PORT.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<String>,
+    #[command(flatten)]
+    pub(crate) placement: commands::job::PlacementFlags,
+    #[command(flatten)]
+    pub(crate) unsupported: commands::service::UnsupportedFlags,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeploymentCommand {
+    /// Roll a service out to a new revision (what is not given stays as the latest revision that
+    /// did not fail). It never removes a serving replica before a new one is available; a revision
+    /// that crashes or misses its progress deadline is rolled back, and the upgrade ends failed.
+    Upgrade {
+        /// The service's name or id.
+        id: String,
+        /// A new image.
+        #[arg(long)]
+        image: Option<String>,
+        /// An environment variable to set, KEY=VALUE (repeatable).
+        #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = commands::job::parse_env_flag)]
+        env: Vec<anycloud_workflows::api::EnvVar>,
+        /// A new number of replicas (the API checks 1 to 100).
+        #[arg(long, allow_negative_numbers = true)]
+        replicas: Option<i64>,
+        /// How long the new revision may take to become available (e.g. 90s, 10m; at most 24h).
+        #[arg(long, value_parser = commands::parse_duration)]
+        progress_deadline: Option<std::time::Duration>,
+        /// Follow the upgrade; exit 0 once the new revision serves, 1 if it failed and was rolled back.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits (e.g. 90s, 15m).
+        #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -21,7 +21,8 @@ use anycloud_workflows::api::{NewCluster, WorkflowAction};
 use clap::Parser;
 
 use crate::args::{
-    ApiCommand, Cli, ClusterCommand, Command, CredentialsCommand, JobCommand, JobSubcommand, WorkflowCommand,
+    ApiCommand, Cli, ClusterCommand, Command, CredentialsCommand, DeploymentCommand, JobCommand, JobSubcommand,
+    ServiceCommand, ServiceSubcommand, WorkflowCommand,
 };
 use crate::exit::{BAD_INPUT, CliError, CliResult, OK};
 pub use crate::seams::Seams;
@@ -186,8 +187,44 @@ async fn run(cli: Cli) -> CliResult {
             };
             commands::job::submit(args, json).await
         }
-        Command::Status { id: Some(id), verbose, watch } => {
-            commands::deployment::status(&id, verbose, watch, json).await
+        Command::Service(ServiceCommand { list: Some(ServiceSubcommand::List { status }), .. }) => {
+            commands::deployment::list(status, Some("service"), json).await
+        }
+        Command::Service(ServiceCommand { list: None, deploy: args }) => {
+            let args = commands::service::DeployArgs {
+                image: args.image.unwrap_or_default(),
+                cluster: args.cluster,
+                name: args.name,
+                env: args.env,
+                env_file: args.env_file,
+                port: args.port,
+                replicas: args.replicas,
+                cpus: args.cpus,
+                memory: args.memory,
+                progress_deadline: args.progress_deadline,
+                command: args.command,
+                placement: args.placement,
+                unsupported: args.unsupported,
+                wait: args.wait,
+                timeout: args.timeout,
+            };
+            commands::service::deploy(args, json).await
+        }
+        Command::Deployment(DeploymentCommand::Upgrade {
+            id,
+            image,
+            env,
+            replicas,
+            progress_deadline,
+            wait,
+            timeout,
+        }) => {
+            let args =
+                commands::service::UpgradeArgs { key: id, image, env, replicas, progress_deadline, wait, timeout };
+            commands::service::upgrade(args, json).await
+        }
+        Command::Status { id: Some(id), verbose, watch, health } => {
+            commands::deployment::status(&id, verbose, watch, health, json).await
         }
         Command::Status { id: None, .. } => commands::deployment::list(None, None, json).await,
         Command::List { status } => commands::deployment::list(status, None, json).await,

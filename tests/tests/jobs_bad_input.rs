@@ -146,7 +146,14 @@ fn bad_job_requests_are_refused_and_change_nothing() {
     // Another kind of deployment, and a job whose run never started.
     api.add_deployment(&uuid::Uuid::new_v4().to_string(), "svc", "service", &cluster_id, "running");
     refused(&api, "resubmit of a service", &["resubmit", "svc"], 3, "WRONG_DEPLOYMENT_KIND", &["service"]);
-    refused(&api, "logs of a service", &["logs", "svc"], 3, "WRONG_DEPLOYMENT_KIND", &["not supported yet"]);
+    refused(
+        &api,
+        "logs of a service",
+        &["logs", "svc"],
+        3,
+        "NOT_SUPPORTED_FOR_CLUSTER_SERVICES",
+        &["not supported yet"],
+    );
     api.add_deployment(&uuid::Uuid::new_v4().to_string(), "never", "job", &cluster_id, "queued");
     refused(
         &api,

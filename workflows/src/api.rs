@@ -9,6 +9,7 @@ use uuid::Uuid;
 use crate::db::clusters::Cluster;
 use crate::db::credentials::Credential;
 use crate::db::deployments::Deployment;
+use crate::db::revisions::Revision;
 use crate::db::vms::VmRecord;
 use crate::providers::sim_settings::SimSettings;
 
@@ -336,6 +337,70 @@ pub struct NewJob {
     pub memory: Option<String>,
 }
 
+/// `POST /v1/services`: a service to deploy on a cluster.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewService {
+    /// The cluster's name or id; it must be ready.
+    pub cluster: String,
+    /// The deployment's name (`-i/--id`), a DNS label; made from the image when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The container image reference.
+    pub image: String,
+    /// The command and its arguments (at least the command); it must serve on `$PORT`.
+    pub command: Vec<String>,
+    /// The container's environment, in order (a later duplicate wins; `PORT` is set by Anycloud).
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    /// CPUs requested and limited (`0.5`, `2`, `1500m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    /// Memory requested and limited (`512Mi`, `2Gi`, `1G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// The port the app listens on (1 to 65535; 8080 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i64>,
+    /// How many replicas (1 to 100; 1 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    /// How long a revision may take to become available, in seconds (600 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline_s: Option<i64>,
+}
+
+/// `POST /v1/deployments/{id}/upgrade`: a new revision of a service. What is not given is the
+/// latest revision's that did not fail.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeRequest {
+    /// A new image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Variables to set (added, or replacing those of the same name).
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    /// A new number of replicas (1 to 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    /// How long the new revision may take to become available, in seconds (600 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline_s: Option<i64>,
+}
+
+/// Where a service answers inside its cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceAddress {
+    /// The ClusterIP Service's DNS name (`NAME.anycloud.svc.cluster.local`).
+    pub dns_name: String,
+    /// Its port.
+    pub port: i64,
+    /// The ClusterIP it was given, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ip: Option<String>,
+}
+
 /// `GET /v1/deployments/{id}` and the answer to every change of a deployment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeploymentDetail {
@@ -352,6 +417,12 @@ pub struct DeploymentDetail {
     pub simulated: bool,
     /// The deployment's latest workflow.
     pub workflow: Option<WorkflowSummary>,
+    /// A service: its revisions, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<Revision>,
+    /// A service: where it answers inside its cluster (live Pod health is not shown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<ServiceAddress>,
 }
 
 /// A workflow step that failed and will be tried again.

@@ -215,7 +215,7 @@ pub async fn delete(client: &kube::Client, deployment: &Deployment, before: Opti
 
 /// Deletes the objects `selector` lists that `wanted` keeps, and returns how many of them were
 /// still there (a 404 means one is gone already).
-async fn delete_listed<K>(
+pub(crate) async fn delete_listed<K>(
     api: &Api<K>,
     selector: &ListParams,
     wanted: &impl Fn(Option<&BTreeMap<String, String>>) -> bool,

@@ -6,14 +6,15 @@
 //!   cluster, ...). Each validates, locks, submits its run and writes its records in one
 //!   transaction, and answers with a type of [`api`] or a [`refusal`].
 //! - The workflows, one file each, named after their kind: [`credentials_verify`],
-//!   [`cluster_create`], [`cluster_delete`], [`job_run`]. [`registry`] registers them all; their shared retry
+//!   [`cluster_create`], [`cluster_delete`], [`job_run`], [`service_deploy`], [`service_upgrade`],
+//!   [`service_terminate`]. [`registry`] registers them all; their shared retry
 //!   policies are in [`retry`], what their steps use in [`deps`].
 //! - [`db`]: the domain's tables and every SQL statement on them.
 //! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP; the simulated cloud is its own
 //!   crate and plugs in through [`providers::SimulatedCloud`]); [`kube_api`]: what the workflows
 //!   ask of a cluster's Kubernetes API.
-//! - [`kube_job`]: a job's Kubernetes objects, logs and exec; [`workload`]: checking a
-//!   workload's spec.
+//! - [`kube_job`]: a job's Kubernetes objects, logs and exec; [`kube_service`]: a service's
+//!   Deployment, Service and rollouts; [`workload`]: checking a workload's spec.
 //! - [`secrets`] and [`cluster_secrets`]: what is sealed at rest; [`user_data`]: what a VM runs
 //!   when it boots.
 
@@ -28,6 +29,7 @@ pub mod deps;
 pub mod job_run;
 pub mod kube_api;
 pub mod kube_job;
+pub mod kube_service;
 pub mod names;
 pub mod operations;
 pub mod providers;
@@ -35,6 +37,9 @@ pub mod refusal;
 pub mod retry;
 pub mod seams;
 pub mod secrets;
+pub mod service_deploy;
+pub mod service_terminate;
+pub mod service_upgrade;
 pub mod user_data;
 pub mod workload;
 
@@ -50,6 +55,9 @@ use cluster_delete::DeleteCluster;
 use credentials_verify::VerifyCredential;
 use deps::Deps;
 use job_run::RunJob;
+use service_deploy::DeployService;
+use service_terminate::TerminateService;
+use service_upgrade::UpgradeService;
 
 /// Every workflow of the domain, registered with what its steps need. A new workflow is one
 /// more line here.
@@ -59,6 +67,9 @@ pub fn registry(deps: &Deps) -> Registry {
         .with(Arc::new(CreateCluster { deps: deps.clone() }))
         .with(Arc::new(DeleteCluster { deps: deps.clone() }))
         .with(Arc::new(RunJob { deps: deps.clone() }))
+        .with(Arc::new(DeployService { deps: deps.clone() }))
+        .with(Arc::new(UpgradeService { deps: deps.clone() }))
+        .with(Arc::new(TerminateService { deps: deps.clone() }))
 }
 
 /// Milliseconds since the Unix epoch.

@@ -100,6 +100,11 @@ codes! {
     DeploymentEnded = "DEPLOYMENT_ENDED", Conflict;
     /// The deployment has not ended (it cannot be resubmitted yet).
     DeploymentNotEnded = "DEPLOYMENT_NOT_ENDED", Conflict;
+    /// What was asked is not supported for cluster-backed services yet (public URLs, logs, exec,
+    /// live Pod health, checkpoint buckets).
+    NotSupportedForServices = "NOT_SUPPORTED_FOR_CLUSTER_SERVICES", BadInput;
+    /// The service's shape is wrong as given (port, replicas, progress deadline).
+    InvalidService = "INVALID_SERVICE", BadInput;
     /// The cluster's Kubernetes API did not answer; try again.
     ClusterUnreachable = "CLUSTER_UNREACHABLE", Unavailable;
     /// The API is stopping.

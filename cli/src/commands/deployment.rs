@@ -1,5 +1,6 @@
-//! The deployment commands: `anycloud status | list | job list | logs | terminate | resubmit`
-//! and `anycloud wait deployment/ID`, and the follower of a job's state that `--wait` uses.
+//! The deployment commands: `anycloud status | list | job list | service list | logs | terminate
+//! | resubmit` and `anycloud wait deployment/ID`, and the follower of a deployment's state that
+//! `--wait` uses (a job until it ends; a service until it runs, or ends).
 //!
 //! A deployment is named by its name or its id wherever one is asked for; the API resolves it.
 
@@ -9,10 +10,11 @@ use std::time::{Duration, Instant};
 use anycloud_engine::RunStatus;
 use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery, LogsQuery};
 use anycloud_workflows::db::deployments::Status;
+use anycloud_workflows::db::revisions::RevisionResult;
 
 use super::print_json;
 use crate::client::{Client, segment};
-use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
+use crate::exit::{BAD_INPUT, CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
 use crate::output::{say, stdout_failed};
 use crate::render;
 
@@ -26,10 +28,28 @@ fn path(key: &str) -> String {
     format!("/v1/deployments/{}", segment(key))
 }
 
-/// `anycloud status ID`: one deployment; with `watch`, again on every change until it ends.
-pub async fn status(key: &str, verbose: bool, watch: bool, json: bool) -> CliResult {
+/// `anycloud status ID`: one deployment; with `watch`, again on every change until it ends (a
+/// service: until it runs or ends). `health` (live Pod health) is refused: it is not shown for
+/// cluster-backed deployments yet.
+pub async fn status(key: &str, verbose: bool, watch: bool, health: bool, json: bool) -> CliResult {
     let client = Client::active()?;
     let mut detail: DeploymentDetail = client.get(&path(key)).await?;
+    if health {
+        let name = &detail.deployment.name;
+        let (code, what) = match detail.deployment.is_service() {
+            true => ("NOT_SUPPORTED_FOR_CLUSTER_SERVICES", "cluster-backed services"),
+            false => ("INVALID_ARGUMENT", "jobs (`anycloud logs` shows a job's output)"),
+        };
+        return Err(CliError::new(
+            BAD_INPUT,
+            code,
+            format!(
+                "live Pod health is not supported yet for {what}; `anycloud status {name}` shows the persisted \
+                 lifecycle state{}",
+                if detail.deployment.is_service() { ", the revisions and the cluster-internal address" } else { "" }
+            ),
+        ));
+    }
     let show = |detail: &DeploymentDetail| match json {
         true if watch => say!("{}", serde_json::to_string(detail).unwrap_or_default()),
         true => print_json(detail),
@@ -40,7 +60,7 @@ pub async fn status(key: &str, verbose: bool, watch: bool, json: bool) -> CliRes
         return Ok(OK);
     }
     let mut shown = change_key(&detail);
-    while !has_ended(&detail) {
+    while !has_settled(&detail) {
         tokio::time::sleep(POLL).await;
         detail = client.get(&path(key)).await?;
         if change_key(&detail) != shown {
@@ -54,7 +74,7 @@ pub async fn status(key: &str, verbose: bool, watch: bool, json: bool) -> CliRes
     Ok(OK)
 }
 
-/// `anycloud list` (every kind) and `anycloud job list` (`kind` = job).
+/// `anycloud list` (every kind), `anycloud job list` and `anycloud service list`.
 pub async fn list(status: Option<String>, kind: Option<&str>, json: bool) -> CliResult {
     let client = Client::active()?;
     let filtered = status.is_some();
@@ -67,7 +87,10 @@ pub async fn list(status: Option<String>, kind: Option<&str>, json: bool) -> Cli
     if answer.deployments.is_empty() {
         match filtered {
             true => say!("no deployments match"),
-            false => say!("no deployments yet: run one with `anycloud job IMAGE --cluster NAME -- COMMAND...`"),
+            false => say!(
+                "no deployments yet: run a job with `anycloud job IMAGE --cluster NAME -- COMMAND...` or a service \
+                 with `anycloud service IMAGE --cluster NAME -- COMMAND...`"
+            ),
         }
         return Ok(OK);
     }
@@ -87,12 +110,15 @@ pub async fn list(status: Option<String>, kind: Option<&str>, json: bool) -> Cli
                 entry.state.clone(),
                 entry.cluster.clone(),
                 deployment.spec.image.clone(),
-                deployment.attempt.to_string(),
+                match deployment.revision {
+                    Some(revision) => format!("rev {revision}"),
+                    None => deployment.attempt.to_string(),
+                },
                 when,
             ]
         })
         .collect();
-    render::table(&["NAME", "KIND", "STATE", "CLUSTER", "IMAGE", "ATTEMPT", "AGE / ENDED"], &rows);
+    render::table(&["NAME", "KIND", "STATE", "CLUSTER", "IMAGE", "ATTEMPT / REV", "AGE / ENDED"], &rows);
     Ok(OK)
 }
 
@@ -164,18 +190,30 @@ pub async fn resubmit(key: &str, wait: bool, timeout: Duration, json: bool) -> C
     Ok(outcome(&ended, json))
 }
 
-/// `anycloud wait deployment/ID`: follows it to its end; exit 0 completed, 1 ended otherwise.
+/// `anycloud wait deployment/ID`: follows a job to its end (exit 0 completed, 1 ended
+/// otherwise), a service until it runs (exit 0) or ends (exit 1: failed, terminated).
 pub async fn wait(key: &str, timeout: Duration, json: bool) -> CliResult {
     let client = Client::active()?;
-    let ended = follow(&client, key, timeout, json).await?;
-    Ok(outcome(&ended, json))
+    let settled = follow_until(&client, key, timeout, json, has_settled).await?;
+    Ok(outcome(&settled, json))
+}
+
+/// Follows the deployment until it has ended ([`follow_until`]).
+pub async fn follow(client: &Client, key: &str, timeout: Duration, json: bool) -> Result<DeploymentDetail, CliError> {
+    follow_until(client, key, timeout, json, has_ended).await
 }
 
 /// Prints one line per change of the deployment's state (with `json`, the detail as one JSON
-/// line) until it has ended, and answers its last detail. Rides out an API restart (up to two
+/// line) until `done` says so, and answers its last detail. Rides out an API restart (up to two
 /// minutes unreachable); fails with exit 4 at `timeout`, and with exit 5 as soon as its workflow
 /// stops for a person.
-pub async fn follow(client: &Client, key: &str, timeout: Duration, json: bool) -> Result<DeploymentDetail, CliError> {
+pub async fn follow_until(
+    client: &Client,
+    key: &str,
+    timeout: Duration,
+    json: bool,
+    done: impl Fn(&DeploymentDetail) -> bool,
+) -> Result<DeploymentDetail, CliError> {
     let deadline = Instant::now() + timeout;
     let mut shown = String::new();
     let mut state = String::from("unknown");
@@ -194,7 +232,7 @@ pub async fn follow(client: &Client, key: &str, timeout: Duration, json: bool) -
                         false => say!("  {}  {}", render::time(anycloud_workflows::now_ms()), state_line(&detail)),
                     }
                 }
-                if has_ended(&detail) {
+                if done(&detail) {
                     return Ok(detail);
                 }
                 if let Some(run) = detail.workflow.as_ref().filter(|run| run.status == RunStatus::NeedsAttention) {
@@ -206,9 +244,10 @@ pub async fn follow(client: &Client, key: &str, timeout: Duration, json: bool) -
                         format!(
                             "{} {name}: its workflow {id} needs attention: {}\n`anycloud workflow inspect {id}` shows \
                              why; fix the cause, then `anycloud workflow retry {id}` or `anycloud workflow resume \
-                             {id}`; `anycloud terminate {name}` ends the job",
+                             {id}`; `anycloud terminate {name}` ends the {}",
                             detail.deployment.kind,
                             run.status_reason.as_deref().unwrap_or("no reason given"),
+                            detail.deployment.kind,
                         ),
                     ));
                 }
@@ -231,7 +270,7 @@ pub async fn follow(client: &Client, key: &str, timeout: Duration, json: bool) -
                 TIMEOUT,
                 "TIMEOUT",
                 format!(
-                    "deployment {key} did not end within {}; it is still {state}",
+                    "deployment {key} did not get there within {}; it is still {state}",
                     render::duration(timeout.as_millis() as i64),
                 ),
             ));
@@ -240,7 +279,8 @@ pub async fn follow(client: &Client, key: &str, timeout: Duration, json: bool) -
     }
 }
 
-/// The exit code of an ended deployment (0 completed, 1 any other end), after saying how it ended.
+/// The exit code of a deployment followed to its end (a job: 0 completed; a service: 0 running;
+/// 1 any other end), after saying how it stands.
 pub fn outcome(detail: &DeploymentDetail, json: bool) -> u8 {
     let deployment = &detail.deployment;
     if !json {
@@ -252,12 +292,26 @@ pub fn outcome(detail: &DeploymentDetail, json: bool) -> u8 {
         };
         say!("{} {} {}{why}", deployment.kind, deployment.name, detail.state);
     }
-    if deployment.status == Status::Completed { OK } else { ENDED_OTHERWISE }
+    let reached = if deployment.is_service() { Status::Running } else { Status::Completed };
+    if deployment.status == reached { OK } else { ENDED_OTHERWISE }
 }
 
 /// Nothing runs any more and nothing will without a resubmit.
 fn has_ended(detail: &DeploymentDetail) -> bool {
     detail.deployment.status.is_ended() && detail.state != "terminating"
+}
+
+/// A job has ended; a service has ended, or runs with no revision in flight (nothing deploying,
+/// queued, upgrading or rolling back) and no termination under way.
+pub fn has_settled(detail: &DeploymentDetail) -> bool {
+    if !detail.deployment.is_service() || has_ended(detail) {
+        return has_ended(detail);
+    }
+    let in_flight = detail
+        .revisions
+        .iter()
+        .any(|revision| !revision.result.is_final() && revision.result != RevisionResult::Running);
+    detail.state == "running" && !in_flight
 }
 
 /// What a person following the deployment would call a change: its state, attempt, outcome and
@@ -266,8 +320,9 @@ fn change_key(detail: &DeploymentDetail) -> String {
     let deployment = &detail.deployment;
     let retry = detail.retry.as_ref().map(|retry| (retry.attempt, retry.cause.clone()));
     let run = detail.workflow.as_ref().map(|run| (run.status, run.current_step.clone()));
+    let revisions: Vec<_> = detail.revisions.iter().map(|revision| (revision.number, revision.result)).collect();
     format!(
-        "{} {} {:?} {:?} {:?} {:?} {:?}",
+        "{} {} {:?} {:?} {:?} {:?} {:?} {revisions:?}",
         detail.state, deployment.attempt, deployment.exit_code, deployment.reason, retry, run, deployment.ended_at
     )
 }
@@ -275,7 +330,10 @@ fn change_key(detail: &DeploymentDetail) -> String {
 /// One line of a follower: the state, and what it waits for or why it retries.
 fn state_line(detail: &DeploymentDetail) -> String {
     let deployment = &detail.deployment;
-    let mut line = format!("{} {} (attempt {})", deployment.name, detail.state, deployment.attempt);
+    let mut line = match deployment.revision {
+        Some(revision) => format!("{} {} (revision {revision} serves)", deployment.name, detail.state),
+        None => format!("{} {} (attempt {})", deployment.name, detail.state, deployment.attempt),
+    };
     if let Some(retry) = &detail.retry {
         line.push_str(&retry_text(retry));
     } else if let Some(reason) = &deployment.reason {
@@ -295,7 +353,10 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
     let spec = &deployment.spec;
     let now = anycloud_workflows::now_ms();
     say!("{:<10} {}  (id {})", deployment.kind, deployment.name, deployment.id);
-    say!("state      {}, attempt {}", detail.state, deployment.attempt);
+    match deployment.revision {
+        Some(revision) => say!("state      {}, revision {revision} serves", detail.state),
+        None => say!("state      {}, attempt {}", detail.state, deployment.attempt),
+    }
     if let Some(retry) = &detail.retry {
         let next = retry.next_at.map(|at| format!(", next {}", render::relative(at, now))).unwrap_or_default();
         say!("retrying   {} failed attempt(s){next}", retry.attempt);
@@ -317,6 +378,13 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
     let cpus = spec.cpus.as_deref().unwrap_or("cluster default");
     let memory = spec.memory.as_deref().unwrap_or("cluster default");
     say!("resources  cpus {cpus}, memory {memory}");
+    if let Some(address) = &detail.address {
+        let ip =
+            address.cluster_ip.as_deref().map(|ip| format!("  (ClusterIP {ip}:{})", address.port)).unwrap_or_default();
+        say!("replicas   {}", deployment.replicas.unwrap_or(1));
+        say!("address    {}:{}{ip}", address.dns_name, address.port);
+        say!("           cluster-internal only; live Pod health is not shown for cluster-backed services");
+    }
     say!("created    {}", render::time(deployment.created_at));
     if let Some(started) = deployment.started_at {
         say!("started    {}", render::time(started));
@@ -328,7 +396,31 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
         let names: Vec<&str> = spec.env.iter().map(|var| var.name.as_str()).collect();
         say!("env        {}", if names.is_empty() { "-".to_owned() } else { names.join(", ") });
         say!("namespace  {}", deployment.namespace);
-        say!("k8s job    {}", deployment.job_name());
+        match deployment.is_service() {
+            true => say!("k8s        Deployment and Service {}", deployment.name),
+            false => say!("k8s job    {}", deployment.job_name()),
+        }
+    }
+    if !detail.revisions.is_empty() {
+        say!("revisions");
+        let rows: Vec<Vec<String>> = detail
+            .revisions
+            .iter()
+            .map(|revision| {
+                let result = match &revision.reason {
+                    Some(reason) if revision.result == RevisionResult::Failed => format!("failed: {reason}"),
+                    _ => revision.result.to_string(),
+                };
+                vec![
+                    revision.number.to_string(),
+                    revision.spec.image.clone(),
+                    revision.replicas.to_string(),
+                    render::time(revision.created_at),
+                    result,
+                ]
+            })
+            .collect();
+        render::table(&["  REV", "IMAGE", "REPLICAS", "CREATED", "RESULT"], &rows);
     }
     if let Some(run) = &detail.workflow {
         let step = run.current_step.as_deref().map(|step| format!(", step {step}")).unwrap_or_default();

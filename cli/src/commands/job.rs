@@ -40,7 +40,7 @@ pub struct PlacementFlags {
 
 impl PlacementFlags {
     /// The placement flags that were given, as typed.
-    fn given(&self) -> Vec<&'static str> {
+    pub(crate) fn given(&self) -> Vec<&'static str> {
         let flags = [
             ("--credentials", self.credentials.is_some()),
             ("--vm-type", self.vm_type.is_some()),

@@ -10,6 +10,7 @@ pub mod credentials;
 pub mod deployment;
 pub mod exec;
 pub mod job;
+pub mod service;
 pub mod workflow;
 
 /// Prints a value as pretty JSON (for `--json`).

@@ -1,5 +1,5 @@
-//! `/v1/jobs` and `/v1/deployments`: submit a job, show and list deployments, terminate,
-//! resubmit, and a job's logs (streamed). Exec is its own file (`exec.rs`): a WebSocket.
+//! `/v1/jobs`, `/v1/services` and `/v1/deployments`: submit a job, deploy a service, show and
+//! list deployments, upgrade a service, terminate, resubmit, and a job's logs (streamed). Exec is its own file (`exec.rs`): a WebSocket.
 
 use axum::Json;
 use axum::body::Body;
@@ -7,7 +7,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery, LogsQuery, NewJob};
+use anycloud_workflows::api::{
+    DeploymentDetail, DeploymentList, DeploymentQuery, LogsQuery, NewJob, NewService, UpgradeRequest,
+};
 
 use super::AppState;
 use super::error::{ApiError, JsonBody};
@@ -18,6 +20,23 @@ pub async fn submit_job(
     JsonBody(request): JsonBody<NewJob>,
 ) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
     Ok((StatusCode::CREATED, Json(state.ops.submit_job(request).await?)))
+}
+
+/// Stores a service on a ready cluster and starts deploying its revision 1.
+pub async fn deploy_service(
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<NewService>,
+) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
+    Ok((StatusCode::CREATED, Json(state.ops.deploy_service(request).await?)))
+}
+
+/// Records a service's next revision and starts rolling it out.
+pub async fn upgrade(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(request): JsonBody<UpgradeRequest>,
+) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(state.ops.upgrade_service(&id, request).await?)))
 }
 
 /// Deployments, newest first.

@@ -1,5 +1,5 @@
-//! The `deployments` table: jobs (and, later, services) with their spec, attempt, status and
-//! outcome. A deployment on a cluster holds the cluster until it ends: a cluster's delete and a
+//! The `deployments` table: jobs and services with their spec, attempt (jobs) or serving
+//! revision (services), status and outcome. A deployment on a cluster holds the cluster until it ends: a cluster's delete and a
 //! new deployment on it take the same row lock.
 
 use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
@@ -9,8 +9,10 @@ use super::Db;
 use super::clusters::{self, Cluster, Phase};
 use crate::api::EnvVar;
 
-/// Where a deployment stands, as stored. (`retrying` is not stored: it is read off the
-/// deployment's workflow.)
+/// Where a deployment stands, as stored. (`retrying` and `terminating` are not stored: they are
+/// read off the deployment's workflow.) A job moves `queued -> starting -> running -> completed |
+/// errored`; a service `deploying -> running`, then `upgrading` (and `rolling-back` when an
+/// upgrade fails) back to `running`, until `terminated`; either may end `failed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Status {
@@ -30,14 +32,23 @@ pub enum Status {
     Failed,
     /// The cluster refused its objects.
     Invalid,
+    /// A service whose first revision is applied and not yet available.
+    Deploying,
+    /// A service rolling out a new revision; the previous one still serves.
+    Upgrading,
+    /// A service whose upgrade failed, going back to the revision that served before.
+    RollingBack,
 }
 
 impl Status {
     /// Every status, in the order of a deployment's life.
-    pub const ALL: [Status; 8] = [
+    pub const ALL: [Status; 11] = [
         Self::Queued,
+        Self::Deploying,
         Self::Starting,
         Self::Running,
+        Self::Upgrading,
+        Self::RollingBack,
         Self::Completed,
         Self::Errored,
         Self::Terminated,
@@ -56,6 +67,9 @@ impl Status {
             Self::Terminated => "terminated",
             Self::Failed => "failed",
             Self::Invalid => "invalid",
+            Self::Deploying => "deploying",
+            Self::Upgrading => "upgrading",
+            Self::RollingBack => "rolling-back",
         }
     }
 
@@ -134,9 +148,31 @@ pub struct Deployment {
     pub ended_at: Option<i64>,
     /// When the record last changed.
     pub updated_at: i64,
+    /// A service: the port its app listens on (`PORT`), and its Kubernetes Service's port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i64>,
+    /// A service: how many replicas the serving revision runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    /// A service: the revision that serves (its spec is this record's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// A service: the ClusterIP its Kubernetes Service was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ip: Option<String>,
 }
 
+/// The kind of a job.
+pub const JOB: &str = "job";
+/// The kind of a service.
+pub const SERVICE: &str = "service";
+
 impl Deployment {
+    /// Whether it is a service.
+    pub fn is_service(&self) -> bool {
+        self.kind == SERVICE
+    }
+
     /// The resource key of its runs: one run at a time acts on a deployment.
     pub fn resource_key(id: &str) -> String {
         format!("deployment/{id}")
@@ -174,11 +210,15 @@ struct Row {
     started_at: Option<i64>,
     ended_at: Option<i64>,
     updated_at: i64,
+    port: Option<i64>,
+    replicas: Option<i64>,
+    revision: Option<i64>,
+    cluster_ip: Option<String>,
 }
 
 const SELECT: &str = "SELECT id, name, kind, cluster_id, status, image, command, env, cpus, memory, attempt, \
-                      namespace, exit_code, reason, workflow_id, created_at, started_at, ended_at, updated_at \
-                      FROM deployments";
+                      namespace, exit_code, reason, workflow_id, created_at, started_at, ended_at, updated_at, \
+                      port, replicas, revision, cluster_ip FROM deployments";
 
 impl TryFrom<Row> for Deployment {
     type Error = sqlx::Error;
@@ -207,6 +247,10 @@ impl TryFrom<Row> for Deployment {
             started_at: row.started_at,
             ended_at: row.ended_at,
             updated_at: row.updated_at,
+            port: row.port,
+            replicas: row.replicas,
+            revision: row.revision,
+            cluster_ip: row.cluster_ip,
         })
     }
 }
@@ -454,5 +498,109 @@ pub async fn resubmit_in(tx: &mut WriteTx, id: &str, workflow_id: &str, now: i64
         now,
         id
     )?;
+    Ok(())
+}
+
+/// The shape of a service beyond its spec: its port, replicas and first progress deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceShape {
+    /// The port its app listens on.
+    pub port: i64,
+    /// How many replicas it runs.
+    pub replicas: i64,
+    /// How long a revision may take to become available, in seconds.
+    pub progress_deadline_s: i64,
+}
+
+/// Records a service on a cluster inside the caller's transaction, holding the cluster's row
+/// ([`hold_cluster_in`]): the deployment, `deploying` on revision 1, and that revision.
+pub async fn add_service_in(
+    tx: &mut WriteTx,
+    cluster_name: &str,
+    deployment: NewDeployment<'_>,
+    shape: ServiceShape,
+    now: i64,
+) -> Result<Cluster, PlacementRefused> {
+    let cluster = hold_cluster_in(tx, cluster_name).await?;
+    let spec = deployment.spec;
+    let command = serde_json::to_string(&spec.command).unwrap_or_else(|_| "[]".into());
+    let env = serde_json::to_string(&spec.env).unwrap_or_else(|_| "[]".into());
+    execute_in!(
+        tx,
+        "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, attempt, \
+         workflow_id, created_at, updated_at, port, replicas, revision) \
+         VALUES ($1, $2, $3, $4, 'deploying', $5, $6, $7, $8, $9, 1, $10, $11, $11, $12, $13, 1)",
+        deployment.id,
+        deployment.name,
+        SERVICE,
+        &cluster.id,
+        &spec.image,
+        command,
+        env,
+        spec.cpus.as_deref(),
+        spec.memory.as_deref(),
+        deployment.workflow_id,
+        now,
+        shape.port,
+        shape.replicas
+    )?;
+    let first = super::revisions::Revision {
+        number: 1,
+        spec: spec.clone(),
+        replicas: shape.replicas,
+        progress_deadline_s: shape.progress_deadline_s,
+        result: super::revisions::RevisionResult::Deploying,
+        reason: None,
+        workflow_id: Some(deployment.workflow_id.to_owned()),
+        created_at: now,
+        ended_at: None,
+    };
+    super::revisions::insert_in(tx, deployment.id, &first).await?;
+    Ok(cluster)
+}
+
+/// Records the ClusterIP a service's Kubernetes Service was given.
+pub async fn set_cluster_ip(db: &Db, id: &str, cluster_ip: &str) -> Result<(), sqlx::Error> {
+    execute!(db.pool(), "UPDATE deployments SET cluster_ip = $1 WHERE id = $2", cluster_ip, id)?;
+    Ok(())
+}
+
+/// Makes `revision` the one that serves: the record takes its spec and replicas, and is
+/// `running` with `reason`, unless it has ended. Returns whether it changed.
+pub async fn serve_revision(
+    db: &Db,
+    id: &str,
+    revision: &super::revisions::Revision,
+    reason: &str,
+    now: i64,
+) -> Result<bool, sqlx::Error> {
+    let spec = &revision.spec;
+    let command = serde_json::to_string(&spec.command).unwrap_or_else(|_| "[]".into());
+    let env = serde_json::to_string(&spec.env).unwrap_or_else(|_| "[]".into());
+    let changed = execute!(
+        db.pool(),
+        sqlx::AssertSqlSafe(format!(
+            "UPDATE deployments SET status = 'running', reason = $1, image = $2, command = $3, env = $4, cpus = $5, \
+             memory = $6, replicas = $7, revision = $8, started_at = COALESCE(started_at, $9), updated_at = $9 \
+             WHERE id = $10 AND status NOT IN {ENDED}"
+        )),
+        reason,
+        &spec.image,
+        command,
+        env,
+        spec.cpus.as_deref(),
+        spec.memory.as_deref(),
+        revision.replicas,
+        revision.number,
+        now,
+        id
+    )?;
+    Ok(changed > 0)
+}
+
+/// Sets the workflow a deployment's record follows (its latest run), inside the caller's
+/// transaction.
+pub async fn set_workflow_in(tx: &mut WriteTx, id: &str, workflow_id: &str, now: i64) -> Result<(), sqlx::Error> {
+    execute_in!(tx, "UPDATE deployments SET workflow_id = $1, updated_at = $2 WHERE id = $3", workflow_id, now, id)?;
     Ok(())
 }

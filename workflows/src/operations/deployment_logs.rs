@@ -34,10 +34,10 @@ impl Operations {
         let name = &deployment.name;
         if deployment.kind != "job" {
             return Err(Refusal::new(
-                Code::WrongDeploymentKind,
+                Code::NotSupportedForServices,
                 format!(
                     "`{name}` is a {}: {what} is not supported yet for cluster-backed services; `anycloud status \
-                     {name}` shows its state",
+                     {name}` shows its state, revisions and cluster-internal address",
                     deployment.kind
                 ),
             )

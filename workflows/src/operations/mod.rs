@@ -13,8 +13,10 @@
 //! | list and show clusters | `show_clusters.rs` | none |
 //! | list, inspect, retry, resume, cancel workflows | `workflows.rs` | none |
 //! | submit a job | `submit_job.rs` | `job.run` |
+//! | deploy a service | `deploy_service.rs` | `service.deploy` |
+//! | upgrade a service | `upgrade_service.rs` | `service.upgrade` |
 //! | show and list deployments | `show_deployments.rs` | none |
-//! | terminate a deployment | `terminate_deployment.rs` | none (cancels its run) |
+//! | terminate a deployment | `terminate_deployment.rs` | none for a job (cancels its run); `service.terminate` for a service |
 //! | resubmit a job | `resubmit_deployment.rs` | `job.run` (the next attempt) |
 //! | a job's logs | `deployment_logs.rs` | none |
 //! | exec in a job's container | `deployment_exec.rs` | none |
@@ -24,6 +26,7 @@ mod cluster_kubeconfig;
 mod create_cluster;
 mod delete_cluster;
 mod delete_credential;
+mod deploy_service;
 mod deployment_exec;
 mod deployment_logs;
 mod resubmit_deployment;
@@ -33,10 +36,12 @@ mod show_credentials;
 mod show_deployments;
 mod submit_job;
 mod terminate_deployment;
+mod upgrade_service;
 mod workflows;
 
 use std::sync::Arc;
 
+pub use deploy_service::{DEFAULT_PORT, DEFAULT_PROGRESS_DEADLINE_S, MAX_REPLICAS};
 pub use deployment_exec::ExecSession;
 pub use deployment_logs::LogStream;
 pub use show_deployments::LIST_LIMIT;

@@ -6,9 +6,12 @@ use std::collections::HashMap;
 
 use anycloud_engine::{EngineError, RunRecord, RunStatus};
 
-use crate::api::{DeploymentDetail, DeploymentList, DeploymentQuery, DeploymentSummary, RetryState, WorkflowSummary};
-use crate::db::clusters;
+use crate::api::{
+    DeploymentDetail, DeploymentList, DeploymentQuery, DeploymentSummary, RetryState, ServiceAddress, WorkflowSummary,
+};
 use crate::db::deployments::{self, Deployment, Status};
+use crate::db::{clusters, revisions};
+use crate::kube_service;
 use crate::providers::ProviderKind;
 use crate::refusal::{Code, OperationError, Refusal};
 
@@ -62,7 +65,20 @@ impl Operations {
             None => None,
         };
         let (state, retry) = state_of(&deployment, run.as_ref());
+        let (revisions, address) = match deployment.is_service() {
+            true => {
+                let address = ServiceAddress {
+                    dns_name: kube_service::dns_name(&deployment),
+                    port: kube_service::port(&deployment),
+                    cluster_ip: deployment.cluster_ip.clone(),
+                };
+                (revisions::list(&self.deps.db, &deployment.id).await?, Some(address))
+            }
+            false => (Vec::new(), None),
+        };
         Ok(DeploymentDetail {
+            revisions,
+            address,
             state,
             retry,
             cluster: cluster.as_ref().map(|cluster| cluster.name.clone()).unwrap_or_default(),
@@ -74,17 +90,20 @@ impl Operations {
 }
 
 /// The state a person sees: the record's status, unless the deployment has not ended and its
-/// run is being terminated (`terminating`) or waits to try a failed step again (`retrying`).
+/// run is being terminated (`terminating`: a job's cancelled run, a service's `service.terminate`)
+/// or waits to try a failed step again (`retrying`; not while a service rolls back, whose undo
+/// retries until the previous revision is available again).
 fn state_of(deployment: &Deployment, run: Option<&RunRecord>) -> (String, Option<RetryState>) {
     let recorded = (deployment.status.as_str().to_owned(), None);
     let Some(run) = run else { return recorded };
     if deployment.status.is_ended() {
         return recorded;
     }
-    if run.cancel_requested {
+    let terminating_service = run.kind == "service.terminate" && !run.status.is_final();
+    if (run.cancel_requested && !deployment.is_service()) || terminating_service {
         return ("terminating".to_owned(), None);
     }
-    if run.status == RunStatus::Retrying {
+    if run.status == RunStatus::Retrying && deployment.status != Status::RollingBack {
         let cause = run.error.as_ref().map(ToString::to_string).or_else(|| run.status_reason.clone());
         return ("retrying".to_owned(), Some(RetryState { attempt: run.attempt, cause, next_at: run.next_at }));
     }

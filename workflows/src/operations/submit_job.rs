@@ -74,7 +74,7 @@ pub(super) fn check_name(name: &str) -> Result<(), String> {
 }
 
 /// A name made from the image (`ghcr.io/acme/batch:latest` -> `batch-1a2b3c`).
-fn generated_name(image: &str, id: &str) -> String {
+pub(super) fn generated_name(image: &str, id: &str) -> String {
     let last = image.split(['@']).next().unwrap_or(image).rsplit('/').next().unwrap_or(image);
     let base: String = last
         .split(':')
@@ -89,7 +89,7 @@ fn generated_name(image: &str, id: &str) -> String {
     if base.is_empty() { format!("job-{suffix}") } else { format!("{base}-{suffix}") }
 }
 
-fn name_taken(name: &str) -> OperationError {
+pub(super) fn name_taken(name: &str) -> OperationError {
     Refusal::new(
         Code::DeploymentExists,
         format!(
