@@ -537,7 +537,7 @@ async fn bench_reads(api: &Api, client: &reqwest::Client, jobs: usize, requests:
 /// The answer is what was asked for: a job with its run, or a page of deployments.
 fn check(read: Read, body: &Value) -> Res<()> {
     let ok = match read {
-        Read::Status => body["deployment"]["status"] == "completed" && body["run"].is_object(),
+        Read::Status => body["deployment"]["status"] == "completed" && body["workflow"].is_object(),
         Read::ListRunning => body["deployments"].as_array().is_some_and(Vec::is_empty),
         _ => body["deployments"].as_array().is_some_and(|page| !page.is_empty()),
     };

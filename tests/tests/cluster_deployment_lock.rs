@@ -71,6 +71,13 @@ async fn deployment_first_then_delete(store: Store) {
     let mut delete = store.begin_write().await.unwrap();
     clusters::lock_live_in(&mut delete, "busy").await.unwrap().unwrap();
     assert_eq!(deployments::active_on_cluster_in(&mut delete, &cluster.id).await.unwrap(), ["svc-1"]);
+    drop(delete);
+    // The record reads back whole on both stores (every column decodes as the code types it).
+    let db = Db::open(&store).await.unwrap();
+    assert!(deployments::end(&db, "svc-1", 1, deployments::Status::Errored, Some(3), Some("Error"), 2).await.unwrap());
+    let found = deployments::find(&db, "svc-1").await.unwrap().unwrap();
+    assert_eq!((found.attempt, found.exit_code, found.status), (1, Some(3), deployments::Status::Errored));
+    assert_eq!(deployments::list(&db, None, None, 10).await.unwrap().len(), 1);
 }
 
 #[tokio::test]
