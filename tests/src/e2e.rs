@@ -1187,3 +1187,23 @@ pub fn claim_pids(events: &[Value]) -> Vec<u32> {
         })
         .collect()
 }
+
+/// An HTTP server on `$PORT` answering every GET with `$VERSION`; `$0` is its marker (`python3 -c`). With
+/// `MODE=crash` it exits 1 at once; with `MODE=mute` it runs without ever listening.
+pub const VERSION_SERVER: &str = r#"
+import http.server, os, sys, time
+if os.environ.get("MODE") == "crash":
+    sys.exit(1)
+if os.environ.get("MODE") == "mute":
+    time.sleep(3600)
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = os.environ["VERSION"].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).serve_forever()
+"#;

@@ -44,21 +44,6 @@ use kube::api::{Api, ListParams};
 
 const CREDENTIAL: &str = "capacity";
 
-/// An HTTP server on `$PORT` answering every GET with `$VERSION`.
-const SERVER: &str = r#"
-import http.server, os
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = os.environ.get("VERSION", "?").encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).serve_forever()
-"#;
-
 /// A ready simulated cluster and one service record on it, ready for the helpers.
 struct Harness {
     store: Store,
@@ -72,7 +57,7 @@ struct Harness {
 fn spec(version: &str) -> Spec {
     Spec {
         image: format!("acme/web:{version}"),
-        command: vec!["python3".into(), "-c".into(), SERVER.into()],
+        command: vec!["python3".into(), "-c".into(), anycloud_tests::e2e::VERSION_SERVER.into()],
         env: vec![anycloud_workflows::api::EnvVar { name: "VERSION".into(), value: version.into() }],
         cpus: None,
         memory: None,

@@ -29,26 +29,6 @@ use serde_json::Value;
 /// How long a `--wait` may take before the test fails.
 const WAIT: Duration = Duration::from_secs(120);
 
-/// An HTTP server on `$PORT` answering every GET with `$VERSION`; `$0` is its marker. With
-/// `MODE=crash` it exits 1 at once; with `MODE=mute` it runs without ever listening.
-const SERVER: &str = r#"
-import http.server, os, sys, time
-if os.environ.get("MODE") == "crash":
-    sys.exit(1)
-if os.environ.get("MODE") == "mute":
-    time.sleep(3600)
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = os.environ["VERSION"].encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).serve_forever()
-"#;
-
 fn status(api: &Api, name: &str) -> Value {
     let out = api.cli(&["--json", "status", name]);
     out.expect_code(0);
@@ -156,7 +136,7 @@ fn services_deploy_serve_upgrade_roll_back_and_end_on_a_simulated_cluster() {
         "--",
         "python3",
         "-c",
-        SERVER,
+        e2e::VERSION_SERVER,
         &m1,
     ]);
     out.expect_code(0);
