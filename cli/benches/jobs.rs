@@ -20,9 +20,10 @@
 //! `INSERT`s) until 100,000 are stored, starts the API again and sends, one at a time,
 //! `GET /v1/deployments/{name}` (what `anycloud status NAME` asks; names of the jobs that really
 //! ran, so each answer includes its workflow run) and `GET /v1/deployments`, `?status=completed`,
-//! `?status=running` (none: the index must say so at once) and `?kind=job` (what `anycloud list`
-//! and `job list` ask), and prints p50/p99/max of server and client time against a server p99
-//! under 20 ms.
+//! `?status=running` (none: the index must say so at once), `?kind=job` and `?kind=service`
+//! (none) (what `anycloud list`, `job list` and `service list` ask: the newest 100) and
+//! `?limit=500` (the largest page), and prints p50/p99/max of server and client time against a
+//! server p99 under 20 ms.
 //!
 //! Options, after `--`: `--jobs N` (default 1000), `--deployments N` (default 100000),
 //! `--requests N` per read (default 1000), `--part jobs|reads|both` (default both; `reads`
@@ -478,10 +479,20 @@ enum Read {
     ListCompleted,
     ListRunning,
     ListJobs,
+    ListServices,
+    ListLargest,
 }
 
 impl Read {
-    const ALL: [Read; 5] = [Read::Status, Read::List, Read::ListCompleted, Read::ListRunning, Read::ListJobs];
+    const ALL: [Read; 7] = [
+        Read::Status,
+        Read::List,
+        Read::ListCompleted,
+        Read::ListRunning,
+        Read::ListJobs,
+        Read::ListServices,
+        Read::ListLargest,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -490,6 +501,8 @@ impl Read {
             Read::ListCompleted => "list --status completed",
             Read::ListRunning => "list --status running (none)",
             Read::ListJobs => "job list (?kind=job)",
+            Read::ListServices => "service list (?kind=service, none)",
+            Read::ListLargest => "list --limit 500",
         }
     }
 
@@ -500,6 +513,8 @@ impl Read {
             Read::ListCompleted => "/v1/deployments?status=completed".into(),
             Read::ListRunning => "/v1/deployments?status=running".into(),
             Read::ListJobs => "/v1/deployments?kind=job".into(),
+            Read::ListServices => "/v1/deployments?kind=service".into(),
+            Read::ListLargest => "/v1/deployments?limit=500".into(),
         }
     }
 }
@@ -538,7 +553,8 @@ async fn bench_reads(api: &Api, client: &reqwest::Client, jobs: usize, requests:
 fn check(read: Read, body: &Value) -> Res<()> {
     let ok = match read {
         Read::Status => body["deployment"]["status"] == "completed" && body["workflow"].is_object(),
-        Read::ListRunning => body["deployments"].as_array().is_some_and(Vec::is_empty),
+        Read::ListRunning | Read::ListServices => body["deployments"].as_array().is_some_and(Vec::is_empty),
+        Read::ListLargest => body["deployments"].as_array().is_some_and(|page| page.len() == 500),
         _ => body["deployments"].as_array().is_some_and(|page| !page.is_empty()),
     };
     if !ok {

@@ -63,6 +63,9 @@ pub(crate) enum Command {
         /// deploying, upgrading, rolling-back.
         #[arg(long)]
         status: Option<String>,
+        /// At most this many, newest first (1 to 500; the API checks the range).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
     },
     /// Print a job's output (its current attempt's container); --follow streams it until it ends.
     Logs {
@@ -201,6 +204,9 @@ pub(crate) enum JobSubcommand {
         /// Only this state: queued, starting, running, completed, errored, terminated, failed, invalid.
         #[arg(long)]
         status: Option<String>,
+        /// At most this many, newest first (1 to 500; the API checks the range).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
     },
 }
 
@@ -258,6 +264,9 @@ pub(crate) enum ServiceSubcommand {
         /// Only this state: deploying, running, upgrading, rolling-back, terminated, failed.
         #[arg(long)]
         status: Option<String>,
+        /// At most this many, newest first (1 to 500; the API checks the range).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
     },
 }
 

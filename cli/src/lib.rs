@@ -168,8 +168,8 @@ async fn run(cli: Cli) -> CliResult {
         Command::Cluster(ClusterCommand::Kubeconfig { name, output }) => {
             commands::cluster::kubeconfig(&name, output.as_deref(), json).await
         }
-        Command::Job(JobCommand { list: Some(JobSubcommand::List { status }), .. }) => {
-            commands::deployment::list(status, Some("job"), json).await
+        Command::Job(JobCommand { list: Some(JobSubcommand::List { status, limit }), .. }) => {
+            commands::deployment::list(status, Some("job"), limit, json).await
         }
         Command::Job(JobCommand { list: None, submit: args }) => {
             let args = commands::job::SubmitArgs {
@@ -187,8 +187,8 @@ async fn run(cli: Cli) -> CliResult {
             };
             commands::job::submit(args, json).await
         }
-        Command::Service(ServiceCommand { list: Some(ServiceSubcommand::List { status }), .. }) => {
-            commands::deployment::list(status, Some("service"), json).await
+        Command::Service(ServiceCommand { list: Some(ServiceSubcommand::List { status, limit }), .. }) => {
+            commands::deployment::list(status, Some("service"), limit, json).await
         }
         Command::Service(ServiceCommand { list: None, deploy: args }) => {
             let args = commands::service::DeployArgs {
@@ -226,8 +226,8 @@ async fn run(cli: Cli) -> CliResult {
         Command::Status { id: Some(id), verbose, watch, health } => {
             commands::deployment::status(&id, verbose, watch, health, json).await
         }
-        Command::Status { id: None, .. } => commands::deployment::list(None, None, json).await,
-        Command::List { status } => commands::deployment::list(status, None, json).await,
+        Command::Status { id: None, .. } => commands::deployment::list(None, None, 100, json).await,
+        Command::List { status, limit } => commands::deployment::list(status, None, limit, json).await,
         Command::Logs { id, follow } => commands::deployment::logs(&id, follow).await,
         Command::Exec { id, stdin, command } => commands::exec::exec(&id, command, stdin).await,
         Command::Terminate { id, wait, timeout } => commands::deployment::terminate(&id, wait, timeout, json).await,

@@ -335,6 +335,13 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
             "limit 0 is out of range: use 1 to 1000",
             "INVALID_LIMIT",
         ),
+        Case::new(
+            "a deployment list limit out of range",
+            &["job", "list", "--limit", "501"],
+            3,
+            "limit 501 is out of range: use 1 to 500",
+            "INVALID_LIMIT",
+        ),
     ];
     for case in &cases {
         check.cli(case);

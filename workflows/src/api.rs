@@ -446,6 +446,9 @@ pub struct DeploymentQuery {
     /// Only this kind (`job` or `service`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// At most this many, newest first (1 to 500; default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
 }
 
 /// `GET /v1/deployments`.

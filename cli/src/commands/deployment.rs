@@ -75,10 +75,10 @@ pub async fn status(key: &str, verbose: bool, watch: bool, health: bool, json: b
 }
 
 /// `anycloud list` (every kind), `anycloud job list` and `anycloud service list`.
-pub async fn list(status: Option<String>, kind: Option<&str>, json: bool) -> CliResult {
+pub async fn list(status: Option<String>, kind: Option<&str>, limit: u32, json: bool) -> CliResult {
     let client = Client::active()?;
     let filtered = status.is_some();
-    let query = DeploymentQuery { status, kind: kind.map(str::to_owned) };
+    let query = DeploymentQuery { status, kind: kind.map(str::to_owned), limit: Some(limit) };
     let answer: DeploymentList = client.get_query("/v1/deployments", &query).await?;
     if json {
         print_json(&answer);

@@ -407,16 +407,26 @@ pub async fn list(
     kind: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Deployment>, sqlx::Error> {
+    // Only the filters asked for, so that each list walks its own index (`deployments_created`,
+    // `deployments_status`, `deployments_kind`, `deployments_kind_status`) in order and stops at
+    // `limit`: `($1 IS NULL OR status = $1)` would make SQLite walk every row for a status no
+    // deployment has.
+    let filters = [status.map(|_| "status = "), kind.map(|_| "kind = ")];
+    let mut conditions = Vec::new();
+    for (n, filter) in filters.into_iter().flatten().enumerate() {
+        conditions.push(format!("{filter}${}", n + 1));
+    }
+    let filter = if conditions.is_empty() { String::new() } else { format!("WHERE {}", conditions.join(" AND ")) };
+    let sql = format!("{SELECT} {filter} ORDER BY created_at DESC, id LIMIT ${}", conditions.len() + 1);
     let rows: Vec<Row> = with_pool!(db.pool(), |pool| {
-        sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{SELECT} WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR kind = $2) \
-             ORDER BY created_at DESC, id LIMIT $3"
-        )))
-        .bind(status.map(Status::as_str))
-        .bind(kind)
-        .bind(limit)
-        .fetch_all(pool)
-        .await
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
+        if let Some(status) = status {
+            query = query.bind(status.as_str());
+        }
+        if let Some(kind) = kind {
+            query = query.bind(kind);
+        }
+        query.bind(limit).fetch_all(pool).await
     })?;
     decode_all(rows)
 }

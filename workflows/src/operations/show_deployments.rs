@@ -18,7 +18,10 @@ use crate::refusal::{Code, OperationError, Refusal};
 use super::Operations;
 
 /// Most deployments one list answers with.
-pub const LIST_LIMIT: i64 = 500;
+pub const LIST_LIMIT: u32 = 500;
+
+/// How many a list answers with when not asked.
+pub const LIST_DEFAULT: u32 = 100;
 
 impl Operations {
     /// The deployment whose id or name is `key`.
@@ -27,8 +30,14 @@ impl Operations {
         self.deployment_detail(deployment).await
     }
 
-    /// Deployments, newest first (at most [`LIST_LIMIT`]), of one status and kind when asked.
+    /// Deployments, newest first ([`LIST_DEFAULT`], or as many as asked up to [`LIST_LIMIT`]), of
+    /// one status and kind when asked.
     pub async fn list_deployments(&self, query: &DeploymentQuery) -> Result<DeploymentList, OperationError> {
+        let limit = query.limit.unwrap_or(LIST_DEFAULT);
+        if !(1..=LIST_LIMIT).contains(&limit) {
+            let message = format!("limit {limit} is out of range: use 1 to {LIST_LIMIT}");
+            return Err(Refusal::new(Code::InvalidLimit, message).into());
+        }
         let status = query.status.as_deref().map(parse_status).transpose()?;
         let kind = match query.kind.as_deref() {
             None => None,
@@ -41,7 +50,7 @@ impl Operations {
         };
         let names: HashMap<String, String> =
             clusters::list_all(&self.deps.db).await?.into_iter().map(|cluster| (cluster.id, cluster.name)).collect();
-        let found = deployments::list(&self.deps.db, status, kind, LIST_LIMIT).await?;
+        let found = deployments::list(&self.deps.db, status, kind, i64::from(limit)).await?;
         let deployments = found
             .into_iter()
             .map(|deployment| DeploymentSummary {
