@@ -109,43 +109,13 @@ pub async fn submit(args: SubmitArgs, json: bool) -> CliResult {
 /// The request, or a refusal that needs no API: no `--cluster`, placement flags with it, an
 /// unreadable or malformed `--env-file`.
 fn request(args: SubmitArgs) -> Result<NewJob, CliError> {
-    let placement = args.placement.given();
-    let Some(cluster) = args.cluster else {
-        return Err(CliError::new(
-            BAD_INPUT,
-            "CLUSTER_REQUIRED",
-            "this build runs jobs only on clusters: pass `--cluster NAME`. Create a cluster first with `anycloud \
-             cluster create NAME --credentials C --region R --vm-type T --min-vms N --max-vms N` (on a hosted API); \
-             `anycloud cluster list` shows the clusters there are",
-        ));
-    };
-    if !placement.is_empty() {
-        return Err(CliError::new(
-            BAD_INPUT,
-            "PLACEMENT_WITH_CLUSTER",
-            format!(
-                "{} cannot be given with --cluster: a job on cluster `{cluster}` runs on the cluster's VMs; drop {}",
-                placement.join(", "),
-                if placement.len() == 1 { "it" } else { "them" }
-            ),
-        ));
-    }
-    // The file first, then the flags: the API keeps the last of duplicate names, so `-e` wins.
-    let mut env = match &args.env_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|err| CliError::bad_input(format!("--env-file {}: cannot read it: {err}", path.display())))?;
-            parse_env_file(path, &text)?
-        }
-        None => Vec::new(),
-    };
-    env.extend(args.env);
+    let cluster = cluster_of("job", args.cluster, &args.placement)?;
     Ok(NewJob {
         cluster,
         name: args.name,
         image: args.image,
         command: args.command,
-        env,
+        env: environment(args.env_file.as_deref(), args.env)?,
         cpus: args.cpus,
         memory: args.memory,
     })
@@ -159,6 +129,50 @@ pub fn parse_env_flag(text: &str) -> Result<EnvVar, String> {
         }
         _ => Err(format!("`{text}` is not KEY=VALUE; write it like -e {}=value", text.trim_end_matches('='))),
     }
+}
+
+/// The cluster a workload of `kind` (`job`, `service`) runs on: `--cluster` is required, and
+/// the placement flags are refused with it.
+pub(crate) fn cluster_of(kind: &str, cluster: Option<String>, placement: &PlacementFlags) -> Result<String, CliError> {
+    let Some(cluster) = cluster else {
+        return Err(CliError::new(
+            BAD_INPUT,
+            "CLUSTER_REQUIRED",
+            format!(
+                "this build runs {kind}s only on clusters: pass `--cluster NAME`. Create a cluster first with \
+                 `anycloud cluster create NAME --credentials C --region R --vm-type T --min-vms N --max-vms N` (on a \
+                 hosted API); `anycloud cluster list` shows the clusters there are"
+            ),
+        ));
+    };
+    let given = placement.given();
+    if !given.is_empty() {
+        return Err(CliError::new(
+            BAD_INPUT,
+            "PLACEMENT_WITH_CLUSTER",
+            format!(
+                "{} cannot be given with --cluster: a {kind} on cluster `{cluster}` runs on the cluster's VMs; drop {}",
+                given.join(", "),
+                if given.len() == 1 { "it" } else { "them" }
+            ),
+        ));
+    }
+    Ok(cluster)
+}
+
+/// A container's environment: the `--env-file` first, then the `-e` flags (the API keeps the
+/// last of duplicate names, so `-e` wins).
+pub(crate) fn environment(env_file: Option<&Path>, flags: Vec<EnvVar>) -> Result<Vec<EnvVar>, CliError> {
+    let mut env = match env_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|err| CliError::bad_input(format!("--env-file {}: cannot read it: {err}", path.display())))?;
+            parse_env_file(path, &text)?
+        }
+        None => Vec::new(),
+    };
+    env.extend(flags);
+    Ok(env)
 }
 
 /// Parses an env file: one `KEY=VALUE` a line; blank lines and lines starting with `#` are

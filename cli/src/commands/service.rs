@@ -13,7 +13,7 @@ use anycloud_workflows::api::{DeploymentDetail, EnvVar, NewService, UpgradeReque
 use anycloud_workflows::db::revisions::RevisionResult;
 
 use super::deployment;
-use super::job::{PlacementFlags, parse_env_file};
+use super::job::{PlacementFlags, cluster_of, environment};
 use super::print_json;
 use crate::client::{Client, segment};
 use crate::exit::{BAD_INPUT, CliError, CliResult, ENDED_OTHERWISE, OK};
@@ -124,43 +124,13 @@ fn request(args: DeployArgs) -> Result<NewService, CliError> {
     if let Some(refusal) = args.unsupported.refusal() {
         return Err(refusal);
     }
-    let placement = args.placement.given();
-    let Some(cluster) = args.cluster else {
-        return Err(CliError::new(
-            BAD_INPUT,
-            "CLUSTER_REQUIRED",
-            "this build runs services only on clusters: pass `--cluster NAME`. Create a cluster first with `anycloud \
-             cluster create NAME --credentials C --region R --vm-type T --min-vms N --max-vms N` (on a hosted API); \
-             `anycloud cluster list` shows the clusters there are",
-        ));
-    };
-    if !placement.is_empty() {
-        return Err(CliError::new(
-            BAD_INPUT,
-            "PLACEMENT_WITH_CLUSTER",
-            format!(
-                "{} cannot be given with --cluster: a service on cluster `{cluster}` runs on the cluster's VMs; drop {}",
-                placement.join(", "),
-                if placement.len() == 1 { "it" } else { "them" }
-            ),
-        ));
-    }
-    // The file first, then the flags: the API keeps the last of duplicate names, so `-e` wins.
-    let mut env = match &args.env_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|err| CliError::bad_input(format!("--env-file {}: cannot read it: {err}", path.display())))?;
-            parse_env_file(path, &text)?
-        }
-        None => Vec::new(),
-    };
-    env.extend(args.env);
+    let cluster = cluster_of("service", args.cluster, &args.placement)?;
     Ok(NewService {
         cluster,
         name: args.name,
         image: args.image,
         command: args.command,
-        env,
+        env: environment(args.env_file.as_deref(), args.env)?,
         cpus: args.cpus,
         memory: args.memory,
         port: args.port,
