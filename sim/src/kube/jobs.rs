@@ -17,9 +17,9 @@
 use serde_json::{Map, Value, json};
 
 use super::events::{self, Note, Severity};
-use super::resources::{JOBS, PODS};
+use super::resources::JOBS;
 use super::status::ApiError;
-use super::{Kube, defaults, objects, time};
+use super::{Kube, objects, templates, time};
 
 /// Reconciles one Job with `owned`, the Pods it controls.
 pub(crate) async fn sync(kube: &Kube, cluster: &str, job: Value, owned: &[&Value]) -> Result<(), ApiError> {
@@ -85,7 +85,7 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, job: Value, owned: &[&Value
         } else if !suspended {
             let wanted = parallelism.min(completions - succeeded) - active - terminating;
             for _ in 0..wanted.max(0) {
-                created.push(create_pod(kube, cluster, &job).await?);
+                created.push(templates::create_pod(kube, cluster, &job, &JOBS).await?);
             }
         }
     }
@@ -148,35 +148,4 @@ fn set_count(status: &mut Map<String, Value>, field: &str, count: i64) {
     } else {
         status.remove(field);
     }
-}
-
-/// A Pod from the Job's template.
-async fn create_pod(kube: &Kube, cluster: &str, job: &Value) -> Result<Value, ApiError> {
-    let metadata = &job["metadata"];
-    let name = metadata["name"].as_str().unwrap_or_default();
-    let namespace = metadata["namespace"].as_str().unwrap_or("default");
-    let template = &job["spec"]["template"];
-    let mut pod = json!({
-        "metadata": {
-            "generateName": format!("{name}-"),
-            "labels": template["metadata"]["labels"],
-            "ownerReferences": [{
-                "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": metadata["uid"],
-                "controller": true, "blockOwnerDeletion": true,
-            }],
-        },
-        "spec": template["spec"],
-    });
-    if template["metadata"]["annotations"].is_object() {
-        pod["metadata"]["annotations"] = template["metadata"]["annotations"].clone();
-    }
-    defaults::on_create(&PODS, namespace, &mut pod);
-    // A name taken by chance is tried again with other random characters.
-    for _ in 0..5 {
-        pod["metadata"]["name"] = json!(format!("{name}-{}", objects::random_suffix()));
-        if let Some(created) = kube.store.create(cluster, &PODS, pod.clone()).await? {
-            return Ok(created);
-        }
-    }
-    Err(ApiError::internal(format!("no free name for a Pod of Job {namespace}/{name}")))
 }

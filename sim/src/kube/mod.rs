@@ -21,7 +21,8 @@
 //! - [`deployments`] and [`replicasets`]: the Deployment controller (a ReplicaSet per pod
 //!   template, revisions, `RollingUpdate` with `maxSurge`/`maxUnavailable`, `Recreate`,
 //!   `progressDeadlineSeconds`, rollback by reusing an old template's ReplicaSet) and the
-//!   ReplicaSet controller.
+//!   ReplicaSet controller; both Job and ReplicaSet Pods are made from their owner's template by
+//!   [`templates`].
 //! - [`kubelet`] and [`process`]: each container's `command` + `args` runs as a local process
 //!   in the Pod's scratch directory `{kubelet dir}/{pod uid}/`, detached in its own process
 //!   group, so that it survives the API that started it; [`reconcile`] finds it again.
@@ -75,6 +76,7 @@ mod status;
 mod storage;
 mod store;
 mod tables;
+mod templates;
 mod time;
 pub mod tls;
 mod validation;

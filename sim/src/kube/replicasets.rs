@@ -16,9 +16,9 @@ use std::cmp::Reverse;
 use serde_json::{Map, Value, json};
 
 use super::events::{self, Note, Severity};
-use super::resources::{PODS, REPLICASETS};
+use super::resources::REPLICASETS;
 use super::status::ApiError;
-use super::{Kube, defaults, objects, time};
+use super::{Kube, objects, templates, time};
 
 /// Whether the Pod is being deleted.
 pub(crate) fn deleting(pod: &Value) -> bool {
@@ -91,7 +91,7 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, replica_set: Value, owned: 
     let missing = wanted - active.len() as i64;
     let mut created = Vec::new();
     for _ in 0..missing.max(0) {
-        let pod = create_pod(kube, cluster, &replica_set).await?;
+        let pod = templates::create_pod(kube, cluster, &replica_set, &REPLICASETS).await?;
         notes.push(note(
             "SuccessfulCreate",
             format!("Created pod: {}", pod["metadata"]["name"].as_str().unwrap_or_default()),
@@ -152,34 +152,4 @@ fn restarts(pod: &Value) -> i64 {
         .as_array()
         .map(|statuses| statuses.iter().map(|s| s["restartCount"].as_i64().unwrap_or(0)).sum())
         .unwrap_or(0)
-}
-
-/// A Pod from the ReplicaSet's template.
-async fn create_pod(kube: &Kube, cluster: &str, replica_set: &Value) -> Result<Value, ApiError> {
-    let metadata = &replica_set["metadata"];
-    let name = metadata["name"].as_str().unwrap_or_default();
-    let namespace = metadata["namespace"].as_str().unwrap_or("default");
-    let template = &replica_set["spec"]["template"];
-    let mut pod = json!({
-        "metadata": {
-            "generateName": format!("{name}-"),
-            "labels": template["metadata"]["labels"],
-            "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": metadata["uid"],
-                "controller": true, "blockOwnerDeletion": true,
-            }],
-        },
-        "spec": template["spec"],
-    });
-    if template["metadata"]["annotations"].is_object() {
-        pod["metadata"]["annotations"] = template["metadata"]["annotations"].clone();
-    }
-    defaults::on_create(&PODS, namespace, &mut pod);
-    for _ in 0..5 {
-        pod["metadata"]["name"] = json!(format!("{name}-{}", objects::random_suffix()));
-        if let Some(created) = kube.store.create(cluster, &PODS, pod.clone()).await? {
-            return Ok(created);
-        }
-    }
-    Err(ApiError::internal(format!("no free name for a Pod of ReplicaSet {namespace}/{name}")))
 }
