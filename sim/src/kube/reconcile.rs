@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::resources::{self, ALL, DEPLOYMENTS, ENDPOINTS, JOBS, NAMESPACES, PODS, REPLICASETS, SERVICES};
 use super::status::ApiError;
-use super::{Kube, deployments, endpoints, jobs, kubelet, objects, replicasets, scheduler};
+use super::{Kube, deployments, endpoints, jobs, kubelet, objects, replicasets, scheduler, store};
 
 /// How often the loop passes.
 const PERIOD: Duration = Duration::from_millis(250);
@@ -83,10 +83,7 @@ async fn cluster_pass(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
     let owned = kube.store.owned_by_unsettled(cluster, &PODS, &JOBS).await?;
     let mut by_owner: HashMap<&str, Vec<&Value>> = HashMap::new();
     for pod in &owned {
-        let owner = pod["metadata"]["ownerReferences"]
-            .as_array()
-            .and_then(|owners| owners.iter().find(|owner| owner["controller"] == true))
-            .and_then(|owner| owner["uid"].as_str());
+        let owner = store::controller(pod).and_then(|owner| owner["uid"].as_str());
         by_owner.entry(owner.unwrap_or_default()).or_default().push(pod);
     }
     for job in kube.store.unsettled(cluster, &JOBS).await? {
@@ -169,7 +166,7 @@ async fn collect_orphan_pods(kube: &Kube, cluster: &str, pods: &mut Vec<Value>) 
 
 /// The kind and uid of the object's controller.
 fn controller(object: &Value) -> Option<(&str, &str)> {
-    let owner = object["metadata"]["ownerReferences"].as_array()?.iter().find(|o| o["controller"] == true)?;
+    let owner = store::controller(object)?;
     Some((owner["kind"].as_str()?, owner["uid"].as_str()?))
 }
 

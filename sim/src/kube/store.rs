@@ -130,14 +130,14 @@ fn label_pattern(equalities: &[(&str, &str)]) -> String {
     pattern
 }
 
-/// The uid of the object's controller (its `ownerReferences` entry with `controller: true`).
+/// The object's controller: its `ownerReferences` entry with `controller: true`.
+pub(crate) fn controller(object: &Value) -> Option<&Value> {
+    object["metadata"]["ownerReferences"].as_array()?.iter().find(|owner| owner["controller"] == true)
+}
+
+/// The uid of the object's controller (`""` without one), as the `owner` column holds it.
 fn owner_of(object: &Value) -> String {
-    object["metadata"]["ownerReferences"]
-        .as_array()
-        .and_then(|owners| owners.iter().find(|owner| owner["controller"] == true))
-        .and_then(|owner| owner["uid"].as_str())
-        .unwrap_or_default()
-        .to_owned()
+    controller(object).and_then(|owner| owner["uid"].as_str()).unwrap_or_default().to_owned()
 }
 
 /// Whether the control loop has nothing left to do with the object: not being deleted, and a
@@ -151,22 +151,13 @@ pub(crate) fn settled(resource: &Resource, object: &Value) -> bool {
     }
     match resource.plural {
         "deployments" | "replicasets" | "services" => false,
-        "pods" if controller_kind(object) == Some("ReplicaSet") => false,
+        "pods" if controller(object).is_some_and(|owner| owner["kind"] == "ReplicaSet") => false,
         "pods" => matches!(object["status"]["phase"].as_str(), Some("Succeeded" | "Failed")),
         "jobs" => object["status"]["conditions"].as_array().is_some_and(|conditions| {
             conditions.iter().any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
         }),
         _ => true,
     }
-}
-
-/// The kind of the object's controller, if it has one.
-pub(crate) fn controller_kind(object: &Value) -> Option<&str> {
-    object["metadata"]["ownerReferences"]
-        .as_array()?
-        .iter()
-        .find(|owner| owner["controller"] == true)
-        .and_then(|owner| owner["kind"].as_str())
 }
 
 /// The `resourceVersion` an object carries.
