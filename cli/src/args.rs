@@ -397,9 +397,18 @@ pub(crate) struct ServeArgs {
     /// Hosted API: the VM type of its host (AWS/GCP hosting; not implemented yet).
     #[arg(long, requires = "credentials")]
     pub(crate) vm_type: Option<String>,
-    /// Hosted API: the bucket its state is checkpointed to (AWS/GCP hosting; not implemented yet).
-    #[arg(long, requires = "credentials")]
+    /// Keep this API's SQLite state in a bucket, `s3://BUCKET[/PREFIX]` or `gs://BUCKET[/PREFIX]`: it
+    /// restores from the bucket at start (the local disk is not trusted) and every request it answers
+    /// is in the bucket first (docs/hosting.md). With --credentials (AWS/GCP hosting; not implemented
+    /// yet) the bucket of the hosted API.
+    #[arg(long)]
     pub(crate) checkpoint_bucket: Option<String>,
+    /// The checkpoint bucket's endpoint, for an S3-compatible store or a private endpoint.
+    #[arg(long, requires = "checkpoint_bucket")]
+    pub(crate) checkpoint_endpoint: Option<String>,
+    /// The checkpoint bucket's region (S3) [default: the SDK's, else us-east-1].
+    #[arg(long, requires = "checkpoint_bucket")]
+    pub(crate) checkpoint_region: Option<String>,
     /// Hosted API: the credential of the checkpoint bucket (AWS/GCP hosting; not implemented yet).
     #[arg(long, requires = "credentials")]
     pub(crate) checkpoint_storage_credentials: Option<String>,

@@ -114,7 +114,16 @@ async fn run(cli: Cli) -> CliResult {
                 {
                     return Err(CliError::bad_input(format!("--hosted-by {host}: only `sim` is supported")));
                 }
+                let checkpoint = match &args.checkpoint_bucket {
+                    Some(url) => Some(server::CheckpointOptions {
+                        url: anycloud_checkpoint::BucketUrl::parse(url).map_err(CliError::bad_input)?,
+                        endpoint: args.checkpoint_endpoint,
+                        region: args.checkpoint_region,
+                    }),
+                    None => None,
+                };
                 let options = server::ServeOptions {
+                    checkpoint,
                     id: args.id,
                     port: args.port.unwrap_or(if args.hosted_by.is_some() { 0 } else { 7878 }),
                     data_dir: args.data_dir,

@@ -311,6 +311,8 @@ pub struct Api {
     pub env: Vec<(String, String)>,
     /// Runs as the `anycloud` binary whatever `env` says.
     production_binary: bool,
+    /// Extra arguments of `api serve`.
+    pub args: Vec<String>,
     dir: tempfile::TempDir,
     child: Option<Child>,
     pids: Vec<u32>,
@@ -330,6 +332,8 @@ pub struct ApiOptions {
     pub env: Vec<(String, String)>,
     /// Run the `anycloud` binary even when `env` names a seam (to prove it ignores them).
     pub production_binary: bool,
+    /// Extra arguments of `api serve` (`--checkpoint-bucket s3://...`).
+    pub args: Vec<String>,
 }
 
 impl Api {
@@ -350,7 +354,7 @@ impl Api {
 
     /// Starts an API as `options` say.
     pub fn start_opts(options: ApiOptions) -> Self {
-        let ApiOptions { id, database_url, hosted, env, production_binary } = options;
+        let ApiOptions { id, database_url, hosted, env, production_binary, args } = options;
         let id = id.as_str();
         let dir = tempfile::Builder::new().prefix("anycloud-e2e-").tempdir().unwrap();
         for sub in ["config", "xdg-config", "xdg-data", "logs"] {
@@ -364,6 +368,7 @@ impl Api {
             hosted,
             env,
             production_binary,
+            args,
             dir,
             child: None,
             pids: Vec::new(),
@@ -455,6 +460,7 @@ impl Api {
         if self.hosted {
             command.args(["--hosted-by", "sim"]);
         }
+        command.args(&self.args);
         command.envs(self.env.iter().map(|(name, value)| (name, value)));
         let mut child = command.spawn().expect("starting anycloud api serve");
         self.pids.push(child.id());
@@ -525,6 +531,21 @@ impl Api {
             Some(status) => status,
             None => panic!("the API did not exit within {timeout:?} of SIGTERM (killed it)\n{}", self.logs()),
         }
+    }
+
+    /// Deletes the data directory, as a replacement VM's empty disk (the API must not run).
+    pub fn wipe_data_dir(&mut self) {
+        assert!(self.child.is_none(), "wipe_data_dir: the API is still running");
+        std::fs::remove_dir_all(self.data_dir()).unwrap();
+    }
+
+    /// Waits up to `timeout` for the running incarnation to exit by itself; its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let status = wait_timeout(self.child.as_mut().expect("the API is not running"), timeout);
+        if status.is_some() {
+            self.child = None;
+        }
+        status
     }
 
     /// Starts the API again with the same id, data directory, port and database.

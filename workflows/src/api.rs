@@ -285,6 +285,27 @@ pub struct ApiStatus {
     /// The test seams this API runs with: always empty in a production binary.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub test_seams: Vec<String>,
+    /// Where its state is checkpointed, for an API on SQLite in a bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointStatus>,
+}
+
+/// The bucket an API's state is shipped to, and how far shipping has got.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointStatus {
+    /// `s3://BUCKET/PREFIX` or `gs://BUCKET/PREFIX`.
+    pub bucket: String,
+    /// The current generation (a snapshot and the WAL segments after it).
+    pub generation: String,
+    /// The generation's snapshot, in bytes.
+    pub snapshot_bytes: u64,
+    /// WAL segments shipped since the snapshot.
+    pub segments: u64,
+    /// Their bytes.
+    pub wal_bytes: u64,
+    /// Why the last ship failed, while it is failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// Every error answer: `{"error": {"code": ..., "message": ...}}`.

@@ -78,6 +78,19 @@ pub async fn status(json: bool) -> CliResult {
         say!("answers     yes, version {}", status.version);
         say!("store       {}", status.store);
         say!("engine      {}", status.engine_owner);
+        if let Some(checkpoint) = &status.checkpoint {
+            say!(
+                "checkpoint  {}: generation {}, snapshot {} bytes + {} WAL segments ({} bytes)",
+                checkpoint.bucket,
+                checkpoint.generation,
+                checkpoint.snapshot_bytes,
+                checkpoint.segments,
+                checkpoint.wal_bytes
+            );
+            if let Some(error) = &checkpoint.last_error {
+                say!("            last ship FAILED: {error}");
+            }
+        }
         for seam in &status.test_seams {
             say!("TEST SEAM   {seam} (a test binary: never in production)");
         }

@@ -10,6 +10,7 @@
 //! Handlers only decode, call one operation of `anycloud_workflows::operations`, and encode.
 
 mod auth;
+pub mod checkpoint;
 mod clusters;
 mod credentials;
 mod deployments;
@@ -21,6 +22,7 @@ mod workflows;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +44,7 @@ use anycloud_workflows::secrets::SecretBox;
 use crate::config::{ApiEntry, Config, data_home};
 use crate::exit::{CliError, CliResult, NOT_OBSERVED, OK};
 use crate::seams::Seams;
+pub use checkpoint::CheckpointOptions;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -52,6 +55,10 @@ pub struct AppState {
     ops: Operations,
     token: Arc<str>,
     status: Arc<ApiStatus>,
+    /// The bucket this API's state is shipped to, if it is checkpointed.
+    checkpoint: Option<anycloud_checkpoint::Checkpointer>,
+    /// Its bucket.
+    checkpoint_url: Option<Arc<anycloud_checkpoint::BucketUrl>>,
 }
 
 /// How `anycloud api serve` was asked to run.
@@ -69,6 +76,8 @@ pub struct ServeOptions {
     /// Run as a hosted API on this provider's VM (only `sim` for now: the simulated cloud hosts
     /// the process on this machine).
     pub hosted_by: Option<String>,
+    /// Keep the SQLite state in this bucket (restored at start, every answer shipped first).
+    pub checkpoint: Option<CheckpointOptions>,
 }
 
 impl ServeOptions {
@@ -88,12 +97,22 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     std::fs::create_dir_all(&data_dir).map_err(|err| io("creating the data directory", err))?;
     std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|err| io("restricting the data directory", err))?;
+    let taken_over = match &options.checkpoint {
+        Some(_) if options.database_url.is_some() => {
+            return Err(CliError::bad_input(
+                "--checkpoint-bucket and --database-url are alternatives: state lives either in SQLite checkpointed \
+                 to the bucket or in the database named",
+            ));
+        }
+        Some(checkpoint) => Some(checkpoint::restore(checkpoint, &options.id, &data_dir).await?),
+        None => None,
+    };
     let token = load_or_create_token(&data_dir).map_err(|err| io("storing the API token in", err))?;
     let sealer = SecretBox::load_or_create(&data_dir)
         .map_err(|err| CliError::new(NOT_OBSERVED, "SECRET_KEY", anycloud_engine::error_chain(&err)))?;
     let database_url =
         options.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", data_dir.join("anycloud.db").display()));
-    let (store, db) = open_database(&database_url).await?;
+    let (store, db) = open_database(&database_url, taken_over.is_some()).await?;
     sealing_key::check(&db, &sealer).await.map_err(|err| {
         CliError::new(
             NOT_OBSERVED,
@@ -116,6 +135,11 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     let sim = SimCloud::new(db.clone(), url.clone())
         .with_kubelet_dir(data_dir.join("sim-kubelet"))
         .with_kube_tls(kube_tls_base);
+    // Take the bucket over before the engine runs a step: a fenced API must not act.
+    let checkpointer = match (taken_over, &options.checkpoint) {
+        (Some(taken), Some(checkpoint)) => Some(checkpoint::start(taken, checkpoint, &options.id).await?),
+        _ => None,
+    };
     let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim.clone()))), seams: seams.api.clone() };
     // A stable owner name: after a crash, the restarted API takes its runs back at once. The
     // engine holds it exclusively, so a second API with this id on this database is refused.
@@ -140,11 +164,14 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         engine_owner: owner,
         version: env!("CARGO_PKG_VERSION").to_owned(),
         test_seams: seams.describe(),
+        checkpoint: None,
     };
     let state = AppState {
         ops: Operations::new(engine.clone(), deps, &options.id, options.hosted_by.is_some()),
         token: token.into(),
         status: Arc::new(status),
+        checkpoint: checkpointer.clone(),
+        checkpoint_url: options.checkpoint.as_ref().map(|checkpoint| Arc::new(checkpoint.url.clone())),
     };
     // Listen for SIGTERM before saying we are up, so that a stop right after start is clean.
     let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -169,12 +196,16 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         Ok(engine) => engine.shutdown(Duration::from_secs(30)).await,
         Err(engine) => drop(engine),
     }
+    if let Some(checkpointer) = &checkpointer {
+        checkpointer.stop().await;
+    }
     store.close().await;
     Ok(OK)
 }
 
-/// The engine's store and the domain's tables, brought up to date.
-async fn open_database(url: &str) -> Result<(Store, Db), CliError> {
+/// The engine's store and the domain's tables, brought up to date. A checkpointed SQLite
+/// database never checkpoints its WAL by itself: the checkpointer does, when it compacts.
+async fn open_database(url: &str, checkpointed: bool) -> Result<(Store, Db), CliError> {
     let fail = |err: EngineError| {
         CliError::new(
             NOT_OBSERVED,
@@ -182,7 +213,14 @@ async fn open_database(url: &str) -> Result<(Store, Db), CliError> {
             format!("opening the database {}: {}", redact(url), anycloud_engine::error_chain(&err)),
         )
     };
-    let store = Store::connect(url).await.map_err(fail)?;
+    let store = if checkpointed {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+            .map_err(|err| fail(err.into()))?
+            .pragma("wal_autocheckpoint", "0");
+        Store::open_sqlite(options).await.map_err(fail)?
+    } else {
+        Store::connect(url).await.map_err(fail)?
+    };
     let db = Db::open(&store).await.map_err(fail)?;
     Ok((store, db))
 }
@@ -263,6 +301,7 @@ fn router(state: AppState, kube_routes: Router) -> Router {
         .route("/v1/workflows/{id}/retry", post(workflows::retry))
         .route("/v1/workflows/{id}/resume", post(workflows::resume))
         .route("/v1/workflows/{id}/cancel", post(workflows::cancel))
+        .route_layer(middleware::from_fn_with_state(state.clone(), checkpoint::durable))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/v1/health", get(health))
@@ -280,7 +319,19 @@ async fn health() -> Json<Value> {
 }
 
 async fn status(State(state): State<AppState>) -> Json<ApiStatus> {
-    Json(ApiStatus::clone(&state.status))
+    let mut status = ApiStatus::clone(&state.status);
+    if let (Some(checkpoint), Some(bucket)) = (&state.checkpoint, &state.checkpoint_url) {
+        let stats = checkpoint.stats();
+        status.checkpoint = Some(anycloud_workflows::api::CheckpointStatus {
+            bucket: bucket.to_string(),
+            generation: stats.generation,
+            snapshot_bytes: stats.snapshot_bytes,
+            segments: stats.segments,
+            wal_bytes: stats.wal_bytes,
+            last_error: stats.last_error,
+        });
+    }
+    Json(status)
 }
 
 /// Unknown routes answer 404 only to a caller with the token: without it, every route but

@@ -1,0 +1,159 @@
+//! The bucket on Amazon S3 (or an S3-compatible endpoint), through aws-sdk-s3.
+//!
+//! Credentials are the given keys, or else the SDK's default chain: environment, profile, and on
+//! an EC2 VM its instance profile (IMDSv2), which is how a hosted API reaches its bucket without
+//! a key in its user-data.
+
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use bytes::Bytes;
+
+use crate::bucket::{Bucket, BucketError, BucketUrl, Version};
+
+/// A bucket on S3.
+#[derive(Clone, Debug)]
+pub struct S3Bucket {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+/// How to reach S3.
+#[derive(Clone, Debug, Default)]
+pub struct S3Access {
+    /// Access key id and secret; `None`: the SDK's default chain.
+    pub keys: Option<(String, String)>,
+    /// The region (default: the chain's, else us-east-1).
+    pub region: Option<String>,
+    /// Another endpoint than AWS's (path-style addressing is used there).
+    pub endpoint: Option<String>,
+}
+
+impl S3Bucket {
+    /// A client of `url`'s bucket.
+    pub async fn new(url: &BucketUrl, access: &S3Access) -> Self {
+        use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if let Some(region) = &access.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some((id, secret)) = &access.keys {
+            loader = loader.credentials_provider(Credentials::new(id, secret, None, None, "anycloud"));
+        }
+        let shared = loader.load().await;
+        let mut config = aws_sdk_s3::config::Builder::from(&shared);
+        if shared.region().is_none() {
+            config = config.region(Region::new("us-east-1"));
+        }
+        if let Some(endpoint) = &access.endpoint {
+            config = config.endpoint_url(endpoint).force_path_style(true);
+        }
+        Self { client: aws_sdk_s3::Client::from_conf(config.build()), bucket: url.bucket.clone() }
+    }
+
+    /// The SDK client, for the calls beyond the checkpoint's (creating the bucket).
+    pub fn client(&self) -> &aws_sdk_s3::Client {
+        &self.client
+    }
+
+    fn failed<E, R>(&self, key: &str, err: SdkError<E, R>) -> BucketError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
+    {
+        let code = err.code().map(str::to_owned);
+        let detail = match (&code, err.message()) {
+            (Some(code), Some(message)) => format!("{code}: {message}"),
+            (Some(code), None) => code.clone(),
+            _ => error_chain(&err),
+        };
+        match code.as_deref() {
+            Some("PreconditionFailed" | "ConditionalRequestConflict") => BucketError::Conflict(key.to_owned()),
+            Some("NoSuchBucket") => BucketError::Refused(format!(
+                "S3 bucket `{}` does not exist (or is in another region); create it or name another",
+                self.bucket
+            )),
+            Some("AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AllAccessDisabled") => {
+                BucketError::Refused(format!(
+                    "S3 refused access to `{}/{key}` ({detail}); check the credentials' permissions on the bucket",
+                    self.bucket
+                ))
+            }
+            _ => BucketError::Failed(format!("S3 `{}/{key}`: {detail}", self.bucket)),
+        }
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[async_trait::async_trait]
+impl Bucket for S3Bucket {
+    async fn get(&self, key: &str) -> Result<Option<(Bytes, Version)>, BucketError> {
+        let answer = match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+            Ok(answer) => answer,
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => return Ok(None),
+            Err(err) => return Err(self.failed(key, err)),
+        };
+        let version = Version(answer.e_tag().unwrap_or_default().to_owned());
+        let body = answer
+            .body
+            .collect()
+            .await
+            .map_err(|err| BucketError::Failed(format!("S3 `{}/{key}`: reading the body: {err}", self.bucket)))?;
+        Ok(Some((body.into_bytes(), version)))
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, BucketError> {
+        let put = self.client.put_object().bucket(&self.bucket).key(key).if_none_match("*");
+        let answer = put.body(ByteStream::from(body)).send().await.map_err(|err| self.failed(key, err))?;
+        Ok(Version(answer.e_tag().unwrap_or_default().to_owned()))
+    }
+
+    async fn replace(&self, key: &str, body: Bytes, version: &Version) -> Result<Version, BucketError> {
+        let put = self.client.put_object().bucket(&self.bucket).key(key).if_match(&version.0);
+        let answer = put.body(ByteStream::from(body)).send().await.map_err(|err| self.failed(key, err))?;
+        Ok(Version(answer.e_tag().unwrap_or_default().to_owned()))
+    }
+
+    async fn delete(&self, keys: &[String]) -> Result<(), BucketError> {
+        for chunk in keys.chunks(1000) {
+            let objects = chunk
+                .iter()
+                .map(|key| ObjectIdentifier::builder().key(key).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|err| BucketError::Failed(format!("S3 delete: {err}")))?;
+            let delete = Delete::builder()
+                .set_objects(Some(objects))
+                .quiet(true)
+                .build()
+                .map_err(|err| BucketError::Failed(format!("S3 delete: {err}")))?;
+            let first = chunk.first().map(String::as_str).unwrap_or_default();
+            let answer = self
+                .client
+                .delete_objects()
+                .bucket(&self.bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|err| self.failed(first, err))?;
+            if let Some(failure) = answer.errors().first() {
+                return Err(BucketError::Failed(format!(
+                    "S3 delete of `{}/{}`: {}",
+                    self.bucket,
+                    failure.key().unwrap_or_default(),
+                    failure.message().unwrap_or_default()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
