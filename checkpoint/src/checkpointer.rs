@@ -42,6 +42,10 @@ pub struct Stats {
     pub wal_bytes: u64,
     /// Generations begun by this process.
     pub generations_begun: u64,
+    /// WAL bytes shipped by this process, over all its generations.
+    pub shipped_bytes: u64,
+    /// Snapshot bytes uploaded by this process.
+    pub snapshot_bytes_uploaded: u64,
     /// The last ship's error, if the last ship failed.
     pub last_error: Option<String>,
 }
@@ -285,6 +289,7 @@ impl Shipper {
         if let Ok(mut stats) = self.stats.lock() {
             stats.segments += 1;
             stats.wal_bytes += len as u64;
+            stats.shipped_bytes += len as u64;
         }
     }
 
@@ -347,6 +352,8 @@ impl Shipper {
                 segments: 0,
                 wal_bytes: 0,
                 generations_begun: stats.generations_begun + 1,
+                shipped_bytes: stats.shipped_bytes,
+                snapshot_bytes_uploaded: stats.snapshot_bytes_uploaded + database.len() as u64,
                 last_error: None,
             };
         }

@@ -142,8 +142,11 @@ fn restore_after_sigkill_on_a_wiped_disk(store: &Store) {
             panic!("cluster {name} did not get ready: {status:#}\n{:#}\n{}", api.inspect(&run, true), api.logs());
         }
     }
-    // A sealed credential opens with the restored key: the cluster runs used it.
     assert_eq!(store.head("restore").api, "team-api");
+    let status = api.cli(&["api", "status"]);
+    status.expect_code(0);
+    let generation = store.head("restore").generation;
+    assert!(status.stdout.contains(&format!("/restore/: generation {generation}, snapshot ")), "{status}");
     api.kill();
 }
 
