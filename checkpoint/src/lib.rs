@@ -2,5 +2,7 @@
 //! disk, and fenced so that two APIs never both write it. docs/hosting.md tells the design.
 
 pub mod bucket;
+pub mod gcs;
 
 pub use bucket::{Bucket, BucketError, BucketUrl, StoreKind, Version};
+pub use gcs::GcsBucket;
