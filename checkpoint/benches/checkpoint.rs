@@ -32,7 +32,9 @@ impl Workflow for Five {
     type Output = u64;
 
     fn steps() -> Steps<Self> {
-        ["s0", "s1", "s2", "s3", "s4"].into_iter().fold(Steps::new(), |steps, name| steps.then(Step::action(name, nothing)))
+        ["s0", "s1", "s2", "s3", "s4"]
+            .into_iter()
+            .fold(Steps::new(), |steps, name| steps.then(Step::action(name, nothing)))
     }
 
     fn output(ctx: &StepCtx<Self>) -> Result<u64, StepError> {
@@ -81,7 +83,8 @@ fn files(dir: &Path) -> LocalFiles {
 }
 
 async fn open_store(dir: &Path) -> Store {
-    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(dir.join("api.db")).pragma("wal_autocheckpoint", "0");
+    let options =
+        sqlx::sqlite::SqliteConnectOptions::new().filename(dir.join("api.db")).pragma("wal_autocheckpoint", "0");
     Store::open_sqlite(options).await.unwrap()
 }
 
@@ -109,12 +112,12 @@ async fn wait_all_done(store: &Store) {
     let deadline = Instant::now() + Duration::from_secs(900);
     loop {
         let open: i64 = match store.pool() {
-            anycloud_engine::Pool::Sqlite(pool) => {
-                sqlx::query_scalar("SELECT count(*) FROM engine_runs WHERE status NOT IN ('succeeded', 'failed', 'cancelled')")
-                    .fetch_one(pool)
-                    .await
-                    .unwrap()
-            }
+            anycloud_engine::Pool::Sqlite(pool) => sqlx::query_scalar(
+                "SELECT count(*) FROM engine_runs WHERE status NOT IN ('succeeded', 'failed', 'cancelled')",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap(),
             anycloud_engine::Pool::Postgres(_) => unreachable!("the bench runs on SQLite"),
         };
         if open == 0 {

@@ -11,6 +11,7 @@
 
 pub mod bucket;
 mod checkpointer;
+pub mod gcs;
 pub mod layout;
 pub mod object;
 mod restore;
@@ -19,6 +20,7 @@ pub mod wal;
 
 pub use bucket::{Bucket, BucketError, BucketUrl, StoreKind, Version};
 pub use checkpointer::{COMPACT_AFTER, Checkpointer, SHIP_EVERY, Stats};
+pub use gcs::GcsBucket;
 pub use layout::Layout;
 pub use restore::{LocalFiles, Restored, restore};
 pub use s3::{S3Access, S3Bucket};

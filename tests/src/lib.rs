@@ -6,6 +6,7 @@
 
 pub mod e2e;
 pub mod fake_gce;
+pub mod fake_gcs;
 pub mod gcp_test_key;
 pub mod simulated_kube;
 

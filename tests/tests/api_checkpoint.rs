@@ -11,15 +11,26 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use anycloud_checkpoint::{Bucket, BucketUrl, S3Access, S3Bucket, object};
+use anycloud_checkpoint::{Bucket, BucketUrl, GcsBucket, S3Access, S3Bucket, object};
 use anycloud_tests::e2e::{self, Api, ApiOptions, Moto};
+use anycloud_tests::fake_gcs::FakeGcs;
 use bytes::Bytes;
 
 const BUCKET: &str = "team-api-state";
 
 /// The bucket under test and how an API reaches it.
 enum Store {
-    S3 { moto: Moto, raw: S3Bucket },
+    S3 {
+        moto: Moto,
+        raw: S3Bucket,
+    },
+    /// The GCS client's credentials refresh on the runtime that made them: one runtime for all.
+    Gcs {
+        fake: FakeGcs,
+        raw: GcsBucket,
+        rt: tokio::runtime::Runtime,
+        key_file: tempfile::NamedTempFile,
+    },
 }
 
 impl Store {
@@ -48,10 +59,23 @@ impl Store {
         Self::S3 { moto, raw }
     }
 
+    fn gcs() -> Self {
+        let fake = e2e::block_on(FakeGcs::start());
+        fake.create_bucket(BUCKET);
+        let key_file = tempfile::NamedTempFile::new().unwrap();
+        let key = anycloud_tests::gcp_test_key::service_account_json();
+        std::fs::write(key_file.path(), &key).unwrap();
+        let url = BucketUrl::parse(&format!("gs://{BUCKET}")).unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let raw = rt.block_on(GcsBucket::new(&url, Some(&key), Some(&fake.endpoint()))).unwrap();
+        Self::Gcs { fake, raw, rt, key_file }
+    }
+
     /// `api serve` arguments naming the bucket under `prefix`.
     fn args(&self, prefix: &str) -> Vec<String> {
         let (url, endpoint) = match self {
             Self::S3 { moto, .. } => (format!("s3://{BUCKET}/{prefix}"), moto.endpoint.clone()),
+            Self::Gcs { fake, .. } => (format!("gs://{BUCKET}/{prefix}"), fake.endpoint()),
         };
         vec!["--checkpoint-bucket".into(), url, "--checkpoint-endpoint".into(), endpoint]
     }
@@ -64,12 +88,16 @@ impl Store {
                 ("AWS_SECRET_ACCESS_KEY".into(), "checkpoint-test-secret".into()),
                 ("AWS_REGION".into(), "us-east-1".into()),
             ],
+            Self::Gcs { key_file, .. } => {
+                vec![("GOOGLE_APPLICATION_CREDENTIALS".into(), key_file.path().display().to_string())]
+            }
         }
     }
 
     fn get(&self, key: &str) -> Option<Bytes> {
         match self {
             Self::S3 { raw, .. } => e2e::block_on(raw.get(key)).unwrap().map(|(body, _)| body),
+            Self::Gcs { raw, rt, .. } => rt.block_on(raw.get(key)).unwrap().map(|(body, _)| body),
         }
     }
 
@@ -80,6 +108,11 @@ impl Store {
                 let body = aws_sdk_s3::primitives::ByteStream::from(body);
                 raw.client().put_object().bucket(BUCKET).key(key).body(body).send().await.unwrap();
             }),
+            // A new write (new hashes): the store's own checksum passes, ours must not.
+            Self::Gcs { raw, fake, rt, .. } => {
+                rt.block_on(raw.delete(&[key.to_owned()])).unwrap();
+                fake.put_raw(BUCKET, key, body);
+            }
         }
     }
 
@@ -237,4 +270,19 @@ fn s3_a_second_api_fences_the_first() {
 #[test]
 fn s3_damage_stops_a_restore() {
     damage_stops_a_restore(&Store::s3());
+}
+
+#[test]
+fn gcs_restore_after_sigkill_on_a_wiped_disk() {
+    restore_after_sigkill_on_a_wiped_disk(&Store::gcs());
+}
+
+#[test]
+fn gcs_a_second_api_fences_the_first() {
+    a_second_api_fences_the_first(&Store::gcs());
+}
+
+#[test]
+fn gcs_damage_stops_a_restore() {
+    damage_stops_a_restore(&Store::gcs());
 }

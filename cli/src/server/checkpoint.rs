@@ -58,9 +58,11 @@ pub async fn restore(options: &CheckpointOptions, api: &str, data_dir: &Path) ->
             let access = S3Access { keys: None, region: options.region.clone(), endpoint: options.endpoint.clone() };
             Arc::new(S3Bucket::new(url, &access).await)
         }
-        StoreKind::Gcs => {
-            return Err(failed("CHECKPOINT_UNAVAILABLE", url, "GCS checkpoint buckets arrive in the next commit"));
-        }
+        StoreKind::Gcs => Arc::new(
+            anycloud_checkpoint::GcsBucket::new(url, None, options.endpoint.as_deref())
+                .await
+                .map_err(|err| failed("CHECKPOINT_UNAVAILABLE", url, err))?,
+        ),
     };
     let layout = Layout::new(&url.prefix);
     let files = LocalFiles {

@@ -1,0 +1,377 @@
+//! [`Bucket`] on Google Cloud Storage, through the official `google-cloud-storage` crate (its
+//! JSON API over HTTP), plus one direct JSON API call for deletes.
+//!
+//! | call    | request                                                                    |
+//! |---------|----------------------------------------------------------------------------|
+//! | get     | `GET /storage/v1/b/B/o/KEY?alt=media`                                      |
+//! | create  | `POST /upload/storage/v1/b/B/o?uploadType=multipart&ifGenerationMatch=0`   |
+//! | replace | `POST /upload/storage/v1/b/B/o?uploadType=multipart&ifGenerationMatch=GEN` |
+//! | delete  | `DELETE /storage/v1/b/B/o/KEY`                                             |
+//!
+//! A conditional write that loses answers 412, [`BucketError::Conflict`]; a delete's 404 is
+//! success (already gone). An object's [`Version`] is its generation, in decimal
+//! (`x-goog-generation` on a read, the `generation` of the object resource a write answers).
+//!
+//! Retries: reads retry inside the crate (its default policy: transient errors, for up to five
+//! minutes), and it checks every full read against the object's CRC32C. Writes are sent once:
+//! a failed write is [`BucketError::Failed`] and the caller decides whether to try again.
+
+// Why writes are never retried here. A conditional write whose response is lost may have
+// happened. Retried, the same write then fails its own precondition: a `create` that did create
+// the object answers 412, as if another writer had got there first. The crate would retry a
+// write with `ifGenerationMatch` set (it counts it as idempotent) and turn that success into a
+// Conflict; the fencing layered on these calls must not be told it lost a race it won. So every
+// write runs under gax's `NeverRetry`: an ambiguous failure reaches the caller as `Failed`, and
+// the caller re-reads the object (its generation says whose write it is). `NeverRetry` rather
+// than `with_idempotency(false)`: the latter still retries failures before the request leaves
+// (connecting, credentials) for the default five minutes, and a write to an unreachable
+// endpoint should fail at once so that the caller's own policy decides.
+//
+// Why single-shot uploads only. The crate switches to a resumable upload at a size threshold,
+// and retries resumable uploads whatever the policy says (a session is finalized at most once,
+// so that retry is safe, at the price of two round trips per write). The threshold is set to
+// `usize::MAX`: every object, snapshots of a few hundred MB included, goes in one
+// `uploadType=multipart` request under the no-retry rule above, and the test suite's fake GCS
+// needs to serve only that upload.
+
+use bytes::Bytes;
+use google_cloud_storage::client::Storage;
+
+use crate::bucket::{Bucket, BucketError, BucketUrl, StoreKind, Version};
+
+/// The public endpoint of Cloud Storage.
+const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
+
+/// A GCS bucket, as the checkpoint uses it.
+#[derive(Debug)]
+pub struct GcsBucket {
+    storage: Storage,
+    /// `projects/_/buckets/{bucket}`, the form `google-cloud-storage` takes.
+    bucket_path: String,
+    /// The bare bucket name, for the JSON API paths and messages.
+    bucket: String,
+    /// Scheme, host and port, without a trailing `/`.
+    endpoint: String,
+    credentials: google_cloud_auth::credentials::Credentials,
+    http: reqwest::Client,
+    /// Who the calls run as, for messages: a service account's email or "Application Default
+    /// Credentials".
+    principal: String,
+}
+
+impl GcsBucket {
+    /// A client for the bucket of `url` (its prefix is not applied here: keys are full object
+    /// names).
+    ///
+    /// `service_account_json` is a service-account key file's JSON; `None` uses Application
+    /// Default Credentials (on a GCE VM, the service account attached to the VM, through the
+    /// metadata server). `endpoint` overrides `https://storage.googleapis.com` (a private
+    /// endpoint; the tests' fake). With a key nothing is sent yet: a bad key shows at the first
+    /// call. With ADC on a VM, building asks the metadata server for the universe domain (off
+    /// GCE that lookup fails and `googleapis.com` is assumed).
+    pub async fn new(
+        url: &BucketUrl,
+        service_account_json: Option<&str>,
+        endpoint: Option<&str>,
+    ) -> Result<Self, BucketError> {
+        if url.store != StoreKind::Gcs {
+            return Err(BucketError::Refused(format!("checkpoint bucket `{url}` is not a GCS bucket (gs://...)")));
+        }
+        let (credentials, principal) = match service_account_json {
+            Some(json) => service_account_credentials(json)?,
+            None => {
+                let credentials = google_cloud_auth::credentials::Builder::default().build().map_err(|err| {
+                    BucketError::Refused(format!(
+                        "no Google credentials for checkpoint bucket `{url}`: {}; give a service-account key, \
+                         or run where Application Default Credentials exist (a GCE VM with a service account, \
+                         GOOGLE_APPLICATION_CREDENTIALS)",
+                        chain(&err)
+                    ))
+                })?;
+                (credentials, "Application Default Credentials".to_owned())
+            }
+        };
+        let endpoint = endpoint.unwrap_or(DEFAULT_ENDPOINT).trim_end_matches('/').to_owned();
+        let storage = Storage::builder()
+            .with_endpoint(endpoint.clone())
+            .with_credentials(credentials.clone())
+            .with_resumable_upload_threshold(usize::MAX)
+            .build()
+            .await
+            .map_err(|err| BucketError::Failed(format!("building the GCS client for `{url}`: {}", chain(&err))))?;
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(60))
+            .build()
+            .map_err(|err| BucketError::Failed(format!("building the HTTP client for `{url}`: {}", chain(&err))))?;
+        Ok(Self {
+            storage,
+            bucket_path: format!("projects/_/buckets/{}", url.bucket),
+            bucket: url.bucket.clone(),
+            endpoint,
+            credentials,
+            http,
+            principal,
+        })
+    }
+
+    /// What a failed call means to the checkpoint.
+    fn classify(&self, call: Call, key: &str, err: &google_cloud_storage::Error) -> BucketError {
+        if err.is_authentication()
+            && let Some(source) = std::error::Error::source(err)
+            && let Some(credentials) = source.downcast_ref::<google_cloud_auth::errors::CredentialsError>()
+        {
+            return self.credentials_failed(call, key, credentials);
+        }
+        let message = err.status().map(|s| s.message.as_str()).unwrap_or_default();
+        let payload = err.http_payload().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
+        self.classify_status(call, key, err.http_status_code(), &format!("{message} {payload}"), &chain(err))
+    }
+
+    /// The credentials produced no headers: `Refused` when that will not change by itself (a
+    /// malformed key), `Failed` when it may (the metadata server not answering yet).
+    fn credentials_failed(
+        &self,
+        call: Call,
+        key: &str,
+        err: &google_cloud_auth::errors::CredentialsError,
+    ) -> BucketError {
+        let (bucket, principal) = (&self.bucket, &self.principal);
+        if err.is_transient() {
+            BucketError::Failed(format!("{} `gs://{bucket}/{key}`: {}", call.verb(), chain(err)))
+        } else {
+            BucketError::Refused(format!(
+                "the credentials of {principal} cannot authorize calls to GCS bucket `gs://{bucket}`: {}; check the \
+                 service-account key, or the VM's service account",
+                chain(err)
+            ))
+        }
+    }
+
+    fn classify_status(&self, call: Call, key: &str, status: Option<u16>, body: &str, chain: &str) -> BucketError {
+        let bucket = &self.bucket;
+        let principal = &self.principal;
+        match status {
+            Some(412) => BucketError::Conflict(key.to_owned()),
+            // An upload never answers 404 for its object, only for its bucket; a read or a delete
+            // answers 404 for both, and only the message tells them apart.
+            Some(404) if call == Call::Write || names_missing_bucket(body) => BucketError::Refused(format!(
+                "GCS bucket `gs://{bucket}` does not exist (HTTP 404 on `{key}`): create it, or check the bucket name \
+                 of the checkpoint URL"
+            )),
+            Some(401) => BucketError::Refused(format!(
+                "GCS refused the credentials of {principal} for bucket `gs://{bucket}` (HTTP 401 on `{key}`): check \
+                 that the service-account key is valid and not deleted, or that the VM's service account has the \
+                 cloud-platform scope ({chain})"
+            )),
+            Some(403) => BucketError::Refused(format!(
+                "{principal} may not use GCS bucket `gs://{bucket}` (HTTP 403 on `{key}`): grant it \
+                 roles/storage.objectAdmin on the bucket ({chain})"
+            )),
+            Some(status) if !chain.starts_with("HTTP ") => {
+                BucketError::Failed(format!("{} `gs://{bucket}/{key}`: HTTP {status}: {chain}", call.verb()))
+            }
+            _ => BucketError::Failed(format!("{} `gs://{bucket}/{key}`: {chain}", call.verb())),
+        }
+    }
+
+    async fn write(&self, key: &str, body: Bytes, if_generation_match: i64) -> Result<Version, BucketError> {
+        let object = self
+            .storage
+            .write_object(&self.bucket_path, key, body)
+            .set_if_generation_match(if_generation_match)
+            // Not retried by the crate: see the note at the top of this file.
+            .with_retry_policy(google_cloud_gax::retry_policy::NeverRetry)
+            .send_unbuffered()
+            .await
+            .map_err(|err| self.classify(Call::Write, key, &err))?;
+        Ok(Version(object.generation.to_string()))
+    }
+
+    /// Deletes one object through the JSON API.
+    ///
+    /// The crate's object delete lives in `StorageControl`, which speaks gRPC to
+    /// `storage.googleapis.com`: a second protocol and endpoint to reach from the VM, and one the
+    /// test suite's fake GCS (JSON API only) does not serve. A delete is one bodiless request, so
+    /// it goes here as `DELETE {endpoint}/storage/v1/b/{bucket}/o/{object}` with `reqwest`,
+    /// authorized by the same google-cloud-auth credentials as the other calls. Deleting is
+    /// idempotent, so "already gone" (404 for the object) is success, and the caller may simply
+    /// call again after a failure.
+    async fn delete_one(&self, key: &str) -> Result<(), BucketError> {
+        let headers = match self.credentials.headers(Default::default()).await {
+            Ok(google_cloud_auth::credentials::CacheableResource::New { data, .. }) => data,
+            Ok(google_cloud_auth::credentials::CacheableResource::NotModified) => {
+                return Err(BucketError::Failed(format!(
+                    "delete `gs://{}/{key}`: the credentials returned no headers",
+                    self.bucket
+                )));
+            }
+            Err(err) => return Err(self.credentials_failed(Call::Delete, key, &err)),
+        };
+        let url = format!("{}/storage/v1/b/{}/o/{}", self.endpoint, percent_encode(&self.bucket), percent_encode(key));
+        let response = self
+            .http
+            .delete(url)
+            .headers(headers)
+            .send()
+            .await
+            .map_err(|err| BucketError::Failed(format!("delete `gs://{}/{key}`: {}", self.bucket, chain(&err))))?;
+        let status = response.status().as_u16();
+        if response.status().is_success() {
+            return Ok(());
+        }
+        let body = response.text().await.unwrap_or_default();
+        match self.classify_status(Call::Delete, key, Some(status), &body, &format!("HTTP {status}: {body}")) {
+            BucketError::Failed(_) if status == 404 => Ok(()),
+            err => Err(err),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Bucket for GcsBucket {
+    async fn get(&self, key: &str) -> Result<Option<(Bytes, Version)>, BucketError> {
+        let mut response = match self.storage.read_object(&self.bucket_path, key).send().await {
+            Ok(response) => response,
+            Err(err) => {
+                return match self.classify(Call::Read, key, &err) {
+                    BucketError::Failed(_) if err.http_status_code() == Some(404) => Ok(None),
+                    err => Err(err),
+                };
+            }
+        };
+        let generation = response.object().generation;
+        let mut body = Vec::new();
+        // The crate checks the CRC32C of the whole object at the last chunk: a mismatch is an
+        // error there, never bytes handed back.
+        while let Some(chunk) = response.next().await {
+            let chunk = chunk.map_err(|err| self.classify(Call::Read, key, &err))?;
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Some((Bytes::from(body), Version(generation.to_string()))))
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, BucketError> {
+        // Generation 0 matches only an object that does not exist.
+        self.write(key, body, 0).await
+    }
+
+    async fn replace(&self, key: &str, body: Bytes, version: &Version) -> Result<Version, BucketError> {
+        let generation = version.0.parse::<i64>().ok().filter(|g| *g > 0).ok_or_else(|| {
+            BucketError::Failed(format!(
+                "replace `gs://{}/{key}`: version `{}` is not a GCS generation (a positive integer)",
+                self.bucket, version.0
+            ))
+        })?;
+        self.write(key, body, generation).await
+    }
+
+    async fn delete(&self, keys: &[String]) -> Result<(), BucketError> {
+        for key in keys {
+            self.delete_one(key).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Which kind of call failed: a 404 means different things to each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Call {
+    Read,
+    Write,
+    Delete,
+}
+
+impl Call {
+    fn verb(self) -> &'static str {
+        match self {
+            Call::Read => "read",
+            Call::Write => "write",
+            Call::Delete => "delete",
+        }
+    }
+}
+
+/// google-cloud-auth credentials for a service-account key file, and its email.
+///
+/// Service-account credentials sign a JWT locally for each request (no token exchange with
+/// `oauth2.googleapis.com`), so they work against any endpoint, the fake included. The same few
+/// lines as `anycloud_workflows::providers::gcp::credentials`, which this crate does not depend on.
+fn service_account_credentials(
+    json: &str,
+) -> Result<(google_cloud_auth::credentials::Credentials, String), BucketError> {
+    let refused = |detail: String| {
+        BucketError::Refused(format!(
+            "the service-account key for the checkpoint bucket is not usable: {detail}; give the JSON key file \
+             of a service account (`gcloud iam service-accounts keys create`)"
+        ))
+    };
+    let key: serde_json::Value = serde_json::from_str(json).map_err(|err| refused(err.to_string()))?;
+    let principal = key["client_email"].as_str().unwrap_or("the service account").to_owned();
+    let credentials = google_cloud_auth::credentials::service_account::Builder::new(key)
+        .build()
+        .map_err(|err| refused(chain(&err)))?;
+    Ok((credentials, principal))
+}
+
+/// Whether a 404's message is GCS's "The specified bucket does not exist." rather than its
+/// "No such object: BUCKET/KEY".
+fn names_missing_bucket(body: &str) -> bool {
+    body.to_ascii_lowercase().contains("bucket does not exist")
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters, as the crate does for object
+/// names in paths (`/` becomes `%2F`).
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// An error and its sources, `: `-separated; a source already quoted by its parent's message
+/// (as the crate's errors do) is not repeated.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        let next = err.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = err.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_names_are_encoded_as_the_crate_encodes_them() {
+        assert_eq!(percent_encode("apis/team-1/snap_0.db~"), "apis%2Fteam-1%2Fsnap_0.db~");
+        assert_eq!(percent_encode("a b%+é"), "a%20b%25%2B%C3%A9");
+    }
+
+    #[test]
+    fn a_404_names_the_bucket_only_when_the_bucket_is_missing() {
+        assert!(names_missing_bucket("The specified bucket does not exist."));
+        assert!(!names_missing_bucket("No such object: b/apis/x"));
+    }
+
+    #[tokio::test]
+    async fn a_bad_key_or_an_s3_url_is_refused_before_any_call() {
+        let gs = BucketUrl::parse("gs://team-state").unwrap_or_else(|err| panic!("{err}"));
+        let err = GcsBucket::new(&gs, Some("{not json"), Some("http://127.0.0.1:9")).await.err();
+        assert!(matches!(&err, Some(BucketError::Refused(m)) if m.contains("service-account key")), "{err:?}");
+        let s3 = BucketUrl::parse("s3://team-state").unwrap_or_else(|err| panic!("{err}"));
+        let err = GcsBucket::new(&s3, None, None).await.err();
+        assert!(matches!(&err, Some(BucketError::Refused(m)) if m.contains("not a GCS bucket")), "{err:?}");
+    }
+}
