@@ -27,7 +27,7 @@ enum Store {
     /// The GCS client's credentials refresh on the runtime that made them: one runtime for all.
     Gcs {
         fake: FakeGcs,
-        raw: GcsBucket,
+        raw: Box<GcsBucket>,
         rt: tokio::runtime::Runtime,
         key_file: tempfile::NamedTempFile,
     },
@@ -68,7 +68,7 @@ impl Store {
         let url = BucketUrl::parse(&format!("gs://{BUCKET}")).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         let raw = rt.block_on(GcsBucket::new(&url, Some(&key), Some(&fake.endpoint()))).unwrap();
-        Self::Gcs { fake, raw, rt, key_file }
+        Self::Gcs { fake, raw: Box::new(raw), rt, key_file }
     }
 
     /// `api serve` arguments naming the bucket under `prefix`.
