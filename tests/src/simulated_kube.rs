@@ -196,7 +196,7 @@ fn machine(instance: &Value) -> Machine {
     let text = |value: &Value| value.as_str().map(str::to_owned);
     let user_data = instance["metadata"]["items"]
         .as_array()
-        .and_then(|items| items.iter().find(|item| item["key"] == "user-data"))
+        .and_then(|items| items.iter().find(|item| item["key"] == "startup-script"))
         .and_then(|item| text(&item["value"]))
         .unwrap_or_default();
     let nic = &instance["networkInterfaces"][0];

@@ -199,9 +199,11 @@ fn vms_are_launched_once_listed_by_label_and_terminated() {
                 instance["machineType"].as_str().unwrap().ends_with("/zones/us-central1-a/machineTypes/e2-standard-2")
             );
             assert_eq!(instance["disks"][0]["boot"], true);
+            // The script goes once, as the startup script (as user-data too, cloud-init would run it again).
             let items = instance["metadata"]["items"].as_array().unwrap();
-            let user_data = items.iter().find(|i| i["key"] == "user-data").unwrap();
-            assert_eq!(user_data["value"], format!("#!/bin/sh\necho {vm}\n"));
+            let keys: Vec<&str> = items.iter().map(|i| i["key"].as_str().unwrap()).collect();
+            assert_eq!(keys, ["startup-script"]);
+            assert_eq!(items[0]["value"], format!("#!/bin/sh\necho {vm}\n"));
             assert_eq!(instance["networkInterfaces"][0]["accessConfigs"][0]["type"], "ONE_TO_ONE_NAT");
         }
 

@@ -221,14 +221,15 @@ async fn generate_secrets_undo(ctx: StepCtx<CreateCluster>, _stored: Effect<Secr
 }
 
 async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepError> {
-    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
+    let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
     let network = ctx.output(ENSURE_NETWORK)?;
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
     let spec = LaunchSpec {
         placement: &placement,
         name: "cp".into(),
         role: Role::ControlPlane,
-        user_data: user_data::control_plane(&placement.cluster_id, &secrets),
+        // The cluster's credential launches the VM: its provider's metadata service answers it.
+        user_data: user_data::control_plane(cluster.provider, &placement.cluster_id, &secrets),
         token: ctx.idempotency_key(),
         network: &network,
     };
@@ -284,6 +285,9 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
     let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
     let network = ctx.output(ENSURE_NETWORK)?;
     let cp = current_control_plane(cloud.as_ref(), &placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
+    // The workers are launched by the control plane's own credential, into its network: they join
+    // over its private address. A worker on another provider would join over the public one (the
+    // control plane's certificate names it too); either way it checks the cluster's CA.
     let server = cp.private_ip.clone().or(cp.public_ip.clone()).ok_or_else(|| {
         StepError::retryable_msg(format!("control plane VM {} has no address to join", cp.provider_id))
     })?;
@@ -293,7 +297,7 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
         let name = format!("w{index}");
         let spec = LaunchSpec {
             placement: &placement,
-            user_data: user_data::worker(&placement.cluster_id, &name, &server, &secrets),
+            user_data: user_data::worker(cluster.provider, &placement.cluster_id, &name, &server, &secrets),
             name,
             role: Role::Worker,
             // One token per VM, stable across attempts: the step's key names the VM too.

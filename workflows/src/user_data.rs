@@ -3,56 +3,275 @@
 //!
 //! The scripts carry secrets (the join token, the API token, the CA key): they go to the
 //! provider's launch call and nowhere else (not into step outputs, logs or `inspect`).
+//!
+//! Nothing here can boot a real VM, so the scripts are right by construction and by test
+//! (`workflows/tests/cloud_init_sandbox.rs` runs each one in a scratch root with stub `curl`,
+//! `k3s` and install script, and runs `shellcheck` over it).
+
+// What every script does, in order:
+//
+// 1. Stops at once if `/var/lib/anycloud/installed` exists. GCE runs a `startup-script` at every
+//    boot (EC2's cloud-init runs user-data only at the first); k3s is installed as a service that
+//    starts at boot by itself, so a later boot has nothing to do. The marker is the last thing the
+//    script writes, so a boot after a failed run tries again from the start.
+// 2. Reads the VM's own public address from its provider's metadata service: IMDSv2 on EC2 (a
+//    session token first; new instances refuse IMDSv1), `Metadata-Flavor: Google` on GCE.
+// 3. Downloads the pinned k3s binary for `uname -m` and the install script of the same tag, and
+//    checks both against the SHA-256 sums below before it writes anything.
+// 4. Writes its files (`umask 077`), places the binary at /usr/local/bin/k3s and runs the install
+//    script with `INSTALL_K3S_SKIP_DOWNLOAD=true`: k3s's documented air-gapped install.
+//
+// A worker joins with k3s's secure token, `K10<sha256 of the server CA bundle>::server:<token>`:
+// before it sends its credentials it checks that the CA the server presents is the cluster's.
+//
+// Every absolute path a script writes is under `${ANYCLOUD_ROOT:-}` (unset on a VM), so that a test
+// can run it in a scratch directory without root.
+
+use std::borrow::Cow;
+
+use sha2::{Digest, Sha256};
 
 use crate::cluster_secrets::ClusterSecrets;
+use crate::providers::ProviderKind;
 
 /// The k3s release the VMs install.
 pub const K3S_VERSION: &str = "v1.34.1+k3s1";
 
-/// The control plane's script.
-pub fn control_plane(cluster_id: &str, secrets: &ClusterSecrets) -> String {
-    let ClusterSecrets { join_token, api_token, ca_cert_pem, ca_key_pem } = secrets;
+// sha256 of install.sh at the tag v1.34.1+k3s1 (commit 24fc436e6ea59c56ebc37727baa4e6c9a201ee01),
+// as https://raw.githubusercontent.com/k3s-io/k3s/v1.34.1+k3s1/install.sh serves it; it is also
+// the tag's own install.sh.sha256sum. Update together with K3S_VERSION.
+const K3S_INSTALL_SH_SHA256: (&str, &str) =
+    ("v1.34.1+k3s1", "48fe6ec10517263cc69e1c924cf6b283c59a2b942b9b46186fc7c8d29e6f243a");
+
+// sha256 of the k3s binaries, from
+// https://github.com/k3s-io/k3s/releases/download/v1.34.1+k3s1/sha256sum-amd64.txt and
+// sha256sum-arm64.txt; update together with K3S_VERSION. Rows: (version, release asset, sum).
+//
+// `None`: the sum is not recorded here yet (the release's sum files could not be read where this
+// table was written), and the script checks the binary against the line for its asset in the
+// release's own sha256sum-<arch>.txt, downloaded from the same tag. That catches a corrupt or
+// swapped download but trusts the release; put the sum here to pin it.
+const K3S_BINARY_SHA256: [(&str, &str, Option<&str>); 2] =
+    [("v1.34.1+k3s1", "k3s", None), ("v1.34.1+k3s1", "k3s-arm64", None)];
+
+/// The architectures the VMs may have: `uname -m`, the k3s release asset, its release sum file.
+const ARCHITECTURES: [(&str, &str, &str); 2] =
+    [("x86_64", "k3s", "sha256sum-amd64.txt"), ("aarch64", "k3s-arm64", "sha256sum-arm64.txt")];
+
+/// What the scripts download and the sums they check it against. Production uses
+/// [`K3sDownloads::pinned`]; a test gives the sums of its own fixture files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct K3sDownloads {
+    /// The k3s release tag.
+    pub version: String,
+    /// The sha256 (hex) of that tag's install.sh.
+    pub install_sh_sha256: String,
+    /// The sum of the x86_64 binary (`k3s`).
+    pub amd64: BinarySum,
+    /// The sum of the aarch64 binary (`k3s-arm64`).
+    pub arm64: BinarySum,
+}
+
+/// What a k3s binary is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BinarySum {
+    /// This sha256 (hex).
+    Pinned(String),
+    /// The line for the binary in the release's own sha256sum-<arch>.txt.
+    PublishedWithRelease,
+}
+
+impl K3sDownloads {
+    /// [`K3S_VERSION`] and the sums recorded for it.
+    pub fn pinned() -> Self {
+        let binary = |asset: &str| match K3S_BINARY_SHA256.iter().find(|(_, a, _)| *a == asset) {
+            Some((_, _, Some(sum))) => BinarySum::Pinned((*sum).to_owned()),
+            _ => BinarySum::PublishedWithRelease,
+        };
+        Self {
+            version: K3S_VERSION.to_owned(),
+            install_sh_sha256: K3S_INSTALL_SH_SHA256.1.to_owned(),
+            amd64: binary("k3s"),
+            arm64: binary("k3s-arm64"),
+        }
+    }
+
+    fn sum(&self, asset: &str) -> &str {
+        let sum = if asset == "k3s" { &self.amd64 } else { &self.arm64 };
+        match sum {
+            BinarySum::Pinned(sum) => sum,
+            BinarySum::PublishedWithRelease => "",
+        }
+    }
+}
+
+/// The control plane's script, for a VM of `provider`.
+pub fn control_plane(provider: ProviderKind, cluster_id: &str, secrets: &ClusterSecrets) -> String {
+    control_plane_with(provider, &K3sDownloads::pinned(), cluster_id, secrets)
+}
+
+/// [`control_plane`], checking the downloads against `downloads`.
+pub fn control_plane_with(
+    provider: ProviderKind,
+    downloads: &K3sDownloads,
+    cluster_id: &str,
+    secrets: &ClusterSecrets,
+) -> String {
+    let ClusterSecrets { join_token, api_token, ca_key_pem, .. } = secrets;
+    let ca_cert = ca_bundle(secrets);
+    let ca_key = with_newline(ca_key_pem);
+    let head = head(&format!("anycloud cluster {cluster_id}: control plane"), provider, downloads);
     format!(
-        r#"#!/bin/sh
-# anycloud cluster {cluster_id}: control plane
-set -eu
-tls=/var/lib/rancher/k3s/server/tls
-mkdir -p "$tls" /etc/rancher/k3s
-umask 077
+        r#"{head}
+tls="$root/var/lib/rancher/k3s/server/tls"
+mkdir -p "$tls" "$root/etc/rancher/k3s" "$root/usr/local/bin" "$root/var/lib/anycloud"
 cat > "$tls/server-ca.crt" <<'ANYCLOUD_EOF'
-{ca_cert_pem}ANYCLOUD_EOF
+{ca_cert}ANYCLOUD_EOF
 cat > "$tls/server-ca.key" <<'ANYCLOUD_EOF'
-{ca_key_pem}ANYCLOUD_EOF
+{ca_key}ANYCLOUD_EOF
 cp "$tls/server-ca.crt" "$tls/client-ca.crt"
 cp "$tls/server-ca.key" "$tls/client-ca.key"
-cat > /etc/rancher/k3s/anycloud-tokens.csv <<'ANYCLOUD_EOF'
+cd "$root/etc/rancher/k3s"
+cat > anycloud-tokens.csv <<'ANYCLOUD_EOF'
 {api_token},anycloud,anycloud,system:masters
 ANYCLOUD_EOF
-public_ip=$(curl -sf http://169.254.169.254/latest/meta-data/public-ipv4 || true)
-curl -sfL https://get.k3s.io | INSTALL_K3S_VERSION='{K3S_VERSION}' K3S_TOKEN='{join_token}' sh -s - server \
+cp "$work/k3s" "$root/usr/local/bin/k3s"
+chmod 0755 "$root/usr/local/bin/k3s"
+K3S_TOKEN='{join_token}' INSTALL_K3S_SKIP_DOWNLOAD=true sh -s - server \
   --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule \
   --node-label anycloud.dev/cluster={cluster_id} \
   --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
-  ${{public_ip:+--tls-san "$public_ip"}}
-"#
+  ${{public_ip:+--tls-san "$public_ip"}} < "$work/install.sh"
+echo '{version}' > "$marker"
+"#,
+        version = downloads.version,
     )
 }
 
-/// A capacity VM's script: joins the control plane at `server_address`.
-pub fn worker(cluster_id: &str, vm_name: &str, server_address: &str, secrets: &ClusterSecrets) -> String {
-    let join_token = &secrets.join_token;
+/// A capacity VM's script, for a VM of `provider`: joins the control plane at
+/// `https://<server_address>:6443`, checking that it presents the cluster's CA.
+pub fn worker(
+    provider: ProviderKind,
+    cluster_id: &str,
+    vm_name: &str,
+    server_address: &str,
+    secrets: &ClusterSecrets,
+) -> String {
+    worker_with(provider, &K3sDownloads::pinned(), cluster_id, vm_name, server_address, secrets)
+}
+
+/// [`worker`], checking the downloads against `downloads`.
+pub fn worker_with(
+    provider: ProviderKind,
+    downloads: &K3sDownloads,
+    cluster_id: &str,
+    vm_name: &str,
+    server_address: &str,
+    secrets: &ClusterSecrets,
+) -> String {
+    let token = secure_join_token(secrets);
+    let head = head(&format!("anycloud cluster {cluster_id}: capacity VM {vm_name}"), provider, downloads);
+    // The VM's public address is its node's ExternalIP: what the control plane reaches its kubelet
+    // at when the two are not in one network.
+    format!(
+        r#"{head}
+mkdir -p "$root/usr/local/bin" "$root/var/lib/anycloud"
+cp "$work/k3s" "$root/usr/local/bin/k3s"
+chmod 0755 "$root/usr/local/bin/k3s"
+K3S_URL='https://{server_address}:6443' K3S_TOKEN='{token}' INSTALL_K3S_SKIP_DOWNLOAD=true \
+  sh -s - agent --node-name '{vm_name}' --node-label anycloud.dev/cluster={cluster_id} \
+  ${{public_ip:+--node-external-ip "$public_ip"}} < "$work/install.sh"
+echo '{version}' > "$marker"
+"#,
+        version = downloads.version,
+    )
+}
+
+/// The part every script shares: the run-once guard, the VM's public address, the checked
+/// downloads. It leaves `$root`, `$marker`, `$public_ip` (maybe empty) and `$work` (holding `k3s`
+/// and `install.sh`, both checked) for the rest.
+fn head(title: &str, provider: ProviderKind, downloads: &K3sDownloads) -> String {
+    let K3sDownloads { version, install_sh_sha256, .. } = downloads;
+    let public_ip = match provider {
+        ProviderKind::Gcp => {
+            "public_ip=$(curl -sf --retry 5 --retry-connrefused -H 'Metadata-Flavor: Google' \\\n  \
+             http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/external-ip \
+             || true)"
+        }
+        // The simulated cloud's VMs boot nothing; they get EC2's form.
+        ProviderKind::Aws | ProviderKind::Sim => {
+            "imds_token=$(curl -sf --retry 5 --retry-connrefused -X PUT \\\n  \
+             -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600' http://169.254.169.254/latest/api/token)\n\
+             public_ip=$(curl -sf --retry 5 --retry-connrefused -H \"X-aws-ec2-metadata-token: $imds_token\" \\\n  \
+             http://169.254.169.254/latest/meta-data/public-ipv4 || true)"
+        }
+    };
+    let arches: String = ARCHITECTURES
+        .iter()
+        .map(|(machine, asset, sums)| {
+            let sum = downloads.sum(asset);
+            format!("  {machine}) asset={asset}; sums={sums}; binary_sha256='{sum}' ;;\n")
+        })
+        .collect();
     format!(
         r#"#!/bin/sh
-# anycloud cluster {cluster_id}: capacity VM {vm_name}
+# {title}
+# Runs once; what it does and why: workflows/src/user_data.rs.
 set -eu
-curl -sfL https://get.k3s.io | INSTALL_K3S_VERSION='{K3S_VERSION}' K3S_URL='https://{server_address}:6443' \
-  K3S_TOKEN='{join_token}' sh -s - agent --node-name '{vm_name}' --node-label anycloud.dev/cluster={cluster_id}
-"#
+umask 077
+root="${{ANYCLOUD_ROOT:-}}"
+marker="$root/var/lib/anycloud/installed"
+if [ -e "$marker" ]; then
+  exit 0
+fi
+{public_ip}
+case "$(uname -m)" in
+{arches}  *) echo "anycloud: k3s has no binary for $(uname -m)" >&2; exit 1 ;;
+esac
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+release='https://github.com/k3s-io/k3s/releases/download/{version}'
+curl -sfL --retry 5 -o "$work/k3s" "$release/$asset"
+if [ -z "$binary_sha256" ]; then
+  curl -sfL --retry 5 -o "$work/sha256sums" "$release/$sums"
+  binary_sha256=$(awk -v asset="$asset" '$2 == asset {{ print $1 }}' "$work/sha256sums")
+fi
+curl -sfL --retry 5 -o "$work/install.sh" 'https://raw.githubusercontent.com/k3s-io/k3s/{version}/install.sh'
+verify() {{
+  actual=$(sha256sum "$1" | cut -d ' ' -f 1)
+  if [ "$actual" != "$2" ]; then
+    echo "anycloud: $3 has sha256 $actual, not $2: installing nothing" >&2
+    exit 1
+  fi
+}}
+verify "$work/k3s" "$binary_sha256" "$release/$asset"
+verify "$work/install.sh" '{install_sh_sha256}' 'install.sh of k3s {version}'"#
     )
 }
 
-/// What a worker's script says it joins: `(server address, join token, node name)`. The
-/// simulated cloud reads it the way a booting VM would run it.
+/// The CA bundle file the control plane writes (server-ca.crt): the CA's PEM, ending in a newline.
+fn ca_bundle(secrets: &ClusterSecrets) -> Cow<'_, str> {
+    with_newline(&secrets.ca_cert_pem)
+}
+
+fn with_newline(pem: &str) -> Cow<'_, str> {
+    if pem.ends_with('\n') { Cow::Borrowed(pem) } else { Cow::Owned(format!("{pem}\n")) }
+}
+
+/// The token a worker joins with, in k3s's secure format: `K10<hash>::server:<join token>`. The
+/// hash is what k3s computes of the bundle a server serves at `/cacerts` (its server-ca.crt):
+/// for a bundle of one certificate, the sha256 of the file's bytes (k3s `clientaccess.hashCA`).
+fn secure_join_token(secrets: &ClusterSecrets) -> String {
+    secure_token_for(ca_bundle(secrets).as_bytes(), &secrets.join_token)
+}
+
+fn secure_token_for(ca_bundle: &[u8], join_token: &str) -> String {
+    let hash: String = Sha256::digest(ca_bundle).iter().map(|b| format!("{b:02x}")).collect();
+    format!("K10{hash}::server:{join_token}")
+}
+
+/// What a worker's script says it joins: `(server address, join token, node name)`; the token is
+/// in k3s's secure format. The simulated cloud reads it the way a booting VM would run it.
 pub fn parse_worker(user_data: &str) -> Option<(String, String, String)> {
     let value = |key: &str| {
         let start = user_data.find(key)? + key.len();
@@ -62,6 +281,16 @@ pub fn parse_worker(user_data: &str) -> Option<(String, String, String)> {
     let url = value("K3S_URL='https://")?;
     let address = url.strip_suffix(":6443")?.to_owned();
     Some((address, value("K3S_TOKEN='")?, value("--node-name '")?))
+}
+
+/// The token a worker must present to join the control plane whose script this is: its join
+/// token with the hash of the CA it installs, as [`parse_worker`] reads it from a worker's script.
+pub fn parse_control_plane_worker_token(user_data: &str) -> Option<String> {
+    let start = user_data.find("K3S_TOKEN='")? + "K3S_TOKEN='".len();
+    let rest = &user_data[start..];
+    let join_token = &rest[..rest.find('\'')?];
+    let (ca_cert, _) = parse_control_plane_ca(user_data)?;
+    Some(secure_token_for(ca_cert.as_bytes(), join_token))
 }
 
 /// The API token a control plane's script installs. The simulated cloud's Kubernetes API
@@ -100,20 +329,101 @@ mod tests {
         }
     }
 
+    const PROVIDERS: [ProviderKind; 3] = [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim];
+
     #[test]
-    fn a_worker_script_says_what_it_joins() {
-        let script = worker("c1", "w0", "10.0.0.2", &secrets());
-        assert_eq!(parse_worker(&script), Some(("10.0.0.2".into(), "join123".into(), "w0".into())));
+    fn a_worker_script_says_what_it_joins_with_the_ca_pinned() {
+        for provider in PROVIDERS {
+            let script = worker(provider, "c1", "w0", "10.0.0.2", &secrets());
+            let (address, token, name) = parse_worker(&script).unwrap();
+            assert_eq!((address.as_str(), name.as_str()), ("10.0.0.2", "w0"));
+            // The sha256 of the PEM file's bytes, as `sha256sum server-ca.crt` prints it.
+            let expected = "K101a73b7a8990ec3c4cc6aedb06395635db02c9e6dc6a88e92ca46084be5969746::server:join123";
+            assert_eq!(token, expected);
+        }
     }
 
     #[test]
-    fn a_control_plane_script_installs_the_api_token() {
-        let script = control_plane("c1", &secrets());
-        assert_eq!(parse_control_plane_token(&script).as_deref(), Some("api456"));
-        assert!(script.contains("K3S_TOKEN='join123'"));
-        assert!(script.contains("-----BEGIN PRIVATE KEY-----"));
-        let (cert, key) = parse_control_plane_ca(&script).unwrap();
-        assert_eq!(cert, secrets().ca_cert_pem);
-        assert_eq!(key, secrets().ca_key_pem);
+    fn a_control_plane_script_installs_the_api_token_and_the_ca() {
+        for provider in PROVIDERS {
+            let script = control_plane(provider, "c1", &secrets());
+            assert_eq!(parse_control_plane_token(&script).as_deref(), Some("api456"));
+            assert!(script.contains("K3S_TOKEN='join123'"));
+            let (cert, key) = parse_control_plane_ca(&script).unwrap();
+            assert_eq!(cert, secrets().ca_cert_pem);
+            assert_eq!(key, secrets().ca_key_pem);
+        }
+    }
+
+    #[test]
+    fn a_worker_joins_with_the_token_its_control_plane_expects() {
+        let cp = control_plane(ProviderKind::Gcp, "c1", &secrets());
+        let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, "c1", "w0", "10.0.0.2", &secrets())).unwrap();
+        assert_eq!(parse_control_plane_worker_token(&cp), Some(token));
+        let mut other_ca = secrets();
+        other_ca.ca_cert_pem = "-----BEGIN CERTIFICATE-----\nz\n-----END CERTIFICATE-----\n".into();
+        let (_, other, _) = parse_worker(&worker(ProviderKind::Aws, "c1", "w0", "10.0.0.2", &other_ca)).unwrap();
+        assert_ne!(parse_control_plane_worker_token(&cp), Some(other));
+    }
+
+    #[test]
+    fn a_pem_without_its_last_newline_is_written_and_hashed_with_one() {
+        let mut secrets = secrets();
+        secrets.ca_cert_pem = secrets.ca_cert_pem.trim_end().to_owned();
+        let script = control_plane(ProviderKind::Aws, "c1", &secrets);
+        let (cert, _) = parse_control_plane_ca(&script).unwrap();
+        assert_eq!(cert, format!("{}\n", secrets.ca_cert_pem));
+        let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, "c1", "w0", "10.0.0.2", &secrets)).unwrap();
+        assert_eq!(Some(token), parse_control_plane_worker_token(&script));
+    }
+
+    #[test]
+    fn each_provider_asks_its_own_metadata_service() {
+        for role in ["cp", "w0"] {
+            let script = |provider| match role {
+                "cp" => control_plane(provider, "c1", &secrets()),
+                _ => worker(provider, "c1", role, "10.0.0.2", &secrets()),
+            };
+            let aws = script(ProviderKind::Aws);
+            assert!(aws.contains("-X PUT") && aws.contains("X-aws-ec2-metadata-token-ttl-seconds: 21600"));
+            assert!(aws.contains("X-aws-ec2-metadata-token: $imds_token"));
+            assert!(!aws.contains("metadata.google.internal"));
+            let gcp = script(ProviderKind::Gcp);
+            assert!(gcp.contains("Metadata-Flavor: Google") && gcp.contains("metadata.google.internal"));
+            assert!(!gcp.contains("169.254.169.254"));
+            assert_eq!(script(ProviderKind::Sim), aws);
+        }
+    }
+
+    #[test]
+    fn the_scripts_install_the_pinned_release_and_never_pipe_the_installer() {
+        let script = control_plane(ProviderKind::Aws, "c1", &secrets());
+        assert!(script.contains(&format!("https://github.com/k3s-io/k3s/releases/download/{K3S_VERSION}'")));
+        assert!(script.contains(&format!("https://raw.githubusercontent.com/k3s-io/k3s/{K3S_VERSION}/install.sh")));
+        assert!(script.contains(K3S_INSTALL_SH_SHA256.1));
+        assert!(!script.contains("get.k3s.io"));
+        assert!(!script.contains("| sh"));
+    }
+
+    /// One sum for install.sh and one row per architecture, all for [`K3S_VERSION`]: a version bump
+    /// that leaves the sums of the old one fails here.
+    #[test]
+    fn the_sums_are_those_of_the_pinned_version() {
+        let hex64 =
+            |sum: &str| sum.len() == 64 && sum.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        assert_eq!(K3S_INSTALL_SH_SHA256.0, K3S_VERSION);
+        assert!(hex64(K3S_INSTALL_SH_SHA256.1));
+        let assets: Vec<&str> = ARCHITECTURES.iter().map(|(_, asset, _)| *asset).collect();
+        let rows: Vec<&str> = K3S_BINARY_SHA256.iter().map(|(_, asset, _)| *asset).collect();
+        assert_eq!(rows, assets, "one binary sum row per architecture, in the same order");
+        for (version, asset, sum) in K3S_BINARY_SHA256 {
+            assert_eq!(version, K3S_VERSION, "the sum of {asset} is for another k3s version");
+            assert!(sum.is_none_or(hex64), "the sum of {asset} is not 64 lowercase hex digits: {sum:?}");
+        }
+        let pinned = K3sDownloads::pinned();
+        assert_eq!(
+            (pinned.version.as_str(), pinned.install_sh_sha256.as_str()),
+            (K3S_VERSION, K3S_INSTALL_SH_SHA256.1)
+        );
     }
 }

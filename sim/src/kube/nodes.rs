@@ -78,7 +78,9 @@ pub(crate) async fn get(
 /// The machines of the cluster whose control plane is `cp`: it, then its joined workers.
 pub(crate) async fn of_cluster(machines: &dyn Machines, cp: &Machine) -> Result<Vec<Machine>, ApiError> {
     let running = machines.running().await.map_err(ApiError::internal)?;
-    let join_token = join_token_of(&cp.user_data);
+    // A worker presents k3s's secure token: the control plane's join token with the hash of the
+    // CA it installs. One that pinned another CA would not join a real k3s server either.
+    let join_token = user_data::parse_control_plane_worker_token(&cp.user_data);
     let addresses = [cp.private_ip.as_deref(), cp.public_ip.as_deref()];
     let mut joined = vec![cp.clone()];
     for machine in running.into_iter().filter(|machine| !machine.control_plane) {
@@ -88,12 +90,6 @@ pub(crate) async fn of_cluster(machines: &dyn Machines, cp: &Machine) -> Result<
         }
     }
     Ok(joined)
-}
-
-fn join_token_of(control_plane_user_data: &str) -> Option<String> {
-    let start = control_plane_user_data.find("K3S_TOKEN='")? + "K3S_TOKEN='".len();
-    let rest = &control_plane_user_data[start..];
-    Some(rest[..rest.find('\'')?].to_owned())
 }
 
 /// A node as its kubelet would report it.

@@ -12,6 +12,7 @@ use anycloud_engine::Store;
 use anycloud_sim::kube::{Machine, Machines, Storage};
 use anycloud_workflows::cluster_secrets::ClusterSecrets;
 use anycloud_workflows::db::Db;
+use anycloud_workflows::providers::ProviderKind;
 use anycloud_workflows::{kube_api, user_data};
 use async_trait::async_trait;
 use serde_json::Value;
@@ -75,12 +76,13 @@ impl Cluster {
         let store = Store::sqlite(&dir.path().join("api.db")).await.unwrap();
         let db = Db::open(&store).await.unwrap();
         let secrets = ClusterSecrets::generate("jobs").unwrap();
-        let cp = machine(CONTROL_PLANE, "cp", true, user_data::control_plane("c1", &secrets), "10.0.0.1");
+        let cp =
+            machine(CONTROL_PLANE, "cp", true, user_data::control_plane(ProviderKind::Sim, "c1", &secrets), "10.0.0.1");
         let workers = ["w0", "w1"]
             .iter()
             .enumerate()
             .map(|(i, name)| {
-                let user_data = user_data::worker("c1", name, "10.0.0.1", &secrets);
+                let user_data = user_data::worker(ProviderKind::Sim, "c1", name, "10.0.0.1", &secrets);
                 machine(&format!("sim-{name}"), name, false, user_data, &format!("10.0.1.{}", i + 2))
             })
             .collect::<Vec<_>>();

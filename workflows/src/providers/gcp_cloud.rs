@@ -495,10 +495,13 @@ impl Cloud for GcpCloud {
             .set_network_interfaces([NetworkInterface::new().set_network(NETWORK).set_access_configs([
                 AccessConfig::new().set_name("External NAT").set_type(access_config::Type::OneToOneNat),
             ])])
-            .set_metadata(Metadata::new().set_items([
-                metadata::Items::new().set_key("user-data").set_value(&spec.user_data),
-                metadata::Items::new().set_key("startup-script").set_value(&spec.user_data),
-            ]));
+            // Once, as `startup-script`: GCE's guest agent runs it at every boot (the script stops
+            // at its own run-once marker). Sent as `user-data` too, Ubuntu's cloud-init would run
+            // it a second time, at the same first boot.
+            .set_metadata(
+                Metadata::new()
+                    .set_items([metadata::Items::new().set_key("startup-script").set_value(&spec.user_data)]),
+            );
         let created = self.insert_instance(zone, &body, &spec.token.to_string()).await?;
         let instance = match self.get_instance(zone, &name).await? {
             Some(instance) => instance,

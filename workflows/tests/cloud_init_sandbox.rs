@@ -1,0 +1,466 @@
+//! Runs each cloud-init script `user_data` makes, as `/bin/sh` runs it on a VM, in a scratch root.
+//!
+//! Nothing here can boot a VM, so the sandbox stands in for one: `ANYCLOUD_ROOT` is a scratch
+//! directory (every absolute path a script writes is under it), and `PATH` starts with stubs:
+//! `curl` answers the provider's metadata URLs the way the real services do (EC2's IMDSv2 refuses a
+//! request without its session token, GCE's server one without `Metadata-Flavor: Google`) and
+//! serves fixture files for the k3s release URLs; `uname` says which machine it is. The fixture
+//! `install.sh` records its arguments and environment instead of installing. `sha256sum` is the
+//! real one: the tests give the scripts the sums of their fixtures.
+//!
+//! `shellcheck -s sh` must pass every script; a machine without shellcheck fails the test
+//! (scripts/test installs it).
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anycloud_workflows::cluster_secrets::ClusterSecrets;
+use anycloud_workflows::providers::ProviderKind;
+use anycloud_workflows::user_data::{self, BinarySum, K3S_VERSION, K3sDownloads};
+use sha2::{Digest, Sha256};
+
+/// The public addresses the fake metadata services give.
+const AWS_PUBLIC_IP: &str = "203.0.113.10";
+const GCP_PUBLIC_IP: &str = "198.51.100.7";
+/// The control plane's address a worker joins.
+const SERVER: &str = "192.0.2.20";
+/// The IMDSv2 session token the fake EC2 metadata service hands out.
+const IMDS_TOKEN: &str = "fake-imds-session-token";
+
+const BINARY_URL: &str = "https://github.com/k3s-io/k3s/releases/download/v1.34.1+k3s1/k3s";
+const ARM64_BINARY_URL: &str = "https://github.com/k3s-io/k3s/releases/download/v1.34.1+k3s1/k3s-arm64";
+const AMD64_SUMS_URL: &str = "https://github.com/k3s-io/k3s/releases/download/v1.34.1+k3s1/sha256sum-amd64.txt";
+const INSTALL_SH_URL: &str = "https://raw.githubusercontent.com/k3s-io/k3s/v1.34.1+k3s1/install.sh";
+
+/// A `curl` that answers from fixture files (named after the URL, every byte but [A-Za-z0-9.]
+/// made `_`), and plays the metadata services. It logs each request: method, URL, headers.
+const CURL: &str = r#"#!/bin/sh
+method=GET url= out= headers=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -X) method=$2; shift 2 ;;
+    -H) headers="$headers$2
+"; shift 2 ;;
+    -o) out=$2; shift 2 ;;
+    http://*|https://*) url=$1; shift ;;
+    *) shift ;;
+  esac
+done
+{ echo "$method $url"; printf '%s' "$headers" | sed 's/^/  /'; } >> "$SANDBOX/curl.log"
+has() { printf '%s' "$headers" | grep -qxF "$1"; }
+answer() { if [ -n "$out" ]; then printf '%s' "$1" > "$out"; else printf '%s' "$1"; fi; }
+case "$url" in
+  http://169.254.169.254/latest/api/token)
+    # IMDSv2: a PUT with the token's lifetime, else 400/405.
+    [ "$method" = PUT ] && has 'X-aws-ec2-metadata-token-ttl-seconds: 21600' || exit 22
+    answer "$IMDS_TOKEN"; exit 0 ;;
+  http://169.254.169.254/*)
+    # Instances that require IMDSv2 answer 401 without the session token.
+    has "X-aws-ec2-metadata-token: $IMDS_TOKEN" || exit 22
+    [ "$url" = http://169.254.169.254/latest/meta-data/public-ipv4 ] || exit 22
+    answer "$AWS_PUBLIC_IP"; exit 0 ;;
+  http://metadata.google.internal/*)
+    # GCE's metadata server answers 403 without the header.
+    has 'Metadata-Flavor: Google' || exit 22
+    [ "$url" = http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/external-ip ] || exit 22
+    answer "$GCP_PUBLIC_IP"; exit 0 ;;
+esac
+fixture="$SANDBOX/fixtures/$(printf '%s' "$url" | tr -c 'A-Za-z0-9.' '_')"
+[ -f "$fixture" ] || exit 22
+if [ -n "$out" ]; then cp "$fixture" "$out"; else cat "$fixture"; fi
+"#;
+
+/// `uname -m` says what `$MACHINE` says.
+const UNAME: &str = "#!/bin/sh\n[ \"$1\" = -m ] && echo \"$MACHINE\"\n";
+
+/// The install script a test serves: records what it was asked to install, checks that the
+/// binary is in place (as k3s's does with INSTALL_K3S_SKIP_DOWNLOAD) and "starts" k3s.
+const INSTALL_SH: &str = r#"#!/bin/sh
+set -eu
+[ "${INSTALL_K3S_SKIP_DOWNLOAD:-}" = true ] || { echo 'would download' >&2; exit 9; }
+[ -x "$ANYCLOUD_ROOT/usr/local/bin/k3s" ] || { echo 'no k3s binary' >&2; exit 9; }
+{
+  echo "args: $*"
+  echo "K3S_URL=${K3S_URL:-}"
+  echo "K3S_TOKEN=${K3S_TOKEN:-}"
+} >> "$SANDBOX/install.log"
+"$ANYCLOUD_ROOT/usr/local/bin/k3s" "$1"
+"#;
+
+fn secrets() -> ClusterSecrets {
+    // A real CA, as the workflow makes them.
+    ClusterSecrets::generate("sandbox").unwrap()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A scratch VM: root, stubs, fixtures, logs.
+struct Sandbox {
+    dir: tempfile::TempDir,
+    machine: &'static str,
+}
+
+/// What a script did.
+struct Run {
+    output: Output,
+    script: String,
+}
+
+impl Run {
+    fn assert_ok(&self) {
+        assert!(
+            self.output.status.success(),
+            "the script failed: {:?}\nstderr:\n{}\nscript:\n{}",
+            self.output.status,
+            String::from_utf8_lossy(&self.output.stderr),
+            self.script
+        );
+    }
+
+    fn assert_failed(&self, why: &str) {
+        assert!(!self.output.status.success(), "the script succeeded despite {why}:\n{}", self.script);
+        let stderr = String::from_utf8_lossy(&self.output.stderr);
+        assert!(stderr.contains("installing nothing"), "{why}: {stderr}");
+    }
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let sandbox = Self { dir: tempfile::tempdir().unwrap(), machine: "x86_64" };
+        for dir in ["root", "bin", "fixtures", "tmp"] {
+            fs::create_dir(sandbox.path(dir)).unwrap();
+        }
+        sandbox.executable(&sandbox.path("bin/curl"), CURL);
+        sandbox.executable(&sandbox.path("bin/uname"), UNAME);
+        sandbox.serve(BINARY_URL, "#!/bin/sh\necho \"amd64 k3s $*\" >> \"$SANDBOX/started\"\n");
+        sandbox.serve(ARM64_BINARY_URL, "#!/bin/sh\necho \"arm64 k3s $*\" >> \"$SANDBOX/started\"\n");
+        sandbox.serve(INSTALL_SH_URL, INSTALL_SH);
+        sandbox
+    }
+
+    fn arm64() -> Self {
+        Self { machine: "aarch64", ..Self::new() }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    fn root(&self, relative: &str) -> PathBuf {
+        self.path("root").join(relative.trim_start_matches('/'))
+    }
+
+    fn executable(&self, path: &Path, text: &str) {
+        fs::write(path, text).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    fn fixture(&self, url: &str) -> PathBuf {
+        let name: String = url.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+        self.path("fixtures").join(name)
+    }
+
+    fn serve(&self, url: &str, text: &str) {
+        fs::write(self.fixture(url), text).unwrap();
+    }
+
+    fn served(&self, url: &str) -> Vec<u8> {
+        fs::read(self.fixture(url)).unwrap()
+    }
+
+    /// The sums of what the sandbox serves, pinned.
+    fn downloads(&self) -> K3sDownloads {
+        K3sDownloads {
+            version: K3S_VERSION.to_owned(),
+            install_sh_sha256: sha256_hex(&self.served(INSTALL_SH_URL)),
+            amd64: BinarySum::Pinned(sha256_hex(&self.served(BINARY_URL))),
+            arm64: BinarySum::Pinned(sha256_hex(&self.served(ARM64_BINARY_URL))),
+        }
+    }
+
+    fn run(&self, script: &str) -> Run {
+        let path = self.path("user-data.sh");
+        fs::write(&path, script).unwrap();
+        let output = Command::new("/bin/sh")
+            .arg(&path)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", self.path("bin").display()))
+            .env("ANYCLOUD_ROOT", self.path("root"))
+            .env("TMPDIR", self.path("tmp"))
+            .env("SANDBOX", self.dir.path())
+            .env("MACHINE", self.machine)
+            .env("IMDS_TOKEN", IMDS_TOKEN)
+            .env("AWS_PUBLIC_IP", AWS_PUBLIC_IP)
+            .env("GCP_PUBLIC_IP", GCP_PUBLIC_IP)
+            .output()
+            .unwrap();
+        Run { output, script: script.to_owned() }
+    }
+
+    fn log(&self, name: &str) -> String {
+        fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    /// The lines `install.sh` logged: `args: ...`, `K3S_URL=...`, `K3S_TOKEN=...`, per run.
+    fn installs(&self) -> Vec<String> {
+        self.log("install.log").lines().map(str::to_owned).collect()
+    }
+
+    /// The requests `curl` logged, without their headers.
+    fn requests(&self) -> Vec<String> {
+        self.log("curl.log").lines().filter(|line| !line.starts_with(' ')).map(str::to_owned).collect()
+    }
+
+    fn assert_installed_nothing(&self) {
+        assert_eq!(self.log("install.log"), "", "install.sh ran");
+        assert_eq!(self.log("started"), "", "k3s was started");
+        for path in ["usr/local/bin/k3s", "var/lib/anycloud/installed", "var/lib/rancher", "etc/rancher"] {
+            assert!(!self.root(path).exists(), "{path} was written");
+        }
+    }
+}
+
+/// A script of each role, as the workflow makes them, checking `downloads`.
+type Script = fn(ProviderKind, &K3sDownloads, &ClusterSecrets) -> String;
+
+fn control_plane(provider: ProviderKind, downloads: &K3sDownloads, secrets: &ClusterSecrets) -> String {
+    user_data::control_plane_with(provider, downloads, "c1", secrets)
+}
+
+fn worker(provider: ProviderKind, downloads: &K3sDownloads, secrets: &ClusterSecrets) -> String {
+    user_data::worker_with(provider, downloads, "c1", "w0", SERVER, secrets)
+}
+
+const ROLES: [(&str, Script); 2] = [("control plane", control_plane), ("worker", worker)];
+
+fn public_ip(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Gcp => GCP_PUBLIC_IP,
+        ProviderKind::Aws | ProviderKind::Sim => AWS_PUBLIC_IP,
+    }
+}
+
+/// The metadata requests each provider's script makes, with the headers its service requires.
+fn assert_asked_its_metadata_service(sandbox: &Sandbox, provider: ProviderKind) {
+    let log = sandbox.log("curl.log");
+    match provider {
+        ProviderKind::Gcp => {
+            assert!(log.contains(
+                "GET http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/\
+                 external-ip\n  Metadata-Flavor: Google\n"
+            ));
+            assert!(!log.contains("169.254.169.254"), "{log}");
+        }
+        ProviderKind::Aws | ProviderKind::Sim => {
+            assert!(log.contains(
+                "PUT http://169.254.169.254/latest/api/token\n  X-aws-ec2-metadata-token-ttl-seconds: 21600\n"
+            ));
+            let get = format!(
+                "GET http://169.254.169.254/latest/meta-data/public-ipv4\n  X-aws-ec2-metadata-token: {IMDS_TOKEN}\n"
+            );
+            assert!(log.contains(&get), "{log}");
+            assert!(!log.contains("metadata.google.internal"), "{log}");
+        }
+    }
+}
+
+/// The pinned release's binary and install script, and nothing from get.k3s.io.
+fn assert_downloaded_the_pinned_release(sandbox: &Sandbox, binary_url: &str) {
+    let requests = sandbox.requests();
+    assert!(requests.contains(&format!("GET {binary_url}")), "{requests:?}");
+    assert!(requests.contains(&format!("GET {INSTALL_SH_URL}")), "{requests:?}");
+    assert!(requests.iter().all(|request| !request.contains("get.k3s.io")), "{requests:?}");
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_address() {
+    for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
+        let sandbox = Sandbox::new();
+        let secrets = secrets();
+        let script = user_data::control_plane_with(provider, &sandbox.downloads(), "c1", &secrets);
+        sandbox.run(&script).assert_ok();
+
+        assert_asked_its_metadata_service(&sandbox, provider);
+        assert_downloaded_the_pinned_release(&sandbox, BINARY_URL);
+        let tls = sandbox.root("var/lib/rancher/k3s/server/tls");
+        assert_eq!(fs::read_to_string(tls.join("server-ca.crt")).unwrap(), secrets.ca_cert_pem);
+        assert_eq!(fs::read_to_string(tls.join("server-ca.key")).unwrap(), secrets.ca_key_pem);
+        assert_eq!(fs::read_to_string(tls.join("client-ca.crt")).unwrap(), secrets.ca_cert_pem);
+        assert_eq!(fs::read_to_string(tls.join("client-ca.key")).unwrap(), secrets.ca_key_pem);
+        let tokens = sandbox.root("etc/rancher/k3s/anycloud-tokens.csv");
+        assert_eq!(
+            fs::read_to_string(&tokens).unwrap(),
+            format!("{},anycloud,anycloud,system:masters\n", secrets.api_token)
+        );
+        for secret in [tls.join("server-ca.key"), tls.join("client-ca.key"), tokens] {
+            assert_eq!(mode(&secret), 0o600, "{}", secret.display());
+        }
+        let binary = sandbox.root("usr/local/bin/k3s");
+        assert_eq!(fs::read(&binary).unwrap(), sandbox.served(BINARY_URL));
+        assert_eq!(mode(&binary), 0o755);
+
+        let ip = public_ip(provider);
+        assert_eq!(
+            sandbox.installs(),
+            [
+                format!(
+                    "args: server --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule --node-label \
+                     anycloud.dev/cluster=c1 --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
+                     --tls-san {ip}"
+                ),
+                "K3S_URL=".to_owned(),
+                format!("K3S_TOKEN={}", secrets.join_token),
+            ],
+            "{provider}"
+        );
+        assert_eq!(sandbox.log("started"), "amd64 k3s server\n");
+        assert_eq!(fs::read_to_string(sandbox.root("var/lib/anycloud/installed")).unwrap(), format!("{K3S_VERSION}\n"));
+        assert!(fs::read_dir(sandbox.path("tmp")).unwrap().next().is_none(), "the downloads were left behind");
+    }
+}
+
+#[test]
+fn a_worker_joins_the_control_plane_and_pins_the_cluster_ca() {
+    for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
+        let sandbox = Sandbox::new();
+        let secrets = secrets();
+        let script = user_data::worker_with(provider, &sandbox.downloads(), "c1", "w0", SERVER, &secrets);
+        sandbox.run(&script).assert_ok();
+
+        assert_asked_its_metadata_service(&sandbox, provider);
+        assert_downloaded_the_pinned_release(&sandbox, BINARY_URL);
+        // k3s's secure token: the sha256 of the CA bundle the server serves at /cacerts (the
+        // server-ca.crt the control plane's script writes), then the credentials.
+        let ca_hash = sha256_hex(secrets.ca_cert_pem.as_bytes());
+        let ip = public_ip(provider);
+        assert_eq!(
+            sandbox.installs(),
+            [
+                format!("args: agent --node-name w0 --node-label anycloud.dev/cluster=c1 --node-external-ip {ip}"),
+                format!("K3S_URL=https://{SERVER}:6443"),
+                format!("K3S_TOKEN=K10{ca_hash}::server:{}", secrets.join_token),
+            ],
+            "{provider}"
+        );
+        assert_eq!(sandbox.log("started"), "amd64 k3s agent\n");
+        assert_eq!(fs::read(sandbox.root("usr/local/bin/k3s")).unwrap(), sandbox.served(BINARY_URL));
+        assert!(!sandbox.root("var/lib/rancher").exists(), "a worker writes no CA");
+        assert!(sandbox.root("var/lib/anycloud/installed").exists());
+    }
+}
+
+#[test]
+fn an_arm64_vm_installs_the_arm64_binary() {
+    let sandbox = Sandbox::arm64();
+    let script = user_data::worker_with(ProviderKind::Aws, &sandbox.downloads(), "c1", "w0", SERVER, &secrets());
+    sandbox.run(&script).assert_ok();
+    assert_downloaded_the_pinned_release(&sandbox, ARM64_BINARY_URL);
+    assert!(!sandbox.requests().contains(&format!("GET {BINARY_URL}")));
+    assert_eq!(fs::read(sandbox.root("usr/local/bin/k3s")).unwrap(), sandbox.served(ARM64_BINARY_URL));
+    assert_eq!(sandbox.log("started"), "arm64 k3s agent\n");
+}
+
+#[test]
+fn a_second_boot_installs_nothing_again() {
+    for provider in [ProviderKind::Aws, ProviderKind::Gcp] {
+        for (role, script) in ROLES {
+            let sandbox = Sandbox::new();
+            let script = script(provider, &sandbox.downloads(), &secrets());
+            sandbox.run(&script).assert_ok();
+            let (installs, requests) = (sandbox.installs(), sandbox.requests());
+            assert_eq!(installs.len(), 3, "{provider} {role}: {installs:?}");
+
+            sandbox.run(&script).assert_ok();
+            assert_eq!(sandbox.installs(), installs, "{provider} {role}: the second run installed again");
+            assert_eq!(sandbox.requests(), requests, "{provider} {role}: the second run asked for something");
+            assert_eq!(sandbox.log("started").lines().count(), 1, "{provider} {role}");
+        }
+    }
+}
+
+#[test]
+fn a_tampered_download_installs_and_starts_nothing() {
+    for (tampered, url) in [("binary", BINARY_URL), ("install script", INSTALL_SH_URL)] {
+        for provider in [ProviderKind::Aws, ProviderKind::Gcp] {
+            for (role, script) in ROLES {
+                let sandbox = Sandbox::new();
+                let downloads = sandbox.downloads();
+                let mut bytes = sandbox.served(url);
+                bytes.extend_from_slice(b"echo tampered\n");
+                fs::write(sandbox.fixture(url), bytes).unwrap();
+                let run = sandbox.run(&script(provider, &downloads, &secrets()));
+                run.assert_failed(&format!("a tampered {tampered} ({provider} {role})"));
+                sandbox.assert_installed_nothing();
+            }
+        }
+    }
+}
+
+/// Where no sum is pinned for an architecture, the script takes the one the release publishes
+/// beside the binary; a binary that does not match it is refused all the same.
+#[test]
+fn an_unpinned_binary_is_checked_against_the_release_sums() {
+    let sandbox = Sandbox::new();
+    let binary_sum = sha256_hex(&sandbox.served(BINARY_URL));
+    // As the release's sha256sum-amd64.txt lists its assets (the airgap images first).
+    let sums = format!("{}  k3s-airgap-images-amd64.tar\n{binary_sum}  k3s\n", "0".repeat(64));
+    sandbox.serve(AMD64_SUMS_URL, &sums);
+    let downloads = K3sDownloads { amd64: BinarySum::PublishedWithRelease, ..sandbox.downloads() };
+    let script = user_data::worker_with(ProviderKind::Gcp, &downloads, "c1", "w0", SERVER, &secrets());
+    sandbox.run(&script).assert_ok();
+    assert!(sandbox.requests().contains(&format!("GET {AMD64_SUMS_URL}")));
+    assert_eq!(sandbox.log("started"), "amd64 k3s agent\n");
+
+    let sandbox = Sandbox::new();
+    sandbox.serve(AMD64_SUMS_URL, &sums.replace(&binary_sum, &sha256_hex(b"another binary")));
+    sandbox.run(&script).assert_failed("a binary the release's sums do not list");
+    sandbox.assert_installed_nothing();
+}
+
+#[test]
+fn the_production_scripts_download_the_pinned_release() {
+    let pinned = K3sDownloads::pinned();
+    assert_eq!(pinned.version, K3S_VERSION);
+    let script = user_data::control_plane(ProviderKind::Aws, "c1", &secrets());
+    assert!(script.contains(&format!("verify \"$work/install.sh\" '{}'", pinned.install_sh_sha256)));
+    let release = BINARY_URL.strip_suffix("/k3s").unwrap();
+    assert!(script.contains(&format!("release='{release}'")), "{script}");
+    assert!(script.contains(&format!("'{INSTALL_SH_URL}'")), "{script}");
+}
+
+/// `shellcheck -s sh` reports nothing on any script: each provider, each role, the production sums.
+#[test]
+fn shellcheck_passes_every_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = secrets();
+    for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
+        for (role, script) in [
+            ("control-plane", user_data::control_plane(provider, "c1", &secrets)),
+            ("worker", user_data::worker(provider, "c1", "w0", SERVER, &secrets)),
+        ] {
+            let path = dir.path().join(format!("{provider}-{role}.sh"));
+            fs::write(&path, &script).unwrap();
+            let checked = Command::new("shellcheck").args(["-s", "sh"]).arg(&path).output().unwrap_or_else(|err| {
+                panic!(
+                    "running shellcheck: {err}; install it (`apt-get install shellcheck`; scripts/test does it with \
+                     scripts/lib/shellcheck.sh)"
+                )
+            });
+            let report =
+                format!("{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
+            assert!(
+                checked.status.success() && report.is_empty(),
+                "shellcheck on the {provider} {role} script:\n{report}"
+            );
+        }
+    }
+}
