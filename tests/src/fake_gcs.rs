@@ -793,22 +793,9 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
-/// RFC 3339 in UTC with milliseconds, as Cloud Storage writes its times.
+/// RFC 3339 in UTC, as Cloud Storage writes its times.
 fn rfc3339(time: SystemTime) -> String {
-    let ms = time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis()) as i64;
-    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s, milli) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+    crate::rfc3339::at_offset(time, 0)
 }
 
 #[cfg(test)]

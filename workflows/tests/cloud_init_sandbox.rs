@@ -452,7 +452,7 @@ fn shellcheck_passes_every_script() {
             let checked = Command::new("shellcheck").args(["-s", "sh"]).arg(&path).output().unwrap_or_else(|err| {
                 panic!(
                     "running shellcheck: {err}; install it (`apt-get install shellcheck`; scripts/test does it with \
-                     scripts/lib/shellcheck.sh)"
+                     scripts/lib/debian_tool.sh)"
                 )
             });
             let report =
