@@ -352,7 +352,7 @@ pub(crate) enum DeploymentCommand {
 pub(crate) enum ApiCommand {
     /// Run an API: a local one on 127.0.0.1 (SQLite in its data directory unless --database-url is
     /// given), or with --credentials a hosted one, which may create clusters.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// List the APIs the CLI knows; `*` marks the active one.
     List,
     /// Make a known API the active one.
@@ -381,6 +381,16 @@ pub(crate) struct ServeArgs {
     /// Port on 127.0.0.1; 0 picks a free one [default: 7878 for a local API, any free port for a hosted one].
     #[arg(long)]
     pub(crate) port: Option<u16>,
+    /// The address to listen on; anything but loopback needs --tls-cert and --tls-key.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) listen: std::net::IpAddr,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key); `--use` pins its last
+    /// certificate (its CA, or itself if self-signed) in the CLI config.
+    #[arg(long, requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
     /// Data directory (token, secret key, SQLite database). Default: $XDG_DATA_HOME/anycloud/apis/ID.
     #[arg(long)]
     pub(crate) data_dir: Option<PathBuf>,

@@ -43,10 +43,7 @@ impl Client {
 
     /// A client of this API.
     pub fn new(name: String, entry: ApiEntry) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+        let http = http_client(&entry, reqwest::Client::builder().timeout(Duration::from_secs(30)));
         Self { name, entry, http }
     }
 
@@ -119,10 +116,7 @@ impl Client {
         query: &Q,
         mut write: impl FnMut(&[u8]),
     ) -> Result<(), CliError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+        let http = http_client(&self.entry, reqwest::Client::builder().connect_timeout(Duration::from_secs(10)));
         let request = http.get(self.endpoint(path)).query(query).bearer_auth(&self.entry.token);
         let mut response = request.send().await.map_err(|err| self.unreachable(&err))?;
         let status = response.status();
@@ -168,7 +162,23 @@ impl Client {
             )
         })?;
         request.headers_mut().insert("authorization", token);
-        match tokio_tungstenite::connect_async(request).await {
+        let connector = self.entry.ca_pem.as_deref().map(|pem| {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in pinned_certificates(pem) {
+                let _ = roots.add(cert);
+            }
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map(|builder| builder.with_root_certificates(roots).with_no_client_auth());
+            config.map(|config| tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(config)))
+        });
+        let connector = match connector {
+            Some(Ok(connector)) => Some(connector),
+            Some(Err(err)) => return Err(self.unreachable(&err)),
+            None => None,
+        };
+        match tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector).await {
             Ok((socket, _)) => Ok(socket),
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
                 Err(self.refused(response.status().as_u16(), response.body().as_deref().unwrap_or_default()))
@@ -231,6 +241,24 @@ impl Client {
             ),
         }
     }
+}
+
+/// An HTTP client for `entry`: for an HTTPS API with a pinned certificate, one that trusts that
+/// certificate and nothing else.
+fn http_client(entry: &ApiEntry, builder: reqwest::ClientBuilder) -> reqwest::Client {
+    let builder = match &entry.ca_pem {
+        Some(pem) => builder.tls_certs_only(
+            pinned_certificates(pem).into_iter().filter_map(|der| reqwest::Certificate::from_der(&der).ok()),
+        ),
+        None => builder,
+    };
+    builder.build().unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// The certificates of a pinned PEM bundle.
+fn pinned_certificates(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject as _;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()).filter_map(Result::ok).collect()
 }
 
 #[cfg(test)]

@@ -20,6 +20,9 @@ pub struct ApiEntry {
     pub token: String,
     /// `local` or `hosted`.
     pub kind: String,
+    /// For an HTTPS API: the certificate (PEM) trusted for it, and nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_pem: Option<String>,
 }
 
 /// The whole configuration file.

@@ -122,8 +122,14 @@ async fn run(cli: Cli) -> CliResult {
                     }),
                     None => None,
                 };
+                let tls = match (args.tls_cert, args.tls_key) {
+                    (Some(cert), Some(key)) => Some(server::tls::TlsFiles { cert, key }),
+                    _ => None,
+                };
                 let options = server::ServeOptions {
                     checkpoint,
+                    listen: args.listen,
+                    tls,
                     id: args.id,
                     port: args.port.unwrap_or(if args.hosted_by.is_some() { 0 } else { 7878 }),
                     data_dir: args.data_dir,

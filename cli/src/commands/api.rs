@@ -188,7 +188,7 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
     let mut config = Config::load()?;
     config.apis.insert(
         args.id.clone(),
-        ApiEntry { url: url.clone(), token: token.trim().to_owned(), kind: "hosted (simulated)".into() },
+        ApiEntry { url: url.clone(), token: token.trim().to_owned(), kind: "hosted (simulated)".into(), ca_pem: None },
     );
     if args.use_it {
         config.active = Some(args.id.clone());

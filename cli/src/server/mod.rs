@@ -17,6 +17,7 @@ mod deployments;
 pub mod error;
 mod exec;
 mod timing;
+pub mod tls;
 mod workflows;
 
 use std::io::Write;
@@ -78,6 +79,10 @@ pub struct ServeOptions {
     pub hosted_by: Option<String>,
     /// Keep the SQLite state in this bucket (restored at start, every answer shipped first).
     pub checkpoint: Option<CheckpointOptions>,
+    /// The address to listen on (loopback unless TLS is on).
+    pub listen: std::net::IpAddr,
+    /// Serve HTTPS with these files.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 impl ServeOptions {
@@ -90,6 +95,17 @@ impl ServeOptions {
 /// Runs an API until SIGTERM or SIGINT.
 pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     anycloud_workflows::names::check_dns_label("API", &options.id).map_err(CliError::bad_input)?;
+    if !options.listen.is_loopback() && options.tls.is_none() {
+        return Err(CliError::bad_input(format!(
+            "API `{}` would listen on {} in plain HTTP, where its bearer token crosses the network readable: give \
+             --tls-cert and --tls-key, or listen on 127.0.0.1",
+            options.id, options.listen
+        )));
+    }
+    let tls = match &options.tls {
+        Some(files) => Some(tls::load(files).map_err(CliError::bad_input)?),
+        None => None,
+    };
     let data_dir = options.data_dir.clone().unwrap_or_else(|| data_home().join("apis").join(&options.id));
     let io = |what: &str, err: std::io::Error| {
         CliError::new(NOT_OBSERVED, "DATA_DIR", format!("{what} {}: {err}", data_dir.display()))
@@ -121,11 +137,15 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         )
     })?;
 
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", options.port)).await.map_err(|err| {
-        CliError::new(NOT_OBSERVED, "LISTEN_FAILED", format!("listening on 127.0.0.1:{}: {err}", options.port))
+    let listener = tokio::net::TcpListener::bind((options.listen, options.port)).await.map_err(|err| {
+        CliError::new(NOT_OBSERVED, "LISTEN_FAILED", format!("listening on {}:{}: {err}", options.listen, options.port))
     })?;
-    let address = listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?;
-    let url = format!("http://{address}");
+    let mut address =
+        listener.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?;
+    if address.ip().is_unspecified() {
+        address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let url = format!("{}://{address}", if tls.is_some() { "https" } else { "http" });
 
     let kube_tls = bind_sim_kube(&data_dir).await?;
     let kube_tls_base = format!(
@@ -152,7 +172,12 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         let mut config = Config::load()?;
         config.apis.insert(
             options.id.clone(),
-            ApiEntry { url: url.clone(), token: token.clone(), kind: options.kind().into() },
+            ApiEntry {
+                url: url.clone(),
+                token: token.clone(),
+                kind: options.kind().into(),
+                ca_pem: tls.as_ref().map(|tls| tls.pinned_pem.clone()),
+            },
         );
         config.active = Some(options.id.clone());
         config.save()?;
@@ -188,7 +213,14 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     // served over TLS as k3s serves them, and on this API's port too.
     let kube_routes = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage());
     let kube_tls = tokio::spawn(anycloud_sim::kube::tls::serve(kube_tls, kube_routes.clone(), Arc::new(sim)));
-    let served = axum::serve(listener, router(state, kube_routes)).with_graceful_shutdown(stop_signal(terminate)).await;
+    let app = router(state, kube_routes);
+    let served = match &tls {
+        Some(tls) => {
+            tls::serve(listener, app, tls.config.clone(), stop_signal(terminate)).await;
+            Ok(())
+        }
+        None => axum::serve(listener, app).with_graceful_shutdown(stop_signal(terminate)).await,
+    };
     kube_tls.abort();
     served.map_err(|err| CliError::new(NOT_OBSERVED, "SERVE_FAILED", format!("serving HTTP: {err}")))?;
     tracing::info!("stopping: letting steps in flight finish and releasing leases");
