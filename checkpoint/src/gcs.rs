@@ -35,12 +35,16 @@
 // needs to serve only that upload.
 
 use bytes::Bytes;
+use google_cloud_gax::retry_policy::RetryPolicyExt as _;
 use google_cloud_storage::client::Storage;
 
 use crate::bucket::{Bucket, BucketError, BucketUrl, StoreKind, Version};
 
 /// The public endpoint of Cloud Storage.
 const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
+
+/// How long a read is retried (transient errors only) before it fails.
+const READ_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A GCS bucket, as the checkpoint uses it.
 #[derive(Debug)]
@@ -230,7 +234,11 @@ impl GcsBucket {
 #[async_trait::async_trait]
 impl Bucket for GcsBucket {
     async fn get(&self, key: &str) -> Result<Option<(Bytes, Version)>, BucketError> {
-        let mut response = match self.storage.read_object(&self.bucket_path, key).send().await {
+        // The crate retries reads for up to 5 minutes; a restore that cannot reach its bucket
+        // should say so sooner (the checkpointer retries on its own).
+        let policy = google_cloud_storage::retry_policy::RetryableErrors.with_time_limit(READ_RETRY_LIMIT);
+        let read = self.storage.read_object(&self.bucket_path, key).with_retry_policy(policy);
+        let mut response = match read.send().await {
             Ok(response) => response,
             Err(err) => {
                 return match self.classify(Call::Read, key, &err) {
