@@ -161,6 +161,7 @@ async fn main() {
     checkpointer.flush().await.unwrap();
     let after = checkpointer.stats();
     let shipped = after.shipped_bytes - before.shipped_bytes;
+    let stored = after.stored_bytes - before.stored_bytes;
     let snapshots = after.snapshot_bytes_uploaded - before.snapshot_bytes_uploaded;
     println!("checkpoint bench: {runs} five-step workflows submitted one at a time, SQLite, moto S3 on loopback");
     println!(
@@ -175,8 +176,9 @@ async fn main() {
         percentile(&acked, 0.5) / percentile(&bare, 0.5)
     );
     println!(
-        "  WAL shipped: {shipped} bytes = {:.1} KiB per workflow (submit + 5 steps + end); compactions: {} ({snapshots} snapshot bytes uploaded)",
+        "  WAL shipped: {shipped} bytes = {:.1} KiB per workflow (submit + 5 steps + end), stored deflated as {:.1} KiB; compactions: {} ({snapshots} snapshot bytes uploaded)",
         shipped as f64 / runs as f64 / 1024.0,
+        stored as f64 / runs as f64 / 1024.0,
         after.generations_begun - before.generations_begun
     );
 

@@ -44,6 +44,8 @@ pub struct Stats {
     pub generations_begun: u64,
     /// WAL bytes shipped by this process, over all its generations.
     pub shipped_bytes: u64,
+    /// What they took in the bucket (deflated, with each object's header).
+    pub stored_bytes: u64,
     /// Snapshot bytes uploaded by this process.
     pub snapshot_bytes_uploaded: u64,
     /// The last ship's error, if the last ship failed.
@@ -254,7 +256,9 @@ impl Shipper {
             }
         };
         let key = self.layout.segment(&generation, self.next_segment);
-        match self.bucket.create(&key, object::seal(Kind::Wal, &bytes)).await {
+        let body = object::seal(Kind::Wal, &bytes);
+        let stored = body.len();
+        match self.bucket.create(&key, body).await {
             Ok(_) => {}
             Err(BucketError::Conflict(_)) => {
                 match self.bucket.get(&key).await?.map(|(found, _)| object::open(&found)) {
@@ -278,11 +282,11 @@ impl Shipper {
                 return Err(err.into());
             }
         }
-        self.advance(cursor, &key, bytes.len());
+        self.advance(cursor, &key, bytes.len(), stored);
         Ok(())
     }
 
-    fn advance(&mut self, cursor: WalCursor, key: &str, len: usize) {
+    fn advance(&mut self, cursor: WalCursor, key: &str, len: usize, stored: usize) {
         self.cursor = cursor;
         self.next_segment += 1;
         self.objects.push(key.to_owned());
@@ -290,6 +294,7 @@ impl Shipper {
             stats.segments += 1;
             stats.wal_bytes += len as u64;
             stats.shipped_bytes += len as u64;
+            stats.stored_bytes += stored as u64;
         }
     }
 
@@ -353,6 +358,7 @@ impl Shipper {
                 wal_bytes: 0,
                 generations_begun: stats.generations_begun + 1,
                 shipped_bytes: stats.shipped_bytes,
+                stored_bytes: stats.stored_bytes,
                 snapshot_bytes_uploaded: stats.snapshot_bytes_uploaded + database.len() as u64,
                 last_error: None,
             };

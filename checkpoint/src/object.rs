@@ -1,15 +1,18 @@
-//! The envelope of every object the checkpoint writes: a magic, what the object is, the length
-//! and SHA-256 of its payload, then the payload. A restore checks all three before it uses a
-//! byte, so a truncated or corrupted object is an error that names the object, never a
-//! half-restored database (SQLite's own WAL recovery would silently stop at a bad frame).
+//! The envelope of every object the checkpoint writes: a magic, what the object is, the length of
+//! the stored (deflated) body, the length and SHA-256 of the payload, then the body. A restore
+//! checks them all before it uses a byte, so a truncated or corrupted object is an error that
+//! names the object, never a half-restored database (SQLite's own WAL recovery would silently
+//! stop at a bad frame). Bodies are deflated: WAL frames are whole 4 KiB pages, mostly empty.
+
+use std::io::{Read, Write};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
 /// The first bytes of every checkpoint object, with the format's version.
 const MAGIC: &[u8; 8] = b"ANYCKPT1";
-/// Magic, kind, length, SHA-256.
-const HEADER_LEN: usize = 8 + 1 + 8 + 32;
+/// Magic, kind, stored length, payload length, SHA-256 of the payload.
+const HEADER_LEN: usize = 8 + 1 + 8 + 8 + 32;
 
 /// What an object holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,12 +51,16 @@ impl Kind {
 
 /// Wraps a payload.
 pub fn seal(kind: Kind, payload: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(HEADER_LEN + payload.len());
+    let mut deflate = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+    // Writing to a Vec cannot fail.
+    let body = deflate.write_all(payload).and_then(|()| deflate.finish()).unwrap_or_default();
+    let mut out = BytesMut::with_capacity(HEADER_LEN + body.len());
     out.put_slice(MAGIC);
     out.put_u8(kind.byte());
+    out.put_u64(body.len() as u64);
     out.put_u64(payload.len() as u64);
     out.put_slice(&Sha256::digest(payload));
-    out.put_slice(payload);
+    out.put_slice(&body);
     out.freeze()
 }
 
@@ -64,7 +71,7 @@ pub enum Damage {
     #[error("it is not an anycloud checkpoint object (it does not start with {MAGIC:?})")]
     NotOurs,
     /// Shorter than its header says.
-    #[error("it is truncated: {found} bytes of payload where its header says {expected}")]
+    #[error("it is truncated: {found} bytes of body where its header says {expected}")]
     Truncated {
         /// Payload bytes present.
         found: usize,
@@ -72,13 +79,13 @@ pub enum Damage {
         expected: u64,
     },
     /// Longer than its header says.
-    #[error("it has {extra} bytes after its payload")]
+    #[error("it has {extra} bytes after its body")]
     TrailingBytes {
         /// Bytes past the payload.
         extra: usize,
     },
     /// The bytes are not the ones written.
-    #[error("it is corrupted: its payload's SHA-256 is not the one recorded when it was written")]
+    #[error("it is corrupted: its body does not inflate to the length and SHA-256 recorded when it was written")]
     Corrupted,
     /// Another kind than expected.
     #[error("it holds a {found:?} where a {expected:?} was expected")]
@@ -99,19 +106,24 @@ pub fn open(object: &Bytes) -> Result<(Kind, Bytes), Damage> {
     if object.len() < HEADER_LEN {
         return Err(Damage::Truncated { found: 0, expected: 0 });
     }
-    let expected = u64::from_be_bytes(object[9..17].try_into().map_err(|_| Damage::NotOurs)?);
-    let payload = object.slice(HEADER_LEN..);
-    let announced = usize::try_from(expected).unwrap_or(usize::MAX);
-    if payload.len() < announced {
-        return Err(Damage::Truncated { found: payload.len(), expected });
+    let number = |at: usize| object[at..at + 8].try_into().map(u64::from_be_bytes).map_err(|_| Damage::NotOurs);
+    let (stored, expected) = (number(9)?, number(17)?);
+    let body = object.slice(HEADER_LEN..);
+    let announced = usize::try_from(stored).unwrap_or(usize::MAX);
+    if body.len() < announced {
+        return Err(Damage::Truncated { found: body.len(), expected: stored });
     }
-    if payload.len() > announced {
-        return Err(Damage::TrailingBytes { extra: payload.len() - announced });
+    if body.len() > announced {
+        return Err(Damage::TrailingBytes { extra: body.len() - announced });
     }
-    if Sha256::digest(&payload).as_slice() != &object[17..49] {
+    let mut payload = Vec::with_capacity(usize::try_from(expected).unwrap_or(0).min(1 << 30));
+    // Reads at most one byte past the announced length, so a lying header cannot exhaust memory.
+    let inflated =
+        flate2::read::DeflateDecoder::new(&body[..]).take(expected.saturating_add(1)).read_to_end(&mut payload);
+    if inflated.is_err() || payload.len() as u64 != expected || Sha256::digest(&payload).as_slice() != &object[25..57] {
         return Err(Damage::Corrupted);
     }
-    Ok((kind, payload))
+    Ok((kind, Bytes::from(payload)))
 }
 
 /// [`open`], expecting one kind.
@@ -137,16 +149,29 @@ mod tests {
 
     #[test]
     fn damage_is_named() {
-        let object = seal(Kind::Snapshot, &[7u8; 100]);
-        let truncated = object.slice(..object.len() - 10);
-        assert!(matches!(open(&truncated), Err(Damage::Truncated { found: 90, expected: 100 })));
+        let payload: Vec<u8> = (0..100u8).collect();
+        let object = seal(Kind::Snapshot, &payload);
+        let stored = object.len() - HEADER_LEN;
+        let truncated = object.slice(..object.len() - 2);
+        assert!(
+            matches!(open(&truncated), Err(Damage::Truncated { found, expected }) if found + 2 == stored && expected == stored as u64)
+        );
         let mut flipped = object.to_vec();
-        flipped[HEADER_LEN + 3] ^= 1;
+        flipped[HEADER_LEN + 1] ^= 1;
         assert!(matches!(open(&Bytes::from(flipped)), Err(Damage::Corrupted)));
         let mut longer = object.to_vec();
         longer.push(0);
         assert!(matches!(open(&Bytes::from(longer)), Err(Damage::TrailingBytes { extra: 1 })));
         assert!(matches!(open(&Bytes::from_static(b"SQLite format 3\0")), Err(Damage::NotOurs)));
         assert!(matches!(open(&object.slice(..20)), Err(Damage::Truncated { .. })));
+    }
+
+    #[test]
+    fn pages_are_stored_deflated() {
+        let mut page = vec![0u8; 4096];
+        page[..64].copy_from_slice(&[0x0d; 64]);
+        let object = seal(Kind::Wal, &page);
+        assert!(object.len() < 200, "a mostly empty page takes {} bytes", object.len());
+        assert_eq!(&open(&object).unwrap_or_else(|err| panic!("{err}")).1[..], &page[..]);
     }
 }

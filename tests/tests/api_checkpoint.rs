@@ -235,7 +235,7 @@ fn damage_stops_a_restore(store: &Store) {
     let good_snapshot = store.get(&snapshot).unwrap();
     object::open(&good_segment).unwrap();
 
-    store.put_raw(&segment, good_segment.slice(..good_segment.len() - 100));
+    store.put_raw(&segment, good_segment.slice(..good_segment.len() - 10));
     let (code, stderr) = serve_fails(&api, store, "damage");
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("CHECKPOINT_RESTORE_FAILED") && stderr.contains(&segment), "{stderr}");
