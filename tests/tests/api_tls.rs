@@ -71,3 +71,30 @@ fn listening_beyond_loopback_needs_tls() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--tls-cert") && stderr.contains("0.0.0.0"), "{stderr}");
 }
+
+/// The streaming paths go through the pin too: `logs --follow` (a streamed GET) and `exec` (a
+/// WebSocket, `wss://`), on a job of a simulated cluster of an HTTPS API.
+#[test]
+fn logs_and_exec_go_over_tls_to_a_pinned_api() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(scratch.path(), "api");
+    let api = Api::start_opts(ApiOptions {
+        id: "tls-jobs".into(),
+        hosted: true,
+        args: vec!["--tls-cert".into(), cert, "--tls-key".into(), key],
+        ..ApiOptions::default()
+    });
+    api.cli(&["credentials", "new", "sim", "--provider", "sim", "--wait"]).expect_code(0);
+    let mut create = anycloud_tests::e2e::sim_cluster_create("demo", "sim", "1");
+    create.push("--wait");
+    api.cli(&create).expect_code(0);
+    let script = "i=0; while [ $i -lt 600 ]; do i=$((i+1)); echo line $i; sleep 0.1; done";
+    api.cli(&["job", "python:3.12", "--cluster", "demo", "-i", "long", "--", "sh", "-c", script]).expect_code(0);
+    anycloud_tests::e2e::wait_until(Duration::from_secs(60), "the job's first lines", || {
+        api.cli(&["logs", "long"]).stdout.contains("line 2\n").then_some(())
+    });
+    let exec = api.cli(&["exec", "long", "--", "sh", "-c", "echo over wss; exit 4"]);
+    exec.expect_code(4);
+    assert_eq!(exec.stdout, "over wss\n", "{exec}");
+    api.cli(&["terminate", "long"]).expect_code(0);
+}
