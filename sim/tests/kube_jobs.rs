@@ -214,6 +214,19 @@ async fn errors_are_the_apiservers() {
     assert_eq!((bad_name.code, bad_name.reason.as_str()), (422, "Invalid"));
     assert!(bad_name.message.contains("a lowercase RFC 1123 subdomain"), "{}", bad_name.message);
 
+    // Only the cluster's own token opens its API: not another, not a prefix of it, not none.
+    let token = _cluster.secrets.api_token.clone();
+    for wrong in [format!("{token}x"), token[..token.len() - 1].to_owned(), "anycloud".to_owned(), String::new()] {
+        let secrets = anycloud_workflows::cluster_secrets::ClusterSecrets {
+            api_token: wrong.clone(),
+            .._cluster.secrets.clone()
+        };
+        let endpoint = anycloud_workflows::kube_api::KubeEndpoint::url(_cluster.url());
+        let client = anycloud_workflows::kube_api::client(&endpoint, &secrets).unwrap();
+        let refused = api_error(Api::<Job>::namespaced(client, "anycloud").get("twice").await);
+        assert_eq!((refused.code, refused.reason.as_str()), (401, "Unauthorized"), "token {wrong:?}");
+    }
+
     let elsewhere: Api<Job> = Api::namespaced(_cluster.client(), "no-such-namespace");
     let no_namespace = api_error(elsewhere.create(&PostParams::default(), &job("x", "true", &[])).await);
     assert_eq!((no_namespace.code, no_namespace.message.as_str()), (404, "namespaces \"no-such-namespace\" not found"));

@@ -149,13 +149,18 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
     )
     .unwrap();
     let not_a_key = not_a_key.to_str().unwrap();
+    // Under the CLI's 64 KiB file limit, but over the API's body limit once escaped again.
     let huge_key = scratch.join("huge.json");
     let huge = json!({
         "type": "service_account", "project_id": "p", "client_email": "a@p.iam.gserviceaccount.com",
-        "private_key": "k".repeat(70 * 1024),
+        "private_key": "\n".repeat(25 * 1024),
     });
     std::fs::write(&huge_key, huge.to_string()).unwrap();
+    assert!(std::fs::metadata(&huge_key).unwrap().len() < 64 * 1024);
     let huge_key = huge_key.to_str().unwrap();
+    let oversized_key = scratch.join("oversized.json");
+    std::fs::write(&oversized_key, "k".repeat(70 * 1024)).unwrap();
+    let oversized_key = oversized_key.to_str().unwrap();
     let long_name = "a".repeat(64);
     let not_a_label =
         |name: &str| format!("credential name `{name}` is not a DNS label: use 1 to 63 lowercase letters");
@@ -257,6 +262,29 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
             3,
             "the request body is larger than the API accepts (64 KiB)",
             "BODY_TOO_LARGE",
+        ),
+        Case::new(
+            "a key file over the CLI's limit, refused before it is read",
+            &["credentials", "new", "big", "--provider", "gcp", "--service-account-file", oversized_key],
+            3,
+            "it should be at most 65536: is it the right file?",
+            "INVALID_ARGUMENT",
+        ),
+        Case::new(
+            "a --sim-* flag on an AWS credential",
+            &["credentials", "new", "x", "--provider", "aws", "--access-key-id", KEY_ID, "--sim-fail-first", "3"],
+            3,
+            "credential `x`: --sim-fail-first (--provider sim) does not apply to --provider aws; remove it",
+            "INVALID_ARGUMENT",
+        )
+        .env("AWS_SECRET_ACCESS_KEY", &secret),
+        Case::new(
+            "AWS flags on a simulated credential",
+            &["credentials", "new", "x", "--provider", "sim", "--access-key-id", KEY_ID, "--region", "us-east-1"],
+            3,
+            "credential `x`: --access-key-id (--provider aws), --region (--provider aws) do not apply to --provider sim; \
+             remove them",
+            "INVALID_ARGUMENT",
         ),
         Case::new(
             "deleting an unknown credential",

@@ -110,6 +110,12 @@ impl SecretBox {
     }
 }
 
+/// Compares a presented token with the expected one in time that depends only on their
+/// lengths, so that timing does not tell an attacker how much of a guess was right.
+pub fn constant_time_eq(presented: &[u8], expected: &[u8]) -> bool {
+    presented.len() == expected.len() && presented.iter().zip(expected).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,8 +81,63 @@ impl SimFlags {
     }
 }
 
+/// The largest service-account key file read (a real one is about 2.3 KiB).
+const KEY_FILE_LIMIT: u64 = 64 * 1024;
+
+impl SimFlags {
+    /// The `--sim-*` flags given.
+    fn given(&self) -> Vec<&'static str> {
+        let flags = [
+            ("--sim-fail-first", self.sim_fail_first.is_some()),
+            ("--sim-reject", self.sim_reject.is_some()),
+            ("--sim-latency-ms", self.sim_latency_ms.is_some()),
+            ("--sim-error-rate", self.sim_error_rate.is_some()),
+            ("--sim-seed", self.sim_seed.is_some()),
+            ("--sim-quota-vms", self.sim_quota_vms.is_some()),
+            ("--sim-boot-ms", self.sim_boot_ms.is_some()),
+            ("--sim-never-ready", self.sim_never_ready),
+        ];
+        flags.into_iter().filter(|(_, given)| *given).map(|(flag, _)| flag).collect()
+    }
+}
+
+/// Refuses flags that do not apply to the credential's provider: ignoring them would let a
+/// person believe they took effect.
+fn refuse_foreign_flags(args: &NewArgs, provider: ProviderKind) -> Result<(), CliError> {
+    let mut foreign: Vec<(&str, &str)> = Vec::new();
+    if provider != ProviderKind::Sim {
+        foreign.extend(args.sim.given().into_iter().map(|flag| (flag, "sim")));
+    }
+    if provider != ProviderKind::Aws {
+        let aws = [
+            ("--access-key-id", args.access_key_id.is_some()),
+            ("--secret-access-key", args.secret_access_key.is_some()),
+            ("--region", args.region.is_some()),
+        ];
+        foreign.extend(aws.into_iter().filter(|(_, given)| *given).map(|(flag, _)| (flag, "aws")));
+    }
+    if provider != ProviderKind::Gcp && args.service_account_file.is_some() {
+        foreign.push(("--service-account-file", "gcp"));
+    }
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let named: Vec<String> = foreign.iter().map(|(flag, owner)| format!("{flag} (--provider {owner})")).collect();
+    Err(CliError::bad_input(format!(
+        "credential `{}`: {} {} not apply to --provider {}; remove {}",
+        args.name,
+        named.join(", "),
+        if foreign.len() == 1 { "does" } else { "do" },
+        args.provider,
+        if foreign.len() == 1 { "it" } else { "them" },
+    )))
+}
+
 /// Saves a credential; the API verifies it with the provider.
 pub async fn new(args: NewArgs, json: bool) -> CliResult {
+    if let Ok(provider) = args.provider.parse::<ProviderKind>() {
+        refuse_foreign_flags(&args, provider)?;
+    }
     let client = Client::active()?;
     let from_env = |value: Option<String>, var: &str| value.or_else(|| std::env::var(var).ok());
     let mut request = NewCredential {
@@ -102,10 +157,9 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
                 .service_account_file
                 .or_else(|| std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").map(Into::into));
             if let Some(path) = path {
-                let text = std::fs::read_to_string(&path).map_err(|err| {
-                    CliError::bad_input(format!("reading the service-account key file {}: {err}", path.display()))
-                })?;
-                request.service_account_json = Some(text);
+                let bytes = super::read_small_file(&path, KEY_FILE_LIMIT, "service-account key file")
+                    .map_err(CliError::bad_input)?;
+                request.service_account_json = Some(String::from_utf8_lossy(&bytes).into_owned());
             }
         }
         Ok(ProviderKind::Sim) => request.sim = Some(args.sim.settings()),

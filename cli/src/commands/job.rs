@@ -160,13 +160,17 @@ pub(crate) fn cluster_of(kind: &str, cluster: Option<String>, placement: &Placem
     Ok(cluster)
 }
 
+/// The largest env file read: the API refuses bodies over 64 KiB anyway.
+const ENV_FILE_LIMIT: u64 = 64 * 1024;
+
 /// A container's environment: the `--env-file` first, then the `-e` flags (the API keeps the
 /// last of duplicate names, so `-e` wins).
 pub(crate) fn environment(env_file: Option<&Path>, flags: Vec<EnvVar>) -> Result<Vec<EnvVar>, CliError> {
     let mut env = match env_file {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|err| CliError::bad_input(format!("--env-file {}: cannot read it: {err}", path.display())))?;
+            let bytes = super::read_small_file(path, ENV_FILE_LIMIT, "--env-file").map_err(CliError::bad_input)?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| CliError::bad_input(format!("--env-file {}: it is not UTF-8 text", path.display())))?;
             parse_env_file(path, &text)?
         }
         None => Vec::new(),

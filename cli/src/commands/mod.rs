@@ -63,9 +63,51 @@ pub fn at_most(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send 
     }
 }
 
+/// Reads a file a person named, refusing one over `limit` bytes before reading it whole (a
+/// wrong path can name a disk image or `/dev/zero`). The error names the file and `what` it
+/// should have been.
+pub fn read_small_file(path: &std::path::Path, limit: u64, what: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let too_big = |size: u64| {
+        format!(
+            "{what} {} is {size} bytes or more; it should be at most {limit}: is it the right file?",
+            path.display()
+        )
+    };
+    let file = std::fs::File::open(path).map_err(|err| format!("reading the {what} {}: {err}", path.display()))?;
+    let size = file.metadata().map(|meta| meta.len()).unwrap_or(0);
+    if size > limit {
+        return Err(too_big(size));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| format!("reading the {what} {}: {err}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn named_files_are_size_checked_before_they_are_read() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let small = dir.path().join("small");
+        std::fs::write(&small, b"KEY=value\n").unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(read_small_file(&small, 64, "env file"), Ok(b"KEY=value\n".to_vec()));
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 65]).unwrap_or_else(|err| panic!("{err}"));
+        let refused = read_small_file(&big, 64, "env file").unwrap_err();
+        assert!(refused.contains("is 65 bytes or more; it should be at most 64"), "{refused}");
+        // A device reports no size: the read stops one byte past the limit.
+        let zero = read_small_file(std::path::Path::new("/dev/zero"), 64, "env file").unwrap_err();
+        assert!(zero.contains("at most 64"), "{zero}");
+        assert!(read_small_file(&dir.path().join("missing"), 64, "env file").unwrap_err().contains("missing"));
+    }
 
     #[test]
     fn durations_have_a_range_and_never_overflow() {

@@ -35,9 +35,5 @@ pub fn has_token(state: &AppState, headers: &HeaderMap) -> bool {
         .and_then(|value| value.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map_or("", |(_, token)| token.trim());
-    constant_time_eq(presented.as_bytes(), state.token.as_bytes())
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    anycloud_workflows::secrets::constant_time_eq(presented.as_bytes(), state.token.as_bytes())
 }

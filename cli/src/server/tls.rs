@@ -34,11 +34,7 @@ pub struct Tls {
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
-    let bytes = std::fs::read(path).map_err(|err| format!("reading the TLS {what} {}: {err}", path.display()))?;
-    if bytes.len() > 1 << 20 {
-        return Err(format!("the TLS {what} {} is over 1 MiB; is it the right file?", path.display()));
-    }
-    Ok(bytes)
+    crate::commands::read_small_file(path, 1 << 20, &format!("TLS {what}"))
 }
 
 /// Loads and checks the files; the error says which file is wrong and how.

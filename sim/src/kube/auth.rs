@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use anycloud_workflows::secrets::constant_time_eq;
 use anycloud_workflows::user_data;
 use axum::http::{HeaderMap, StatusCode};
 
@@ -45,7 +46,10 @@ pub(crate) async fn control_plane(kube: &Kube, vm: &str, headers: &HeaderMap) ->
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
     let expected = user_data::parse_control_plane_token(&cp.user_data);
-    if presented.is_none() || presented != expected.as_deref() {
+    let accepted = presented
+        .zip(expected.as_deref())
+        .is_some_and(|(presented, expected)| constant_time_eq(presented.as_bytes(), expected.as_bytes()));
+    if !accepted {
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized"));
     }
     seed(kube, vm).await?;
