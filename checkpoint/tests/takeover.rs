@@ -60,7 +60,9 @@ impl Bucket for MemoryBucket {
 }
 
 fn files(dir: &Path) -> LocalFiles {
-    LocalFiles { database: dir.join("state.db"), identity_dir: dir.to_owned(), identity: vec!["token".into()] }
+    // `kept-elsewhere` never exists locally (as a sealing key given in the environment).
+    let identity = vec!["token".into(), "kept-elsewhere".into()];
+    LocalFiles { database: dir.join("state.db"), identity_dir: dir.to_owned(), identity }
 }
 
 async fn open(dir: &Path) -> sqlx::SqliteConnection {
@@ -105,6 +107,8 @@ async fn a_taker_restores_what_was_acknowledged_and_fences_the_first() {
     let (b, mut b_conn) = start(&bucket, b_dir.path(), "b").await;
     assert_eq!(count(&mut b_conn).await, 10, "every acknowledged row came over");
     assert_eq!(std::fs::read_to_string(b_dir.path().join("token")).unwrap(), "a", "the identity came over");
+    assert!(bucket.get("p/identity/token").await.unwrap().is_some());
+    assert!(bucket.get("p/identity/kept-elsewhere").await.unwrap().is_none(), "a file kept elsewhere is not shipped");
 
     insert(&mut a_conn, 10).await;
     let refused = a.flush().await.expect_err("a fenced API cannot acknowledge");
