@@ -212,6 +212,13 @@ fn bad_cluster_requests_are_refused_and_change_nothing() {
             "CLUSTER_NOT_FOUND",
         ),
         Case::new(
+            "status of a name carrying a terminal escape and a look-alike letter",
+            &["cluster", "status", "r\u{435}d\u{1b}[31m"],
+            2,
+            &["cluster `r\\u{435}d\\u{1b}[31m` does not exist"],
+            "CLUSTER_NOT_FOUND",
+        ),
+        Case::new(
             "wait for an unknown cluster",
             &["wait", "cluster/ghost", "--timeout", "5s"],
             2,

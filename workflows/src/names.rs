@@ -9,11 +9,26 @@ pub fn check_dns_label(what: &str, name: &str) -> Result<(), String> {
         && name.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
     if name.is_empty() || name.len() > 63 || !valid_chars || !valid_ends {
         return Err(format!(
-            "{what} name `{name}` is not a DNS label: use 1 to 63 lowercase letters, digits and hyphens, \
-             starting and ending with a letter or digit (for example `team-aws`)"
+            "{what} name `{}` is not a DNS label: use 1 to 63 lowercase letters, digits and hyphens, \
+             starting and ending with a letter or digit (for example `team-aws`)",
+            shown(name)
         ));
     }
     Ok(())
+}
+
+/// A refused name as an error message may show it: every character outside printable ASCII
+/// escaped (`\u{430}` for a Cyrillic look-alike of `a`, `\u{1b}` for a terminal escape, which
+/// must not reach the person's terminal), and a long one cut after 64 characters with its length.
+pub fn shown(name: &str) -> String {
+    let escaped =
+        |c: char| if c.is_ascii_graphic() || c == ' ' { c.to_string() } else { c.escape_unicode().to_string() };
+    let count = name.chars().count();
+    let mut text: String = name.chars().take(64).map(escaped).collect();
+    if count > 64 {
+        text.push_str(&format!("... ({count} characters)"));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -29,5 +44,17 @@ mod tests {
             let err = check_dns_label("credential", bad).unwrap_err();
             assert!(err.contains("is not a DNS label"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_refused_name_is_shown_harmless_and_short() {
+        // A Cyrillic `е` looks like `e`: refused, and shown for what it is.
+        let err = check_dns_label("cluster", "tеam").unwrap_err();
+        assert!(err.contains("name `t\\u{435}am`"), "{err}");
+        let err = check_dns_label("cluster", "red\x1b[31m").unwrap_err();
+        assert!(!err.contains('\x1b') && err.contains("red\\u{1b}[31m"), "{err}");
+        let err = check_dns_label("cluster", &"x".repeat(10_000)).unwrap_err();
+        assert!(err.contains(&format!("`{}... (10000 characters)`", "x".repeat(64))), "{err}");
+        assert!(err.len() < 400, "{err}");
     }
 }

@@ -7,6 +7,7 @@ use anycloud_engine::{EngineError, RunStatus};
 use crate::api::{ClusterDetail, ClusterList, ClusterSummary, WorkflowSummary};
 use crate::db::clusters::{self, Cluster};
 use crate::db::vms::{self, VmRecord};
+use crate::names::shown;
 use crate::providers::ProviderKind;
 use crate::refusal::{Code, OperationError, Refusal};
 
@@ -66,6 +67,6 @@ fn running(vms: &[VmRecord]) -> usize {
 pub(super) fn cluster_not_found(name: &str) -> Refusal {
     Refusal::new(
         Code::ClusterNotFound,
-        format!("cluster `{name}` does not exist; `anycloud cluster list` shows the clusters"),
+        format!("cluster `{}` does not exist; `anycloud cluster list` shows the clusters", shown(name)),
     )
 }

@@ -2,6 +2,7 @@
 
 use crate::api::{CredentialList, CredentialShown};
 use crate::db::credentials;
+use crate::names::shown;
 use crate::refusal::{Code, OperationError, Refusal};
 
 use super::Operations;
@@ -23,6 +24,6 @@ impl Operations {
 pub(super) fn credential_not_found(name: &str) -> Refusal {
     Refusal::new(
         Code::CredentialNotFound,
-        format!("credential `{name}` does not exist; `anycloud credentials list` shows the saved ones"),
+        format!("credential `{}` does not exist; `anycloud credentials list` shows the saved ones", shown(name)),
     )
 }

@@ -12,6 +12,7 @@ use crate::api::{
 use crate::db::deployments::{self, Deployment, Status};
 use crate::db::{clusters, revisions};
 use crate::kube_service;
+use crate::names::shown;
 use crate::providers::ProviderKind;
 use crate::refusal::{Code, OperationError, Refusal};
 
@@ -130,7 +131,7 @@ fn parse_status(text: &str) -> Result<Status, OperationError> {
 pub(super) fn deployment_not_found(key: &str) -> OperationError {
     Refusal::new(
         Code::DeploymentNotFound,
-        format!("deployment `{key}` does not exist; `anycloud list` shows the deployments"),
+        format!("deployment `{}` does not exist; `anycloud list` shows the deployments", shown(key)),
     )
     .into()
 }
