@@ -100,6 +100,22 @@ pub trait Bucket: Send + Sync + 'static {
     async fn delete(&self, keys: &[String]) -> Result<(), BucketError>;
 }
 
+/// An error and its causes, `: `-separated, each cause once (the SDKs nest messages that
+/// repeat their source's).
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

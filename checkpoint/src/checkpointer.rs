@@ -225,10 +225,7 @@ impl Shipper {
             return self.begin_generation().await;
         }
         self.ship().await?;
-        let due = {
-            let stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
-            stats.wal_bytes > COMPACT_AFTER.max(stats.snapshot_bytes)
-        };
+        let due = self.stats.lock().is_ok_and(|stats| stats.wal_bytes > COMPACT_AFTER.max(stats.snapshot_bytes));
         if due {
             self.begin_generation().await?;
         }

@@ -38,7 +38,7 @@ use bytes::Bytes;
 use google_cloud_gax::retry_policy::RetryPolicyExt as _;
 use google_cloud_storage::client::Storage;
 
-use crate::bucket::{Bucket, BucketError, BucketUrl, StoreKind, Version};
+use crate::bucket::{Bucket, BucketError, BucketUrl, StoreKind, Version, error_chain};
 
 /// The public endpoint of Cloud Storage.
 const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
@@ -89,7 +89,7 @@ impl GcsBucket {
                         "no Google credentials for checkpoint bucket `{url}`: {}; give a service-account key, \
                          or run where Application Default Credentials exist (a GCE VM with a service account, \
                          GOOGLE_APPLICATION_CREDENTIALS)",
-                        chain(&err)
+                        error_chain(&err)
                     ))
                 })?;
                 (credentials, "Application Default Credentials".to_owned())
@@ -102,11 +102,12 @@ impl GcsBucket {
             .with_resumable_upload_threshold(usize::MAX)
             .build()
             .await
-            .map_err(|err| BucketError::Failed(format!("building the GCS client for `{url}`: {}", chain(&err))))?;
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(60))
-            .build()
-            .map_err(|err| BucketError::Failed(format!("building the HTTP client for `{url}`: {}", chain(&err))))?;
+            .map_err(|err| {
+                BucketError::Failed(format!("building the GCS client for `{url}`: {}", error_chain(&err)))
+            })?;
+        let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60)).build().map_err(|err| {
+            BucketError::Failed(format!("building the HTTP client for `{url}`: {}", error_chain(&err)))
+        })?;
         Ok(Self {
             storage,
             bucket_path: format!("projects/_/buckets/{}", url.bucket),
@@ -128,7 +129,7 @@ impl GcsBucket {
         }
         let message = err.status().map(|s| s.message.as_str()).unwrap_or_default();
         let payload = err.http_payload().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
-        self.classify_status(call, key, err.http_status_code(), &format!("{message} {payload}"), &chain(err))
+        self.classify_status(call, key, err.http_status_code(), &format!("{message} {payload}"), &error_chain(err))
     }
 
     /// The credentials produced no headers: `Refused` when that will not change by itself (a
@@ -141,12 +142,12 @@ impl GcsBucket {
     ) -> BucketError {
         let (bucket, principal) = (&self.bucket, &self.principal);
         if err.is_transient() {
-            BucketError::Failed(format!("{} `gs://{bucket}/{key}`: {}", call.verb(), chain(err)))
+            BucketError::Failed(format!("{} `gs://{bucket}/{key}`: {}", call.verb(), error_chain(err)))
         } else {
             BucketError::Refused(format!(
                 "the credentials of {principal} cannot authorize calls to GCS bucket `gs://{bucket}`: {}; check the \
                  service-account key, or the VM's service account",
-                chain(err)
+                error_chain(err)
             ))
         }
     }
@@ -212,13 +213,9 @@ impl GcsBucket {
             Err(err) => return Err(self.credentials_failed(Call::Delete, key, &err)),
         };
         let url = format!("{}/storage/v1/b/{}/o/{}", self.endpoint, percent_encode(&self.bucket), percent_encode(key));
-        let response = self
-            .http
-            .delete(url)
-            .headers(headers)
-            .send()
-            .await
-            .map_err(|err| BucketError::Failed(format!("delete `gs://{}/{key}`: {}", self.bucket, chain(&err))))?;
+        let response = self.http.delete(url).headers(headers).send().await.map_err(|err| {
+            BucketError::Failed(format!("delete `gs://{}/{key}`: {}", self.bucket, error_chain(&err)))
+        })?;
         let status = response.status().as_u16();
         if response.status().is_success() {
             return Ok(());
@@ -317,7 +314,7 @@ fn service_account_credentials(
     let principal = key["client_email"].as_str().unwrap_or("the service account").to_owned();
     let credentials = google_cloud_auth::credentials::service_account::Builder::new(key)
         .build()
-        .map_err(|err| refused(chain(&err)))?;
+        .map_err(|err| refused(error_chain(&err)))?;
     Ok((credentials, principal))
 }
 
@@ -339,22 +336,6 @@ fn percent_encode(text: &str) -> String {
         }
     }
     out
-}
-
-/// An error and its sources, `: `-separated; a source already quoted by its parent's message
-/// (as the crate's errors do) is not repeated.
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(err) = source {
-        let next = err.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = err.source();
-    }
-    text
 }
 
 #[cfg(test)]

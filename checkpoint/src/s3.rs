@@ -9,7 +9,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use bytes::Bytes;
 
-use crate::bucket::{Bucket, BucketError, BucketUrl, Version};
+use crate::bucket::{Bucket, BucketError, BucketUrl, Version, error_chain};
 
 /// A bucket on S3.
 #[derive(Clone, Debug)]
@@ -82,17 +82,6 @@ impl S3Bucket {
             _ => BucketError::Failed(format!("S3 `{}/{key}`: {detail}", self.bucket)),
         }
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[async_trait::async_trait]

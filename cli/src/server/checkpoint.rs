@@ -110,7 +110,7 @@ pub async fn start(taken: TakenOver, options: &CheckpointOptions, api: &str) -> 
 pub async fn durable(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let response = next.run(request).await;
-    let Some(checkpointer) = state.checkpoint.as_ref().filter(|_| !safe) else { return response };
+    let Some((checkpointer, _)) = state.checkpoint.as_ref().filter(|_| !safe) else { return response };
     match checkpointer.flush().await {
         Ok(()) => response,
         Err(reason) => ApiError::new(

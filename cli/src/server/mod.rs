@@ -56,10 +56,8 @@ pub struct AppState {
     ops: Operations,
     token: Arc<str>,
     status: Arc<ApiStatus>,
-    /// The bucket this API's state is shipped to, if it is checkpointed.
-    checkpoint: Option<anycloud_checkpoint::Checkpointer>,
-    /// Its bucket.
-    checkpoint_url: Option<Arc<anycloud_checkpoint::BucketUrl>>,
+    /// What ships this API's state, and to which bucket, if it is checkpointed.
+    checkpoint: Option<(anycloud_checkpoint::Checkpointer, Arc<str>)>,
 }
 
 /// How `anycloud api serve` was asked to run.
@@ -195,8 +193,9 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         ops: Operations::new(engine.clone(), deps, &options.id, options.hosted_by.is_some()),
         token: token.into(),
         status: Arc::new(status),
-        checkpoint: checkpointer.clone(),
-        checkpoint_url: options.checkpoint.as_ref().map(|checkpoint| Arc::new(checkpoint.url.clone())),
+        checkpoint: checkpointer
+            .clone()
+            .zip(options.checkpoint.as_ref().map(|checkpoint| checkpoint.url.to_string().into())),
     };
     // Listen for SIGTERM before saying we are up, so that a stop right after start is clean.
     let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -352,8 +351,8 @@ async fn health() -> Json<Value> {
 
 async fn status(State(state): State<AppState>) -> Json<ApiStatus> {
     let mut status = ApiStatus::clone(&state.status);
-    if let (Some(checkpoint), Some(bucket)) = (&state.checkpoint, &state.checkpoint_url) {
-        let stats = checkpoint.stats();
+    if let Some((checkpointer, bucket)) = &state.checkpoint {
+        let stats = checkpointer.stats();
         status.checkpoint = Some(anycloud_workflows::api::CheckpointStatus {
             bucket: bucket.to_string(),
             generation: stats.generation,
