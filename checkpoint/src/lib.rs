@@ -12,8 +12,11 @@
 pub mod bucket;
 mod checkpointer;
 pub mod gcs;
+pub mod identity;
 pub mod layout;
 pub mod object;
+pub mod provision;
+mod provision_gcs;
 mod restore;
 pub mod s3;
 pub mod wal;

@@ -79,13 +79,15 @@ pub async fn restore(
     }
     let mut bytes = 0u64;
     let Some((head_object, head_version)) = bucket.get(&layout.head()).await? else {
+        // A first start; a deployer may have put identity files (the token, the TLS CA) first.
+        let (missing_identity, identity_bytes) = restore_identity(bucket, layout, files).await?;
         return Ok(Restored {
             head: None,
             segments: 0,
-            bytes: 0,
+            bytes: identity_bytes,
             elapsed: started.elapsed(),
             previous_objects: Vec::new(),
-            missing_identity: files.identity.clone(),
+            missing_identity,
         });
     };
     bytes += head_object.len() as u64;
@@ -158,17 +160,8 @@ pub async fn restore(
     if !wal.is_empty() {
         write_private(&files.wal(), &wal)?;
     }
-    let mut missing_identity = Vec::new();
-    for name in &files.identity {
-        let key = layout.identity(name);
-        match fetch(bucket, &key).await? {
-            Some(found) => {
-                bytes += found.len() as u64;
-                write_private(&files.identity_dir.join(name), &open(&key, Kind::Identity, &found)?)?;
-            }
-            None => missing_identity.push(name.clone()),
-        }
-    }
+    let (missing_identity, identity_bytes) = restore_identity(bucket, layout, files).await?;
+    bytes += identity_bytes;
     Ok(Restored {
         head: Some((head, head_version)),
         segments: next,
@@ -177,6 +170,27 @@ pub async fn restore(
         previous_objects,
         missing_identity,
     })
+}
+
+/// Writes the identity files the bucket has; answers the names it lacks and the bytes read.
+async fn restore_identity(
+    bucket: &dyn Bucket,
+    layout: &Layout,
+    files: &LocalFiles,
+) -> Result<(Vec<String>, u64), CheckpointError> {
+    let mut missing = Vec::new();
+    let mut bytes = 0;
+    for name in &files.identity {
+        let key = layout.identity(name);
+        match fetch(bucket, &key).await? {
+            Some(found) => {
+                bytes += found.len() as u64;
+                write_private(&files.identity_dir.join(name), &open(&key, Kind::Identity, &found)?)?;
+            }
+            None => missing.push(name.clone()),
+        }
+    }
+    Ok((missing, bytes))
 }
 
 async fn fetch(bucket: &dyn Bucket, key: &str) -> Result<Option<Bytes>, CheckpointError> {

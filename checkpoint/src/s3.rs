@@ -56,6 +56,11 @@ impl S3Bucket {
         &self.client
     }
 
+    /// The bucket's name.
+    pub fn name(&self) -> &str {
+        &self.bucket
+    }
+
     fn failed<E, R>(&self, key: &str, err: SdkError<E, R>) -> BucketError
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,

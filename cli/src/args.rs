@@ -362,7 +362,10 @@ pub(crate) enum ApiCommand {
     },
     /// Show the active API and whether it answers.
     Status,
-    /// Stop a hosted API this CLI started (SIGTERM: it finishes steps in flight and releases leases).
+    /// Stop a hosted API: one on a cloud VM is removed by the API that deployed it (VM, network
+    /// rules, VM identity; its bucket stays unless --delete-bucket); one this CLI started gets
+    /// SIGTERM (it finishes steps in flight and releases leases).
+    #[command(alias = "delete")]
     Stop {
         /// The API's name.
         #[arg(default_value = "local")]
@@ -370,6 +373,9 @@ pub(crate) enum ApiCommand {
         /// Its data directory, if not the default.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// An API on a cloud VM: delete its checkpoint bucket, and the API's state in it, too.
+        #[arg(long)]
+        delete_bucket: bool,
     },
 }
 
@@ -378,7 +384,8 @@ pub(crate) struct ServeArgs {
     /// The API's name (a DNS label); its data lives under it.
     #[arg(long, default_value = "local")]
     pub(crate) id: String,
-    /// Port on 127.0.0.1; 0 picks a free one [default: 7878 for a local API, any free port for a hosted one].
+    /// Port on 127.0.0.1; 0 picks a free one [default: 7878 for a local API, any free port for one
+    /// hosted by the simulated cloud, 443 for one on an AWS or GCP VM, where it is the public port].
     #[arg(long)]
     pub(crate) port: Option<u16>,
     /// The address to listen on; anything but loopback needs --tls-cert and --tls-key.
@@ -391,6 +398,11 @@ pub(crate) struct ServeArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub(crate) tls_key: Option<PathBuf>,
+    /// Serve HTTPS with a certificate for this IP address or DNS name, issued at start by the CA
+    /// in the data directory (`tls-ca.crt`, `tls-ca.key`, which a deployed API restores from its
+    /// checkpoint bucket). What a VM that `api serve --credentials` launched runs.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub(crate) tls_address: Option<String>,
     /// Data directory (token, secret key, SQLite database). Default: $XDG_DATA_HOME/anycloud/apis/ID.
     #[arg(long)]
     pub(crate) data_dir: Option<PathBuf>,
@@ -400,17 +412,31 @@ pub(crate) struct ServeArgs {
     /// Make this API the CLI's active API (stores its URL and token in the CLI config).
     #[arg(long = "use")]
     pub(crate) use_it: bool,
-    /// Host the API (and clusters' control planes) with this credential: `sim` starts it as a
-    /// detached process hosted by the simulated cloud. AWS and GCP hosting are not implemented yet.
+    /// Host the API with this credential: `sim` starts it as a detached process hosted by the
+    /// simulated cloud; an aws or gcp credential saved on the active API deploys it on a VM of
+    /// that account (`api.deploy`, run by the active API), its state in --checkpoint-bucket.
     #[arg(long)]
     pub(crate) credentials: Option<String>,
-    /// Hosted API: the VM type of its host (AWS/GCP hosting; not implemented yet).
+    /// AWS/GCP hosting: the VM's machine type (e.g. t3.medium, e2-standard-2).
     #[arg(long, requires = "credentials")]
     pub(crate) vm_type: Option<String>,
+    /// AWS/GCP hosting: the VM's region [default: the credential's, else us-east-1 / us-central1].
+    #[arg(long, requires = "credentials")]
+    pub(crate) region: Option<String>,
+    /// AWS/GCP hosting: where the VM downloads `anycloud` (`{arch}` becomes x86_64 or aarch64)
+    /// [default: this version's release; docs/hosting.md says how to host your own].
+    #[arg(long, requires = "credentials")]
+    pub(crate) binary_url: Option<String>,
+    /// AWS/GCP hosting: the binary's SHA-256 (hex); the VM installs nothing else.
+    #[arg(long, requires = "credentials")]
+    pub(crate) binary_sha256: Option<String>,
+    /// AWS/GCP hosting: how long to follow the deploy (e.g. 15m).
+    #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
+    pub(crate) timeout: std::time::Duration,
     /// Keep this API's SQLite state in a bucket, `s3://BUCKET[/PREFIX]` or `gs://BUCKET[/PREFIX]`: it
     /// restores from the bucket at start (the local disk is not trusted) and every request it answers
-    /// is in the bucket first (docs/hosting.md). With --credentials (AWS/GCP hosting; not implemented
-    /// yet) the bucket of the hosted API.
+    /// is in the bucket first (docs/hosting.md). With --credentials aws|gcp: the deployed API's bucket
+    /// (a bare name takes the storage credential's store), created if missing, versioned, private.
     #[arg(long)]
     pub(crate) checkpoint_bucket: Option<String>,
     /// The checkpoint bucket's endpoint, for an S3-compatible store or a private endpoint.
@@ -419,7 +445,7 @@ pub(crate) struct ServeArgs {
     /// The checkpoint bucket's region (S3) [default: the SDK's, else us-east-1].
     #[arg(long, requires = "checkpoint_bucket")]
     pub(crate) checkpoint_region: Option<String>,
-    /// Hosted API: the credential of the checkpoint bucket (AWS/GCP hosting; not implemented yet).
+    /// AWS/GCP hosting: the credential of the checkpoint bucket [default: the hosting one].
     #[arg(long, requires = "credentials")]
     pub(crate) checkpoint_storage_credentials: Option<String>,
     /// Runs as the hosted API process itself (what `--credentials sim` starts).

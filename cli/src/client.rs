@@ -164,7 +164,7 @@ impl Client {
         request.headers_mut().insert("authorization", token);
         let connector = self.entry.ca_pem.as_deref().map(|pem| {
             let mut roots = rustls::RootCertStore::empty();
-            for cert in pinned_certificates(pem) {
+            for cert in anycloud_workflows::api_identity::pem_certificates(pem) {
                 let _ = roots.add(cert);
             }
             let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
@@ -247,18 +247,10 @@ impl Client {
 /// certificate and nothing else.
 fn http_client(entry: &ApiEntry, builder: reqwest::ClientBuilder) -> reqwest::Client {
     let builder = match &entry.ca_pem {
-        Some(pem) => builder.tls_certs_only(
-            pinned_certificates(pem).into_iter().filter_map(|der| reqwest::Certificate::from_der(&der).ok()),
-        ),
+        Some(pem) => anycloud_workflows::api_identity::trusting_only(builder, pem),
         None => builder,
     };
     builder.build().unwrap_or_else(|_| reqwest::Client::new())
-}
-
-/// The certificates of a pinned PEM bundle.
-fn pinned_certificates(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject as _;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()).filter_map(Result::ok).collect()
 }
 
 #[cfg(test)]

@@ -23,6 +23,9 @@ pub struct ApiEntry {
     /// For an HTTPS API: the certificate (PEM) trusted for it, and nothing else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_pem: Option<String>,
+    /// For an API deployed on a cloud VM: the API (in this config) that deployed it, and removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_by: Option<String>,
 }
 
 /// The whole configuration file.

@@ -88,19 +88,50 @@ async fn run(cli: Cli) -> CliResult {
     let json = cli.json;
     match cli.command {
         Command::Api(ApiCommand::Serve(args)) => match args.credentials {
-            Some(credentials) => {
+            Some(credentials) if !credentials.eq_ignore_ascii_case("sim") => {
+                let Some(vm_type) = args.vm_type else {
+                    return Err(CliError::bad_input(format!(
+                        "hosting API `{}` with credential `{credentials}` needs --vm-type (e.g. t3.medium, e2-standard-2)",
+                        args.id
+                    )));
+                };
+                let Some(bucket) = args.checkpoint_bucket else {
+                    return Err(CliError::bad_input(format!(
+                        "hosting API `{}` with credential `{credentials}` needs --checkpoint-bucket: the VM keeps the \
+                         API's state there (created if missing)",
+                        args.id
+                    )));
+                };
+                let request = anycloud_workflows::api::NewHostedApi {
+                    name: args.id,
+                    credentials,
+                    vm_type,
+                    region: args.region,
+                    checkpoint_bucket: bucket,
+                    checkpoint_storage_credentials: args.checkpoint_storage_credentials,
+                    port: args.port,
+                    binary_url: args.binary_url,
+                    binary_sha256: args.binary_sha256,
+                };
+                let args = commands::hosted_api::DeployArgs { request, use_it: args.use_it, timeout: args.timeout };
+                commands::hosted_api::deploy(args, json).await
+            }
+            Some(_sim) => {
                 let cloud_hosting_flags = args.vm_type.is_some()
+                    || args.region.is_some()
+                    || args.binary_url.is_some()
+                    || args.binary_sha256.is_some()
                     || args.checkpoint_bucket.is_some()
                     || args.checkpoint_storage_credentials.is_some();
-                if cloud_hosting_flags && credentials.eq_ignore_ascii_case("sim") {
+                if cloud_hosting_flags {
                     return Err(CliError::bad_input(
-                        "--vm-type, --checkpoint-bucket and --checkpoint-storage-credentials apply to hosting on AWS or \
-                         GCP; the simulated cloud's host takes none of them",
+                        "--vm-type, --region, --binary-url, --binary-sha256, --checkpoint-bucket and \
+                         --checkpoint-storage-credentials apply to hosting on AWS or GCP; the simulated cloud's host \
+                         takes none of them",
                     ));
                 }
                 let args = commands::api::HostArgs {
                     id: args.id,
-                    credentials,
                     port: args.port.unwrap_or(0),
                     data_dir: args.data_dir,
                     database_url: args.database_url,
@@ -110,9 +141,9 @@ async fn run(cli: Cli) -> CliResult {
             }
             None => {
                 if let Some(host) = &args.hosted_by
-                    && !host.eq_ignore_ascii_case("sim")
+                    && !["sim", "aws", "gcp"].contains(&host.as_str())
                 {
-                    return Err(CliError::bad_input(format!("--hosted-by {host}: only `sim` is supported")));
+                    return Err(CliError::bad_input(format!("--hosted-by {host}: use sim, aws or gcp")));
                 }
                 let checkpoint = match &args.checkpoint_bucket {
                     Some(url) => Some(server::CheckpointOptions {
@@ -122,8 +153,11 @@ async fn run(cli: Cli) -> CliResult {
                     }),
                     None => None,
                 };
-                let tls = match (args.tls_cert, args.tls_key) {
-                    (Some(cert), Some(key)) => Some(server::tls::TlsFiles { cert, key }),
+                let tls = match (args.tls_cert, args.tls_key, args.tls_address) {
+                    (Some(cert), Some(key), _) => {
+                        Some(server::tls::TlsSource::Files(server::tls::TlsFiles { cert, key }))
+                    }
+                    (_, _, Some(address)) => Some(server::tls::TlsSource::Issued { address }),
                     _ => None,
                 };
                 let options = server::ServeOptions {
@@ -140,7 +174,9 @@ async fn run(cli: Cli) -> CliResult {
                 server::serve(options, seams::get()).await
             }
         },
-        Command::Api(ApiCommand::Stop { id, data_dir }) => commands::api::stop(&id, data_dir, json).await,
+        Command::Api(ApiCommand::Stop { id, data_dir, delete_bucket }) => {
+            commands::api::stop(&id, data_dir, delete_bucket, json).await
+        }
         Command::Api(ApiCommand::List) => commands::api::list(json),
         Command::Api(ApiCommand::Use { name }) => commands::api::use_api(&name),
         Command::Api(ApiCommand::Status) => commands::api::status(json).await,

@@ -24,6 +24,24 @@ pub struct EngineConfig {
     pub heartbeats: bool,
     /// Faults to inject, for tests of workflows.
     pub faults: Faults,
+    /// Awaited before every attempt of a step or an undo: what makes the store's commits so far
+    /// durable beyond this process. An API whose SQLite state is shipped to a bucket waits for
+    /// the ship here, so a step acts on the world only once the checkpoints before it (a secret
+    /// it uses, the output it builds on) would survive a lost disk. `None`: the store's own
+    /// commit is durable enough.
+    pub before_act: Option<BeforeAct>,
+}
+
+/// See [`EngineConfig::before_act`]. An error is the reason the attempt waits (it is retried).
+#[derive(Clone)]
+pub struct BeforeAct(
+    pub std::sync::Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync>,
+);
+
+impl std::fmt::Debug for BeforeAct {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeforeAct(..)")
+    }
 }
 
 impl Default for EngineConfig {
@@ -36,6 +54,7 @@ impl Default for EngineConfig {
             claim_batch: 64,
             heartbeats: true,
             faults: Faults::default(),
+            before_act: None,
         }
     }
 }

@@ -93,7 +93,7 @@ pub mod testing;
 mod timeline;
 mod worker;
 
-pub use config::{EngineConfig, Faults};
+pub use config::{BeforeAct, EngineConfig, Faults};
 pub use context::StepCtx;
 pub use definition::{Check, DEFAULT_ATTEMPT_TIMEOUT, Effect, Step, StepKey, StepName, Steps, Workflow};
 pub use engine::{Engine, RunDetail};

@@ -214,6 +214,11 @@ impl Driver<'_> {
         if faults.fail_step.as_deref() == Some(name) {
             return Attempt::Returned(Err(StepError::terminal_msg(format!("injected failure at step `{name}`"))));
         }
+        if let Err(why) = self.before_act().await {
+            return Attempt::Returned(Err(StepError::retryable_msg(format!(
+                "step `{name}` waits: the checkpoints before it are not durable yet ({why})"
+            ))));
+        }
         let limit = self.instance.attempt_timeout(index);
         let span = tracing::info_span!("step", step = name, attempt = run.attempt + 1);
         let instance = &self.instance;
@@ -365,6 +370,16 @@ impl Driver<'_> {
         Transition::Unwind { reason, error: None, step: None, event: None, in_hand }
     }
 
+    /// What [`EngineConfig::before_act`] says, if anything is configured.
+    ///
+    /// [`EngineConfig::before_act`]: crate::EngineConfig::before_act
+    async fn before_act(&self) -> Result<(), String> {
+        match &self.inner.config.before_act {
+            Some(hook) => (hook.0)().await,
+            None => Ok(()),
+        }
+    }
+
     /// Undoes the latest step left to undo, or ends the run when none is left.
     async fn undo(&mut self, run: &mut RunRecord) -> Transition {
         while run.step_index > 0 && !self.instance.has_undo(run.step_index as usize - 1) {
@@ -383,7 +398,13 @@ impl Driver<'_> {
         let twice = self.inner.config.faults.run_undos_twice;
         let instance = &self.instance;
         let attempt = run.attempt;
+        let before = self.before_act().await;
         let body = async move {
+            if let Err(why) = before {
+                return Err(StepError::retryable_msg(format!(
+                    "the undo of step `{name}` waits: the checkpoints before it are not durable yet ({why})"
+                )));
+            }
             let first = instance.run_undo(index, attempt).await;
             if first.is_ok() && twice { instance.run_undo(index, attempt).await } else { first }
         };

@@ -10,6 +10,7 @@ pub mod fake_gcs;
 pub mod gcp_test_key;
 pub mod rfc3339;
 pub mod simulated_kube;
+pub mod vm_runner;
 
 /// What the crash test (`tests/crash.rs`) and its child process (`src/bin/crash_child.rs`)
 /// share: the workflow's shape, the engine's settings, and the side-effect record.

@@ -73,16 +73,33 @@ fn a_sim_hosted_api_runs_detached_creates_clusters_and_stops() {
 }
 
 #[test]
-fn hosting_anywhere_but_the_simulated_cloud_is_refused_clearly() {
+fn hosting_requests_that_cannot_be_are_refused_clearly() {
     let api = Api::start("harness");
     api.cli(&["api", "serve", "--id", "prod", "--credentials", "aws-host", "--use"])
         .expect_code(3)
-        .expect_stderr("not implemented yet");
+        .expect_stderr("needs --vm-type");
+    api.cli(&["api", "serve", "--id", "prod", "--credentials", "aws-host", "--vm-type", "t3.medium"])
+        .expect_code(3)
+        .expect_stderr("needs --checkpoint-bucket");
+    let deploy = |extra: &[&str]| {
+        let mut args = vec!["api", "serve", "--id", "prod", "--vm-type", "t3.medium", "--checkpoint-bucket", "b-1"];
+        args.extend_from_slice(extra);
+        api.cli(&args)
+    };
+    deploy(&["--credentials", "aws-host"]).expect_code(2).expect_stderr("credential `aws-host` does not exist");
+    api.cli(&["credentials", "new", "simmed", "--provider", "sim", "--wait"]).expect_code(0);
+    deploy(&["--credentials", "simmed"]).expect_code(3).expect_stderr("is of the simulated cloud");
+    deploy(&["--credentials", "simmed", "--binary-sha256", "abc"]).expect_code(3).expect_stderr("is not a SHA-256");
+    deploy(&["--credentials", "simmed", "--binary-url", "ftp://x/y"])
+        .expect_code(3)
+        .expect_stderr("not an http(s) URL");
     api.cli(&["api", "serve", "--id", "prod", "--credentials", "sim", "--checkpoint-bucket", "b"])
         .expect_code(3)
         .expect_stderr("apply to hosting on AWS or GCP");
-    // Nothing was started or stored: the harness is still the active API.
+    // Nothing was started or stored: the harness is still the active API, and it deployed nothing.
     let status = api.cli(&["--json", "api", "status"]);
     status.expect_code(0);
     assert_eq!(status.json()["kind"], "local", "{status}");
+    assert!(api.query_strings("SELECT name FROM hosted_apis").is_empty());
+    assert!(api.query_strings("SELECT id FROM engine_runs WHERE kind = 'api.deploy'").is_empty());
 }

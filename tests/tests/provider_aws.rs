@@ -90,6 +90,7 @@ fn spec<'a>(placement: &'a Placement, network: &'a Network, name: &str, role: Ro
         user_data: format!("#!/bin/sh\necho anycloud {name} of {}\n", placement.cluster_id),
         token: uuid::Uuid::new_v4(),
         network,
+        vm_identity: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn spec<'a>(placement: &'a Placement, network: &'a Network, name: &str, token: u
         user_data: format!("#!/bin/sh\necho {name}\n"),
         token,
         network,
+        vm_identity: None,
     }
 }
 

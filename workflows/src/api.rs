@@ -544,3 +544,75 @@ pub struct Kubeconfig {
     /// A kubeconfig (YAML) with the cluster's server, CA and an admin token.
     pub kubeconfig: String,
 }
+
+/// `POST /v1/apis`: deploy an API on a cloud VM (`anycloud api serve --credentials`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewHostedApi {
+    /// Its name (a DNS label).
+    pub name: String,
+    /// The hosting credential (aws or gcp).
+    pub credentials: String,
+    /// The VM's machine type.
+    pub vm_type: String,
+    /// The VM's region [default: the credential's, else us-east-1 (AWS) or us-central1 (GCP)].
+    #[serde(default)]
+    pub region: Option<String>,
+    /// The checkpoint bucket: a name, or `s3://B[/P]`, `gs://B[/P]`.
+    pub checkpoint_bucket: String,
+    /// The bucket's credential [default: the hosting one].
+    #[serde(default)]
+    pub checkpoint_storage_credentials: Option<String>,
+    /// The public HTTPS port [default: 443].
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Where the VM downloads `anycloud` (`{arch}`: x86_64 or aarch64) [default: the release].
+    #[serde(default)]
+    pub binary_url: Option<String>,
+    /// The binary's sha256 (hex), checked on the VM before it is installed.
+    #[serde(default)]
+    pub binary_sha256: Option<String>,
+}
+
+/// A hosted API as its deployer shows it (never its token).
+pub type HostedApiView = crate::db::hosted_apis::HostedApi;
+
+/// The answer to `POST /v1/apis` and `DELETE /v1/apis/{name}`: the record and the run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostedApiStarted {
+    /// The record.
+    pub api: HostedApiView,
+    /// The `api.deploy` or `api.remove` run.
+    pub workflow_id: Uuid,
+}
+
+/// `GET /v1/apis`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostedApiList {
+    /// The live hosted APIs, by name.
+    pub apis: Vec<HostedApiView>,
+}
+
+/// `GET /v1/apis/{name}/access`: what a CLI needs to use a ready hosted API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostedApiAccess {
+    /// Its name.
+    pub name: String,
+    /// Where it answers.
+    pub url: String,
+    /// Its bearer token.
+    pub token: String,
+    /// The CA its certificate chains to: what the CLI pins.
+    pub ca_pem: String,
+    /// Its provider.
+    pub provider: String,
+}
+
+/// `DELETE /v1/apis/{name}?delete_bucket=true`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveHostedApi {
+    /// Delete the checkpoint bucket and the API's state in it too.
+    #[serde(default)]
+    pub delete_bucket: bool,
+}

@@ -31,6 +31,8 @@ pub enum Role {
     ControlPlane,
     /// Capacity: a Kubernetes node that runs workloads.
     Worker,
+    /// Runs a hosted API (`api.deploy`).
+    HostedApi,
 }
 
 impl Role {
@@ -39,6 +41,7 @@ impl Role {
         match self {
             Self::ControlPlane => "control-plane",
             Self::Worker => "worker",
+            Self::HostedApi => "hosted-api",
         }
     }
 
@@ -47,6 +50,7 @@ impl Role {
         match s {
             "control-plane" => Some(Self::ControlPlane),
             "worker" => Some(Self::Worker),
+            "hosted-api" => Some(Self::HostedApi),
             _ => None,
         }
     }
@@ -84,6 +88,9 @@ pub struct LaunchSpec<'a> {
     pub token: uuid::Uuid,
     /// The network the VM joins, as [`Cloud::ensure_network`] returned it.
     pub network: &'a Network,
+    /// Who the VM acts as at its provider (an AWS instance profile's name, a GCP service
+    /// account's e-mail), as [`Cloud::ensure_vm_identity`] returned it; `None`: nobody.
+    pub vm_identity: Option<String>,
 }
 
 /// A VM as the cloud reports it.
@@ -190,6 +197,26 @@ pub trait Cloud: Send + Sync {
 
     /// Asks the cloud to terminate these VMs. Already gone is success.
     async fn terminate(&self, placement: &Placement, provider_ids: &[String]) -> Result<(), CloudError>;
+
+    /// Finds or creates the network rules of a hosted API (`placement.cluster_id` is its owner
+    /// id): TCP `port` from anywhere. [`Cloud::delete_network`] removes them.
+    async fn ensure_api_network(&self, placement: &Placement, port: u16) -> Result<Network, CloudError> {
+        let _ = (placement, port);
+        Err(CloudError::Terminal("this provider cannot host an API; host it on aws or gcp".to_owned()))
+    }
+
+    /// Finds or makes who a hosted API's VM acts as, allowed to read and write `bucket` (an
+    /// `s3://` or `gs://` URL) and nothing else it does not already have; `owner` names it.
+    async fn ensure_vm_identity(&self, owner: &str, bucket: &str) -> Result<String, CloudError> {
+        let _ = (owner, bucket);
+        Err(CloudError::Terminal("this provider cannot host an API; host it on aws or gcp".to_owned()))
+    }
+
+    /// Removes what [`Cloud::ensure_vm_identity`] made. Nothing to remove is success.
+    async fn delete_vm_identity(&self, owner: &str) -> Result<(), CloudError> {
+        let _ = owner;
+        Ok(())
+    }
 
     /// Where the control-plane VM's Kubernetes API answers: k3s on `:6443` of its address.
     fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint {

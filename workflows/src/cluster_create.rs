@@ -232,6 +232,7 @@ async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepErr
         user_data: user_data::control_plane(cluster.provider, &placement.cluster_id, &secrets),
         token: ctx.idempotency_key(),
         network: &network,
+        vm_identity: None,
     };
     let vm = cloud.launch(&spec).await?;
     deps(&ctx).after_launch().await;
@@ -303,6 +304,7 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
             // One token per VM, stable across attempts: the step's key names the VM too.
             token: uuid::Uuid::new_v5(&ctx.idempotency_key(), &index.to_le_bytes()),
             network: &network,
+            vm_identity: None,
         };
         let vm = cloud.launch(&spec).await?;
         deps(&ctx).after_launch().await;

@@ -67,7 +67,7 @@ impl ClusterSecrets {
     }
 }
 
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     let mut bytes = [0u8; 24];
     rand::rng().fill_bytes(&mut bytes);
     bytes.iter().map(|b| format!("{b:02x}")).collect()

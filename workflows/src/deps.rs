@@ -150,6 +150,22 @@ impl Deps {
         Ok(self.kube_endpoint(cloud.as_ref(), &cp))
     }
 
+    /// A hosted API's record; its absence is terminal (the record is written with the run).
+    pub async fn hosted_api(&self, id: &str) -> Result<crate::db::hosted_apis::HostedApi, StepError> {
+        crate::db::hosted_apis::get(&self.db, id)
+            .await?
+            .ok_or_else(|| StepError::terminal_msg(format!("hosted API {id} has no record; it cannot be acted on")))
+    }
+
+    /// The address a hosted API's VM is reached at: its public one (the tests' VM runner serves
+    /// it on another, a seam).
+    pub fn hosted_api_address(&self, vm: &Vm) -> Option<String> {
+        match &self.seams.hosted_api_address {
+            Some(address) => Some(address.clone()),
+            None => vm.public_ip.clone(),
+        }
+    }
+
     /// After a launch call answered (the crash-test seam; nothing in production).
     pub async fn after_launch(&self) {
         if let Some(pause) = self.seams.pause_after_launch {
@@ -169,18 +185,31 @@ impl Deps {
     /// Terminates every VM that carries the cluster's tag and succeeds once the provider lists
     /// none; until then it fails (retryably) with how many are left. Records what it sees.
     pub async fn sweep(&self, cloud: &dyn Cloud, placement: &Placement) -> Result<(), StepError> {
+        self.sweep_vms(cloud, placement, true).await
+    }
+
+    /// [`Deps::sweep`] of a hosted API's VM, which has no record in `vms` (a cluster's table).
+    pub async fn sweep_unrecorded(&self, cloud: &dyn Cloud, placement: &Placement) -> Result<(), StepError> {
+        self.sweep_vms(cloud, placement, false).await
+    }
+
+    async fn sweep_vms(&self, cloud: &dyn Cloud, placement: &Placement, record: bool) -> Result<(), StepError> {
         let live = cloud.list_vms(placement).await?;
-        for vm in &live {
-            vms::upsert(&self.db, &placement.cluster_id, vm).await?;
+        if record {
+            for vm in &live {
+                vms::upsert(&self.db, &placement.cluster_id, vm).await?;
+            }
+            vms::mark_gone(&self.db, &placement.cluster_id, &live).await?;
         }
-        vms::mark_gone(&self.db, &placement.cluster_id, &live).await?;
         if live.is_empty() {
             return Ok(());
         }
         let ids: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
         cloud.terminate(placement, &ids).await?;
         let left = cloud.list_vms(placement).await?;
-        vms::mark_gone(&self.db, &placement.cluster_id, &left).await?;
+        if record {
+            vms::mark_gone(&self.db, &placement.cluster_id, &left).await?;
+        }
         if left.is_empty() {
             return Ok(());
         }

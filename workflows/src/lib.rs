@@ -7,7 +7,7 @@
 //!   transaction, and answers with a type of [`api`] or a [`refusal`].
 //! - The workflows, one file each, named after their kind: [`credentials_verify`],
 //!   [`cluster_create`], [`cluster_delete`], [`job_run`], [`service_deploy`], [`service_upgrade`],
-//!   [`service_terminate`]. [`registry`] registers them all; their shared retry
+//!   [`service_terminate`], [`api_deploy`], [`api_remove`]. [`registry`] registers them all; their shared retry
 //!   policies are in [`retry`], what their steps use in [`deps`].
 //! - [`db`]: the domain's tables and every SQL statement on them.
 //! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP; the simulated cloud is its own
@@ -19,6 +19,11 @@
 //!   when it boots.
 
 pub mod api;
+pub mod api_bucket;
+pub mod api_deploy;
+pub mod api_identity;
+pub mod api_remove;
+pub mod api_user_data;
 pub mod cloud;
 pub mod cluster_create;
 pub mod cluster_delete;
@@ -50,6 +55,9 @@ use std::sync::Arc;
 
 use anycloud_engine::Registry;
 
+use api_deploy::DeployApi;
+use api_remove::RemoveApi;
+
 use cluster_create::CreateCluster;
 use cluster_delete::DeleteCluster;
 use credentials_verify::VerifyCredential;
@@ -70,6 +78,8 @@ pub fn registry(deps: &Deps) -> Registry {
         .with(Arc::new(DeployService { deps: deps.clone() }))
         .with(Arc::new(UpgradeService { deps: deps.clone() }))
         .with(Arc::new(TerminateService { deps: deps.clone() }))
+        .with(Arc::new(DeployApi { deps: deps.clone() }))
+        .with(Arc::new(RemoveApi { deps: deps.clone() }))
 }
 
 /// Milliseconds since the Unix epoch.

@@ -109,6 +109,14 @@ codes! {
     ClusterUnreachable = "CLUSTER_UNREACHABLE", Unavailable;
     /// The API is stopping.
     ShuttingDown = "SHUTTING_DOWN", Unavailable;
+    /// The hosted API's spec is wrong as given (name, bucket, port, credentials).
+    InvalidHostedApi = "INVALID_HOSTED_API", BadInput;
+    /// A live hosted API has that name.
+    HostedApiExists = "HOSTED_API_EXISTS", Conflict;
+    /// No hosted API has that name.
+    HostedApiNotFound = "HOSTED_API_NOT_FOUND", NotFound;
+    /// The hosted API is not ready (still deploying, failed, or being removed).
+    HostedApiNotReady = "HOSTED_API_NOT_READY", Conflict;
 }
 
 impl std::fmt::Display for Code {

@@ -192,20 +192,7 @@ echo '{version}' > "$marker"
 /// and `install.sh`, both checked) for the rest.
 fn head(title: &str, provider: ProviderKind, downloads: &K3sDownloads) -> String {
     let K3sDownloads { version, install_sh_sha256, .. } = downloads;
-    let public_ip = match provider {
-        ProviderKind::Gcp => {
-            "public_ip=$(curl -sf --retry 5 --retry-connrefused -H 'Metadata-Flavor: Google' \\\n  \
-             http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/external-ip \
-             || true)"
-        }
-        // The simulated cloud's VMs boot nothing; they get EC2's form.
-        ProviderKind::Aws | ProviderKind::Sim => {
-            "imds_token=$(curl -sf --retry 5 --retry-connrefused -X PUT \\\n  \
-             -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600' http://169.254.169.254/latest/api/token)\n\
-             public_ip=$(curl -sf --retry 5 --retry-connrefused -H \"X-aws-ec2-metadata-token: $imds_token\" \\\n  \
-             http://169.254.169.254/latest/meta-data/public-ipv4 || true)"
-        }
-    };
+    let public_ip = public_ip_lookup(provider);
     let arches: String = ARCHITECTURES
         .iter()
         .map(|(machine, asset, sums)| {
@@ -247,6 +234,26 @@ verify() {{
 verify "$work/k3s" "$binary_sha256" "$release/$asset"
 verify "$work/install.sh" '{install_sh_sha256}' 'install.sh of k3s {version}'"#
     )
+}
+
+/// Shell that sets `$public_ip` to the VM's public address from its provider's metadata service
+/// (empty when it has none): IMDSv2 on EC2 (a session token first), `Metadata-Flavor: Google`
+/// on GCE.
+pub(crate) fn public_ip_lookup(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Gcp => {
+            "public_ip=$(curl -sf --retry 5 --retry-connrefused -H 'Metadata-Flavor: Google' \\\n  \
+             http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/external-ip \
+             || true)"
+        }
+        // The simulated cloud's VMs boot nothing; they get EC2's form.
+        ProviderKind::Aws | ProviderKind::Sim => {
+            "imds_token=$(curl -sf --retry 5 --retry-connrefused -X PUT \\\n  \
+             -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600' http://169.254.169.254/latest/api/token)\n\
+             public_ip=$(curl -sf --retry 5 --retry-connrefused -H \"X-aws-ec2-metadata-token: $imds_token\" \\\n  \
+             http://169.254.169.254/latest/meta-data/public-ipv4 || true)"
+        }
+    }
 }
 
 /// The CA bundle file the control plane writes (server-ca.crt): the CA's PEM, ending in a newline.

@@ -102,8 +102,6 @@ pub async fn status(json: bool) -> CliResult {
 pub struct HostArgs {
     /// The API's name.
     pub id: String,
-    /// The hosting credential: `sim` is the simulated cloud.
-    pub credentials: String,
     /// Port on 127.0.0.1 (0: any free port).
     pub port: u16,
     /// Data directory.
@@ -118,14 +116,6 @@ pub struct HostArgs {
 /// listens, and (with `--use`) makes it the active API.
 pub async fn host(args: HostArgs, json: bool) -> CliResult {
     anycloud_workflows::names::check_dns_label("API", &args.id).map_err(CliError::bad_input)?;
-    if !args.credentials.eq_ignore_ascii_case("sim") {
-        return Err(CliError::bad_input(format!(
-            "cannot host API `{}` with credentials `{}`: this version hosts APIs only on the simulated cloud \
-             (`--credentials sim`); hosting on AWS and GCP VMs, with state checkpoints in --checkpoint-bucket, is \
-             not implemented yet",
-            args.id, args.credentials
-        )));
-    }
     let dir = args.data_dir.clone().unwrap_or_else(|| data_home().join("apis").join(&args.id));
     let io = |what: &str, err: std::io::Error| {
         CliError::new(NOT_OBSERVED, "DATA_DIR", format!("{what} {}: {err}", dir.display()))
@@ -188,7 +178,13 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
     let mut config = Config::load()?;
     config.apis.insert(
         args.id.clone(),
-        ApiEntry { url: url.clone(), token: token.trim().to_owned(), kind: "hosted (simulated)".into(), ca_pem: None },
+        ApiEntry {
+            url: url.clone(),
+            token: token.trim().to_owned(),
+            kind: "hosted (simulated)".into(),
+            ca_pem: None,
+            deployed_by: None,
+        },
     );
     if args.use_it {
         config.active = Some(args.id.clone());
@@ -211,8 +207,18 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
     Ok(OK)
 }
 
-/// Stops a hosted API this CLI started: SIGTERM (it releases its leases), then forgets it.
-pub async fn stop(id: &str, data_dir: Option<PathBuf>, json: bool) -> CliResult {
+/// Stops a hosted API: one deployed on a cloud VM is removed through the API that deployed it
+/// (its bucket stays unless `delete_bucket`); one this CLI started gets SIGTERM (it releases its
+/// leases). Then the CLI config forgets it.
+pub async fn stop(id: &str, data_dir: Option<PathBuf>, delete_bucket: bool, json: bool) -> CliResult {
+    if let Some(deployer) = super::hosted_api::deployer_of(id)? {
+        return super::hosted_api::remove(deployer, id, delete_bucket, json).await;
+    }
+    if delete_bucket {
+        return Err(CliError::bad_input(format!(
+            "--delete-bucket applies to an API deployed on a cloud VM, and the CLI config has no such API `{id}`"
+        )));
+    }
     let dir = data_dir.unwrap_or_else(|| data_home().join("apis").join(id));
     let Some(pid) = running_pid(&dir) else {
         return Err(CliError::new(

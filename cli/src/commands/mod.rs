@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod credentials;
 pub mod deployment;
 pub mod exec;
+pub mod hosted_api;
 pub mod job;
 pub mod service;
 pub mod workflow;

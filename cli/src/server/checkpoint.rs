@@ -41,9 +41,11 @@ pub struct TakenOver {
     restored: Restored,
 }
 
-/// The files that travel with the state: the API's token and its sealing key, and the port of
-/// the simulated control planes' endpoint (which their kubeconfigs and records name).
-const IDENTITY: [&str; 3] = ["token", "secret.key", "sim-kube-port"];
+/// The files that travel with the state: the API's token and its sealing key, the port of the
+/// simulated control planes' endpoint (which their kubeconfigs and records name), and the CA a
+/// deployed API issues its TLS certificate from (`api.deploy` puts it, and the token, there
+/// before the VM's first start).
+const IDENTITY: [&str; 5] = ["token", "secret.key", "sim-kube-port", "tls-ca.crt", "tls-ca.key"];
 
 fn failed(code: &str, url: &BucketUrl, err: impl std::fmt::Display) -> CliError {
     CliError::new(NOT_OBSERVED, code, format!("checkpoint bucket {url}: {err}"))

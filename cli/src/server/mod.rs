@@ -9,6 +9,7 @@
 //!
 //! Handlers only decode, call one operation of `anycloud_workflows::operations`, and encode.
 
+mod apis;
 mod auth;
 pub mod checkpoint;
 mod clusters;
@@ -72,21 +73,25 @@ pub struct ServeOptions {
     pub database_url: Option<String>,
     /// Make it the CLI's active API.
     pub use_it: bool,
-    /// Run as a hosted API on this provider's VM (only `sim` for now: the simulated cloud hosts
-    /// the process on this machine).
+    /// Run as a hosted API on this provider's VM: `sim` (the simulated cloud hosts the process on
+    /// this machine), `aws` or `gcp` (a VM that `api.deploy` launched).
     pub hosted_by: Option<String>,
     /// Keep the SQLite state in this bucket (restored at start, every answer shipped first).
     pub checkpoint: Option<CheckpointOptions>,
     /// The address to listen on (loopback unless TLS is on).
     pub listen: std::net::IpAddr,
-    /// Serve HTTPS with these files.
-    pub tls: Option<tls::TlsFiles>,
+    /// Serve HTTPS with this certificate.
+    pub tls: Option<tls::TlsSource>,
 }
 
 impl ServeOptions {
-    /// `local`, or `hosted (simulated)`.
-    pub fn kind(&self) -> &'static str {
-        if self.hosted_by.is_some() { "hosted (simulated)" } else { "local" }
+    /// `local`, `hosted (simulated)`, `hosted (aws)`, `hosted (gcp)`.
+    pub fn kind(&self) -> String {
+        match self.hosted_by.as_deref() {
+            None => "local".to_owned(),
+            Some("sim") => "hosted (simulated)".to_owned(),
+            Some(provider) => format!("hosted ({provider})"),
+        }
     }
 }
 
@@ -100,10 +105,6 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
             options.id, options.listen
         )));
     }
-    let tls = match &options.tls {
-        Some(files) => Some(tls::load(files).map_err(CliError::bad_input)?),
-        None => None,
-    };
     let data_dir = options.data_dir.clone().unwrap_or_else(|| data_home().join("apis").join(&options.id));
     let io = |what: &str, err: std::io::Error| {
         CliError::new(NOT_OBSERVED, "DATA_DIR", format!("{what} {}: {err}", data_dir.display()))
@@ -119,6 +120,11 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
             ));
         }
         Some(checkpoint) => Some(checkpoint::restore(checkpoint, &options.id, &data_dir).await?),
+        None => None,
+    };
+    // After the restore: a deployed API's CA comes from its bucket.
+    let tls = match &options.tls {
+        Some(source) => Some(tls::load(source, &data_dir).map_err(CliError::bad_input)?),
         None => None,
     };
     let token = load_or_create_token(&data_dir).map_err(|err| io("storing the API token in", err))?;
@@ -162,7 +168,16 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     // A stable owner name: after a crash, the restarted API takes its runs back at once. The
     // engine holds it exclusively, so a second API with this id on this database is refused.
     let owner = format!("api-{}", options.id);
-    let engine = Engine::start(store.clone(), anycloud_workflows::registry(&deps), EngineConfig::named(&owner))
+    let mut config = EngineConfig::named(&owner);
+    // A checkpointed API acts on the world only once what came before is in the bucket: a lost
+    // disk then loses at most the step in flight, which may run again (docs/hosting.md).
+    config.before_act = checkpointer.clone().map(|checkpointer| {
+        anycloud_engine::BeforeAct(Arc::new(move || {
+            let checkpointer = checkpointer.clone();
+            Box::pin(async move { checkpointer.flush().await })
+        }))
+    });
+    let engine = Engine::start(store.clone(), anycloud_workflows::registry(&deps), config)
         .await
         .map_err(|err| engine_refused(&options.id, &err))?;
     let engine = Arc::new(engine);
@@ -173,8 +188,9 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
             ApiEntry {
                 url: url.clone(),
                 token: token.clone(),
-                kind: options.kind().into(),
+                kind: options.kind(),
                 ca_pem: tls.as_ref().map(|tls| tls.pinned_pem.clone()),
+                deployed_by: None,
             },
         );
         config.active = Some(options.id.clone());
@@ -182,7 +198,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     }
     let status = ApiStatus {
         id: options.id.clone(),
-        kind: options.kind().to_owned(),
+        kind: options.kind(),
         store: store.backend().to_owned(),
         engine_owner: owner,
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -312,6 +328,9 @@ async fn bind_sim_kube(data_dir: &Path) -> Result<tokio::net::TcpListener, CliEr
 fn router(state: AppState, kube_routes: Router) -> Router {
     let authenticated = Router::new()
         .route("/v1/status", get(status))
+        .route("/v1/apis", get(apis::list).post(apis::deploy))
+        .route("/v1/apis/{name}", get(apis::show).delete(apis::remove))
+        .route("/v1/apis/{name}/access", get(apis::access))
         .route("/v1/credentials", get(credentials::list).post(credentials::create))
         .route("/v1/credentials/{name}", get(credentials::show).delete(credentials::delete))
         .route("/v1/clusters", get(clusters::list).post(clusters::create))

@@ -24,6 +24,19 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
+/// Where an API's certificate comes from.
+#[derive(Clone, Debug)]
+pub enum TlsSource {
+    /// Files it was given (`--tls-cert`, `--tls-key`).
+    Files(TlsFiles),
+    /// Issued at start for this address by the CA in the data directory (`--tls-address`): what
+    /// a deployed API does, its CA restored from its checkpoint bucket.
+    Issued {
+        /// The IP address or DNS name clients reach it at.
+        address: String,
+    },
+}
+
 /// A loaded TLS configuration and the PEM a client pins.
 pub struct Tls {
     /// The server side.
@@ -37,31 +50,45 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
     crate::commands::read_small_file(path, 1 << 20, &format!("TLS {what}"))
 }
 
-/// Loads and checks the files; the error says which file is wrong and how.
-pub fn load(files: &TlsFiles) -> Result<Tls, String> {
-    let cert_pem = read(&files.cert, "certificate")?;
+/// Loads (or issues) the certificate; the error says which file is wrong and how.
+pub fn load(source: &TlsSource, data_dir: &Path) -> Result<Tls, String> {
+    match source {
+        TlsSource::Files(files) => {
+            let cert = (read(&files.cert, "certificate")?, files.cert.display().to_string());
+            let key = (read(&files.key, "key")?, files.key.display().to_string());
+            configure(cert, key)
+        }
+        TlsSource::Issued { address } => {
+            use anycloud_workflows::api_identity::{CA_CERT_FILE, CA_KEY_FILE, issue_server_certificate};
+            let ca_cert = String::from_utf8_lossy(&read(&data_dir.join(CA_CERT_FILE), "CA certificate")?).into_owned();
+            let ca_key = String::from_utf8_lossy(&read(&data_dir.join(CA_KEY_FILE), "CA key")?).into_owned();
+            let (chain, key) = issue_server_certificate(&ca_cert, &ca_key, address).map_err(|err| {
+                format!("issuing a certificate for {address} from the CA in {}: {err}", data_dir.display())
+            })?;
+            let issued = format!("the certificate issued for {address}");
+            configure((chain.into_bytes(), issued.clone()), (key.into_bytes(), issued))
+        }
+    }
+}
+
+/// The server configuration of a PEM chain and key, each with what to call it in an error.
+fn configure((cert_pem, cert_name): (Vec<u8>, String), (key_pem, key_name): (Vec<u8>, String)) -> Result<Tls, String> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|err| format!("the TLS certificate {} is not PEM: {err}", files.cert.display()))?;
+        .map_err(|err| format!("the TLS certificate {cert_name} is not PEM: {err}"))?;
     let Some(last) = chain.last() else {
-        return Err(format!("the TLS certificate {} holds no CERTIFICATE block", files.cert.display()));
+        return Err(format!("the TLS certificate {cert_name} holds no CERTIFICATE block"));
     };
     let pinned_pem = pem("CERTIFICATE", last);
-    let key = PrivateKeyDer::from_pem_slice(&read(&files.key, "key")?)
-        .map_err(|err| format!("the TLS key {} is not a PEM private key: {err}", files.key.display()))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|err| format!("the TLS key {key_name} is not a PEM private key: {err}"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|err| err.to_string())?
         .with_no_client_auth()
         .with_single_cert(chain, key)
-        .map_err(|err| {
-            format!(
-                "the TLS key {} does not go with the certificate {}: {err}",
-                files.key.display(),
-                files.cert.display()
-            )
-        })?;
+        .map_err(|err| format!("the TLS key {key_name} does not go with the certificate {cert_name}: {err}"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Tls { config: Arc::new(config), pinned_pem })
 }

@@ -6,6 +6,7 @@
 pub mod clusters;
 pub mod credentials;
 pub mod deployments;
+pub mod hosted_apis;
 pub mod revisions;
 pub mod sealing_key;
 pub mod vms;

@@ -30,6 +30,18 @@ impl Operations {
             )
             .into());
         }
+        let apis = crate::db::hosted_apis::live_on_credential_in(&mut tx, name).await?;
+        if let Some(first) = apis.first() {
+            return Err(Refusal::new(
+                Code::CredentialInUse,
+                format!(
+                    "credential `{name}` hosts (or keeps the state of) {} API(s): {}; remove them first (`anycloud api                      delete {first}`), then the credential: without it nobody could remove their VMs",
+                    apis.len(),
+                    apis.join(", ")
+                ),
+            )
+            .into());
+        }
         let clusters = clusters::live_on_credential_in(&mut tx, name).await?;
         if let Some(first) = clusters.first() {
             return Err(Refusal::new(

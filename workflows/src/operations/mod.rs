@@ -21,16 +21,22 @@
 //! | a job's logs | `deployment_logs.rs` | none |
 //! | exec in a job's container | `deployment_exec.rs` | none |
 //! | a cluster's kubeconfig | `cluster_kubeconfig.rs` | none |
+//! | deploy an API on a VM | `deploy_api.rs` | `api.deploy` |
+//! | remove a deployed API | `remove_api.rs` | `api.remove` |
+//! | list and show deployed APIs, their access | `show_apis.rs` | none |
 
 mod cluster_kubeconfig;
 mod create_cluster;
 mod delete_cluster;
 mod delete_credential;
+mod deploy_api;
 mod deploy_service;
 mod deployment_exec;
 mod deployment_logs;
+mod remove_api;
 mod resubmit_deployment;
 mod save_credential;
+mod show_apis;
 mod show_clusters;
 mod show_credentials;
 mod show_deployments;
@@ -41,6 +47,7 @@ mod workflows;
 
 use std::sync::Arc;
 
+pub use deploy_api::DEFAULT_API_PORT;
 pub use deploy_service::{DEFAULT_PORT, DEFAULT_PROGRESS_DEADLINE_S, MAX_REPLICAS};
 pub use deployment_exec::ExecSession;
 pub use deployment_logs::LogStream;

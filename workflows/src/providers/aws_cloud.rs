@@ -12,13 +12,13 @@ use aws_sdk_ec2::config::Region;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{
-    ArchitectureType, Filter, Image, Instance, InstanceType, IpPermission, IpRange, LocationType, ResourceType,
-    SecurityGroup, Tag, TagSpecification, UserIdGroupPair,
+    ArchitectureType, Filter, IamInstanceProfileSpecification, Image, Instance, InstanceType, IpPermission, IpRange,
+    LocationType, ResourceType, SecurityGroup, Tag, TagSpecification, UserIdGroupPair,
 };
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::{Verdict, aws};
+use super::{Verdict, aws, aws_iam};
 use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
 use crate::db::credentials::PublicPart;
 
@@ -106,6 +106,8 @@ pub struct AwsCloud {
     regional: Client,
     /// The cluster's region.
     region: String,
+    /// IAM (global): the role a hosted API's VM acts as.
+    iam: aws_sdk_iam::Client,
 }
 
 impl AwsCloud {
@@ -117,9 +119,11 @@ impl AwsCloud {
             .operation_attempt_timeout(Duration::from_secs(60))
             .operation_timeout(Duration::from_secs(180))
             .build();
-        let home_config = aws::ec2_client(public, secret_access_key).config().to_builder().timeout_config(timeouts);
+        let home_config =
+            aws::ec2_client(public, secret_access_key).config().to_builder().timeout_config(timeouts.clone());
         let regional = Client::from_conf(home_config.clone().region(Region::new(region.to_owned())).build());
-        Self { home: Client::from_conf(home_config.build()), regional, region: region.to_owned() }
+        let iam = aws::iam_client(public, secret_access_key, timeouts);
+        Self { home: Client::from_conf(home_config.build()), regional, region: region.to_owned(), iam }
     }
 
     /// The client for `region`: the cluster's, or one made for a placement elsewhere.
@@ -337,7 +341,12 @@ async fn security_groups(client: &Client, filters: Vec<Filter>) -> Result<Vec<Se
 
 /// The cluster's group in `vpc_id`, made when missing. A group of the cluster's name that
 /// exists already (a create whose answer was lost) is adopted and tagged.
-async fn find_or_create_group(client: &Client, cluster_id: &str, vpc_id: &str) -> Result<SecurityGroup, CloudError> {
+async fn find_or_create_group(
+    client: &Client,
+    cluster_id: &str,
+    vpc_id: &str,
+    description: &str,
+) -> Result<SecurityGroup, CloudError> {
     let name = group_name(cluster_id);
     let mut tagged = security_groups(client, vec![cluster_filter(cluster_id), filter("vpc-id", [vpc_id])]).await?;
     tagged.sort_by_key(|group| (group.group_name() != Some(name.as_str()), group.group_id().map(str::to_owned)));
@@ -347,7 +356,7 @@ async fn find_or_create_group(client: &Client, cluster_id: &str, vpc_id: &str) -
     let created = client
         .create_security_group()
         .group_name(&name)
-        .description(format!("anycloud cluster {cluster_id}: SSH and Kubernetes API from anywhere, all within"))
+        .description(description)
         .vpc_id(vpc_id)
         .tag_specifications(
             TagSpecification::builder()
@@ -388,10 +397,10 @@ async fn find_or_create_group(client: &Client, cluster_id: &str, vpc_id: &str) -
     }
 }
 
-/// Adds the rules of [`Ingress::RULES`] that `group` lacks; one already there is success.
-async fn authorize_missing(client: &Client, group: &SecurityGroup) -> Result<(), CloudError> {
+/// Adds the rules that `group` lacks; one already there is success.
+async fn authorize_missing(client: &Client, group: &SecurityGroup, rules: &[Ingress]) -> Result<(), CloudError> {
     let group_id = group.group_id().unwrap_or_default();
-    for rule in Ingress::RULES.into_iter().filter(|rule| !rule.is_in(group)) {
+    for rule in rules.iter().copied().filter(|rule| !rule.is_in(group)) {
         let result = client
             .authorize_security_group_ingress()
             .group_id(group_id)
@@ -458,7 +467,10 @@ where
             let code = failure.err().code().unwrap_or("UnknownError");
             let message = format!("EC2 {operation}: {code}: {}", failure.err().message().unwrap_or("no message"));
             let status = failure.raw().status().as_u16();
-            if TERMINAL_CODES.contains(&code) {
+            if code == "InvalidParameterValue" && message.contains("iamInstanceProfile") {
+                // An instance profile just made is not visible to EC2 for some seconds.
+                CloudError::Retryable(format!("{message} (a new instance profile takes a few seconds to reach EC2)"))
+            } else if TERMINAL_CODES.contains(&code) {
                 CloudError::Terminal(message)
             } else if aws::rejects(Some(code)) {
                 CloudError::Terminal(format!("EC2 refused the keys: {message}"))
@@ -527,10 +539,31 @@ impl Cloud for AwsCloud {
     async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError> {
         let client = self.client_in(&placement.region);
         let vpc_id = default_vpc(&client, &placement.region).await?;
-        let group = find_or_create_group(&client, &placement.cluster_id, &vpc_id).await?;
-        authorize_missing(&client, &group).await?;
+        let description =
+            format!("anycloud cluster {}: SSH and Kubernetes API from anywhere, all within", placement.cluster_id);
+        let group = find_or_create_group(&client, &placement.cluster_id, &vpc_id, &description).await?;
+        authorize_missing(&client, &group, &Ingress::RULES).await?;
         let id = group.group_id().unwrap_or_default().to_owned();
         Ok(Network { id })
+    }
+
+    /// The group of a hosted API (`anycloud-<owner>`): its port from anywhere, nothing else.
+    async fn ensure_api_network(&self, placement: &Placement, port: u16) -> Result<Network, CloudError> {
+        let client = self.client_in(&placement.region);
+        let vpc_id = default_vpc(&client, &placement.region).await?;
+        let description = format!("anycloud {}: the API's HTTPS port {port} from anywhere", placement.cluster_id);
+        let group = find_or_create_group(&client, &placement.cluster_id, &vpc_id, &description).await?;
+        authorize_missing(&client, &group, &[Ingress::TcpFromAnywhere(i32::from(port))]).await?;
+        let id = group.group_id().unwrap_or_default().to_owned();
+        Ok(Network { id })
+    }
+
+    async fn ensure_vm_identity(&self, owner: &str, bucket: &str) -> Result<String, CloudError> {
+        aws_iam::ensure_instance_profile(&self.iam, owner, bucket).await
+    }
+
+    async fn delete_vm_identity(&self, owner: &str) -> Result<(), CloudError> {
+        aws_iam::delete_instance_profile(&self.iam, owner).await
     }
 
     /// Deletes every security group tagged with the cluster, in any VPC. One still used by
@@ -600,6 +633,9 @@ impl Cloud for AwsCloud {
             .user_data(STANDARD.encode(&spec.user_data))
             .security_group_ids(&spec.network.id)
             .client_token(spec.token.simple().to_string())
+            .set_iam_instance_profile(
+                spec.vm_identity.as_ref().map(|name| IamInstanceProfileSpecification::builder().name(name).build()),
+            )
             .tag_specifications(tagged(ResourceType::Instance))
             .tag_specifications(tagged(ResourceType::Volume))
             .send()

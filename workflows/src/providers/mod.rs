@@ -5,6 +5,7 @@
 
 pub mod aws;
 pub mod aws_cloud;
+pub mod aws_iam;
 pub mod gcp;
 pub mod gcp_cloud;
 pub mod sim_settings;

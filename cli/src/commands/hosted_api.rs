@@ -1,0 +1,151 @@
+//! `anycloud api serve --credentials aws|gcp`: deploys an API on a cloud VM through the active
+//! API (where the credentials are saved), follows its `api.deploy` run, and stores the new API's
+//! address, token and pinned CA in the CLI config. `anycloud api stop|delete` of such an API
+//! runs `api.remove` on the API that deployed it, and says what stays.
+
+use std::time::Duration;
+
+use anycloud_workflows::api::{HostedApiAccess, HostedApiStarted, NewHostedApi};
+use anycloud_workflows::db::hosted_apis::Phase;
+
+use super::print_json;
+use super::workflow::follow;
+use crate::client::{Client, segment};
+use crate::config::{ApiEntry, Config};
+use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NOT_OBSERVED, OK};
+use crate::output::say;
+
+/// What `api serve --credentials` was asked for, beyond the request itself.
+pub struct DeployArgs {
+    /// The request the deployer receives.
+    pub request: NewHostedApi,
+    /// Make the new API the active one.
+    pub use_it: bool,
+    /// How long to follow the deploy.
+    pub timeout: Duration,
+}
+
+/// Deploys the API through the active API and, once it answers, stores how to reach it.
+pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
+    let deployer = Client::active()?;
+    let name = args.request.name.clone();
+    let started: HostedApiStarted = deployer.post("/v1/apis", &args.request).await?;
+    let run = started.workflow_id.to_string();
+    if !json {
+        let api = &started.api;
+        say!(
+            "deploying API `{name}` through `{}`: a {} VM on {} in {}, state in {}; workflow {run}",
+            deployer.name(),
+            api.vm_type,
+            api.provider,
+            api.region,
+            api.bucket
+        );
+    }
+    let followed = follow(&deployer, &run, args.timeout, json).await?;
+    let shown: anycloud_workflows::api::HostedApiView = deployer.get(&format!("/v1/apis/{}", segment(&name))).await?;
+    if followed != OK || shown.phase != Phase::Ready {
+        if !json {
+            say!(
+                "API `{name}` is {}{}",
+                shown.phase,
+                shown.reason.as_deref().map(|why| format!(": {why}")).unwrap_or_default()
+            );
+        }
+        return Ok(if followed == OK { ENDED_OTHERWISE } else { followed });
+    }
+    let access: HostedApiAccess = deployer.get(&format!("/v1/apis/{}/access", segment(&name))).await?;
+    let mut config = Config::load()?;
+    let kind = format!("hosted ({})", access.provider);
+    config.apis.insert(
+        name.clone(),
+        ApiEntry {
+            url: access.url.clone(),
+            token: access.token,
+            kind: kind.clone(),
+            ca_pem: Some(access.ca_pem),
+            deployed_by: Some(deployer.name().to_owned()),
+        },
+    );
+    if args.use_it {
+        config.active = Some(name.clone());
+    }
+    config.save()?;
+    if json {
+        print_json(&serde_json::json!({
+            "id": name, "url": access.url, "kind": kind, "bucket": shown.bucket, "active": args.use_it,
+            "deployed_by": deployer.name(),
+        }));
+    } else {
+        say!(
+            "API `{name}` ({kind}) answers at {}; its certificate's CA is pinned in the CLI config{}",
+            access.url,
+            if args.use_it { "; it is the active API" } else { "" }
+        );
+        say!("stop it with `anycloud api stop {name}` (its bucket {} and the state in it stay)", shown.bucket);
+    }
+    Ok(OK)
+}
+
+/// Removes a deployed API through `deployer`, follows the removal, forgets the API in the CLI
+/// config, and says what stays.
+pub async fn remove(deployer: Client, name: &str, delete_bucket: bool, json: bool) -> CliResult {
+    let path = format!("/v1/apis/{}?delete_bucket={delete_bucket}", segment(name));
+    let started: HostedApiStarted = deployer.delete(&path).await?;
+    let run = started.workflow_id.to_string();
+    if !json {
+        say!("removing API `{name}` through `{}`; workflow {run}", deployer.name());
+    }
+    let followed = follow(&deployer, &run, Duration::from_secs(30 * 60), json).await?;
+    let shown: anycloud_workflows::api::HostedApiView = deployer.get(&format!("/v1/apis/{}", segment(name))).await?;
+    if followed != OK || shown.phase != Phase::Removed {
+        return Err(CliError::new(
+            followed.max(ENDED_OTHERWISE),
+            "REMOVE_UNFINISHED",
+            format!(
+                "API `{name}` is {}: its removal did not finish; `anycloud workflow inspect {run}` shows where it stands",
+                shown.phase
+            ),
+        ));
+    }
+    let mut config = Config::load()?;
+    config.apis.remove(name);
+    let was_active = config.active.as_deref() == Some(name);
+    if was_active {
+        // The API that deployed it is where its credentials are: the natural next target.
+        config.active = Some(deployer.name().to_owned());
+    }
+    config.save()?;
+    let stays = if delete_bucket {
+        "nothing stays: the bucket and the API's state in it were deleted".to_owned()
+    } else {
+        format!(
+            "its bucket {} stays, with the API's state: `anycloud api serve --id {name} --credentials {} \
+             --checkpoint-bucket {}` brings the same API back; `anycloud api delete {name} --delete-bucket` deletes it",
+            shown.bucket, shown.credential, shown.bucket
+        )
+    };
+    if json {
+        print_json(&serde_json::json!({ "removed": name, "bucket": shown.bucket, "bucket_deleted": delete_bucket }));
+    } else {
+        say!("removed API `{name}`: its VM, network rules and VM identity are gone; {stays}");
+        if was_active {
+            say!("active API: {} (which deployed it)", deployer.name());
+        }
+    }
+    Ok(OK)
+}
+
+/// The client of the API that deployed `name`, from the CLI config.
+pub fn deployer_of(name: &str) -> Result<Option<Client>, CliError> {
+    let config = Config::load()?;
+    let Some(deployer) = config.apis.get(name).and_then(|entry| entry.deployed_by.clone()) else { return Ok(None) };
+    let entry = config.apis.get(&deployer).cloned().ok_or_else(|| {
+        CliError::new(
+            NOT_OBSERVED,
+            "UNKNOWN_API",
+            format!("API `{name}` was deployed by API `{deployer}`, which the CLI config no longer knows"),
+        )
+    })?;
+    Ok(Some(Client::new(deployer, entry)))
+}

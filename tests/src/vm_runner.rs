@@ -1,0 +1,202 @@
+//! The tests' stand-in for a hosted API's VM. moto and the fake Compute server boot nothing, so
+//! when the provider holds a running instance whose user-data is a hosted API's boot script, the
+//! runner does what the VM's systemd unit would: it runs the binary with exactly the arguments of
+//! the unit's `ExecStart` line, parsed from the instance's user-data by the production parser
+//! ([`parse_serve_command`]). Two things are a VM's and are mapped here: the VM's address
+//! (`${ANYCLOUD_ADDRESS}`, from its metadata service) is 127.0.0.1, where the deployer reaches it
+//! through the seam `ANYCLOUD_TEST_HOSTED_API_ADDRESS`; and its disk (`--data-dir`) is a scratch
+//! directory per instance. The VM's identity (an instance profile, a service account) is the
+//! environment the test gives. Like `Restart=always`, a process that exits is started again
+//! while its instance runs; one whose instance is gone is killed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anycloud_sim::kube::Machines;
+use anycloud_workflows::api_user_data::{ADDRESS_VARIABLE, parse_serve_command};
+
+/// The address the runner's VMs are reached at.
+pub const ADDRESS: &str = "127.0.0.1";
+
+/// One hosted API process and its VM's disk.
+struct Vm {
+    child: Child,
+    args: Vec<String>,
+    disk: PathBuf,
+    log: PathBuf,
+    starts: usize,
+}
+
+#[derive(Default)]
+struct State {
+    vms: HashMap<String, Vm>,
+}
+
+/// The running runner; dropping it kills every process it started.
+pub struct VmRunner {
+    state: Arc<Mutex<State>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How the runner starts a VM's process.
+#[derive(Clone)]
+pub struct Launcher {
+    /// The binary.
+    pub binary: PathBuf,
+    /// The environment (the VM's identity; the test's seams).
+    pub env: Vec<(String, String)>,
+    /// Where the VMs' disks and logs go.
+    pub scratch: PathBuf,
+}
+
+impl VmRunner {
+    /// Watches `machines` every 200 ms in a thread of its own.
+    pub fn start(machines: impl Machines, launcher: Launcher) -> Self {
+        let state = Arc::new(Mutex::new(State::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (state, stop) = (state.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("vm-runner".into())
+                .spawn(move || {
+                    let runtime =
+                        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+                    while !stop.load(Ordering::SeqCst) {
+                        if let Ok(running) = runtime.block_on(machines.running()) {
+                            let hosted: HashMap<String, Vec<String>> = running
+                                .into_iter()
+                                .filter(|machine| machine.running)
+                                .filter_map(|machine| Some((machine.id, parse_serve_command(&machine.user_data)?)))
+                                .collect();
+                            reconcile(&mut state.lock().expect("the runner's state"), &hosted, &launcher);
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                })
+                .expect("spawning the VM runner")
+        };
+        Self { state, stop, thread: Some(thread) }
+    }
+
+    /// The instances it runs an API for, with the process's pid.
+    pub fn running(&self) -> Vec<(String, u32)> {
+        let state = self.state.lock().expect("the runner's state");
+        let mut running: Vec<(String, u32)> = state.vms.iter().map(|(id, vm)| (id.clone(), vm.child.id())).collect();
+        running.sort();
+        running
+    }
+
+    /// Waits until it runs an API for exactly one instance; that instance and pid.
+    pub fn one(&self, timeout: Duration) -> (String, u32) {
+        crate::e2e::wait_until(timeout, "the VM runner to run one hosted API", || {
+            let running = self.running();
+            (running.len() == 1).then(|| running[0].clone())
+        })
+    }
+
+    /// The `api serve` arguments it ran for `instance` (after the mapping).
+    pub fn args(&self, instance: &str) -> Vec<String> {
+        self.state.lock().expect("the runner's state").vms.get(instance).map(|vm| vm.args.clone()).unwrap_or_default()
+    }
+
+    /// How many times it started `instance`'s process.
+    pub fn starts(&self, instance: &str) -> usize {
+        self.state.lock().expect("the runner's state").vms.get(instance).map_or(0, |vm| vm.starts)
+    }
+
+    /// What `instance`'s process wrote.
+    pub fn log(&self, instance: &str) -> String {
+        let path = self.state.lock().expect("the runner's state").vms.get(instance).map(|vm| vm.log.clone());
+        path.and_then(|path| std::fs::read_to_string(path).ok()).unwrap_or_default()
+    }
+
+    /// SIGKILLs `instance`'s process and empties its disk: a VM replaced by one with a fresh disk.
+    /// The runner starts the process again on its next look (the instance still runs).
+    pub fn kill_and_wipe(&self, instance: &str) {
+        let mut state = self.state.lock().expect("the runner's state");
+        let vm = state.vms.get_mut(instance).unwrap_or_else(|| panic!("the runner runs nothing for {instance}"));
+        let _ = vm.child.kill();
+        let status = vm.child.wait().expect("reaping the hosted API");
+        assert!(
+            std::os::unix::process::ExitStatusExt::signal(&status) == Some(9),
+            "it did not die of SIGKILL: {status}"
+        );
+        std::fs::remove_dir_all(&vm.disk).expect("wiping the VM's disk");
+        std::fs::create_dir_all(&vm.disk).expect("a fresh disk");
+    }
+}
+
+impl Drop for VmRunner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        for vm in self.state.lock().map(|mut state| std::mem::take(&mut state.vms)).unwrap_or_default().into_values() {
+            let mut child = vm.child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts what runs no process yet (or whose process exited), kills what has no instance.
+fn reconcile(state: &mut State, hosted: &HashMap<String, Vec<String>>, launcher: &Launcher) {
+    state.vms.retain(|id, vm| {
+        if hosted.contains_key(id) {
+            return true;
+        }
+        let _ = vm.child.kill();
+        let _ = vm.child.wait();
+        false
+    });
+    for (id, args) in hosted {
+        match state.vms.get_mut(id) {
+            Some(vm) => {
+                if matches!(vm.child.try_wait(), Ok(Some(_))) {
+                    vm.child = spawn(launcher, &vm.args, &vm.log);
+                    vm.starts += 1;
+                }
+            }
+            None => {
+                let disk = launcher.scratch.join(id).join("disk");
+                std::fs::create_dir_all(&disk).expect("the VM's disk");
+                let args = mapped(args, &disk);
+                let log = launcher.scratch.join(id).join("api.log");
+                let child = spawn(launcher, &args, &log);
+                state.vms.insert(id.clone(), Vm { child, args, disk, log, starts: 1 });
+            }
+        }
+    }
+}
+
+/// The unit's arguments with the VM's address and disk mapped.
+fn mapped(args: &[String], disk: &Path) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut next_is_data_dir = false;
+    for arg in args {
+        if next_is_data_dir {
+            out.push(disk.join("data").display().to_string());
+            next_is_data_dir = false;
+            continue;
+        }
+        next_is_data_dir = arg == "--data-dir";
+        out.push(arg.replace(ADDRESS_VARIABLE, ADDRESS));
+    }
+    out
+}
+
+fn spawn(launcher: &Launcher, args: &[String], log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("the VM's log");
+    let mut command = Command::new(&launcher.binary);
+    command.args(args).stdin(Stdio::null()).stdout(log.try_clone().expect("the log")).stderr(log);
+    for (name, value) in &launcher.env {
+        command.env(name, value);
+    }
+    command.spawn().expect("starting the hosted API")
+}

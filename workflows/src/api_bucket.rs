@@ -1,0 +1,99 @@
+//! A hosted API's checkpoint bucket as its deployer reaches it: through the storage credential
+//! (`--checkpoint-storage-credentials`, by default the hosting one), to make it, seed the API's
+//! identity in it, and delete it when asked.
+
+use anycloud_checkpoint::provision::Made;
+use anycloud_checkpoint::{Bucket, BucketError, BucketUrl, GcsBucket, S3Access, S3Bucket, StoreKind};
+use anycloud_engine::StepError;
+
+use crate::db::credentials;
+use crate::db::hosted_apis::HostedApi;
+use crate::deps::{AccountError, Deps};
+use crate::providers::ProviderKind;
+
+/// The bucket, with the client of its store.
+pub enum ApiBucket {
+    /// On S3.
+    S3(S3Bucket),
+    /// On GCS.
+    Gcs(Box<GcsBucket>),
+}
+
+/// Where the storage credential says the bucket's store is: its endpoint override (a private
+/// endpoint; moto or the fake GCS in tests) and, for S3, the bucket's region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreAccess {
+    /// The store's endpoint, when not the public one.
+    pub endpoint: Option<String>,
+    /// The bucket's region (S3).
+    pub region: Option<String>,
+}
+
+/// What a bucket failure means to a step: a refusal stays (terminal), the rest may pass.
+pub fn step_error(err: BucketError) -> StepError {
+    match err {
+        BucketError::Refused(message) => StepError::terminal_msg(message),
+        BucketError::Conflict(_) | BucketError::Failed(_) => StepError::retryable_msg(err.to_string()),
+    }
+}
+
+impl ApiBucket {
+    /// Opens the bucket of `api` with its storage credential.
+    pub async fn open(deps: &Deps, api: &HostedApi) -> Result<(Self, StoreAccess), StepError> {
+        let name = &api.storage_credential;
+        let (credential, secret) = match credentials::open(&deps.db, &deps.sealer, name).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(AccountError::NoCredential(name.clone()).into()),
+            Err(err) => return Err(AccountError::Unreadable(name.clone(), err).into()),
+        };
+        let url = BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
+        let endpoint = credential.public.endpoint.clone();
+        match (credential.provider, url.store) {
+            (ProviderKind::Aws, StoreKind::S3) => {
+                // The bucket lives where the VM does when AWS hosts it too.
+                let region = if api.provider == ProviderKind::Aws {
+                    api.region.clone()
+                } else {
+                    credential.public.region.clone().unwrap_or_else(|| "us-east-1".to_owned())
+                };
+                let access = S3Access {
+                    keys: Some((credential.public.identity.clone(), secret)),
+                    region: Some(region.clone()),
+                    endpoint: endpoint.clone(),
+                };
+                Ok((Self::S3(S3Bucket::new(&url, &access).await), StoreAccess { endpoint, region: Some(region) }))
+            }
+            (ProviderKind::Gcp, StoreKind::Gcs) => {
+                let bucket = GcsBucket::new(&url, Some(&secret), endpoint.as_deref()).await.map_err(step_error)?;
+                Ok((Self::Gcs(Box::new(bucket)), StoreAccess { endpoint, region: None }))
+            }
+            (provider, _) => Err(StepError::terminal_msg(format!(
+                "checkpoint bucket {url} cannot be reached with credential `{name}` of provider {provider}"
+            ))),
+        }
+    }
+
+    /// The object calls the checkpoint makes.
+    pub fn objects(&self) -> &dyn Bucket {
+        match self {
+            Self::S3(bucket) => bucket,
+            Self::Gcs(bucket) => bucket.as_ref(),
+        }
+    }
+
+    /// Creates the bucket unless it is there, versioned and private.
+    pub async fn ensure(&self, region: Option<&str>) -> Result<Made, BucketError> {
+        match self {
+            Self::S3(bucket) => bucket.ensure(region.unwrap_or("us-east-1")).await,
+            Self::Gcs(bucket) => bucket.ensure().await,
+        }
+    }
+
+    /// Deletes every object version and the bucket.
+    pub async fn destroy(&self) -> Result<usize, BucketError> {
+        match self {
+            Self::S3(bucket) => bucket.destroy().await,
+            Self::Gcs(bucket) => bucket.destroy().await,
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! `api.deploy`: puts an API on a cloud VM that keeps its state in a bucket.
+//!
+//! ```text
+//! pin_placement -> ensure_bucket -> store_identity -> ensure_network -> ensure_vm_identity
+//!   -> launch -> wait_until_answers -> mark_ready
+//! ```
+//!
+//! The `deploy_api` operation writes the record and this run in one transaction. The bucket is
+//! made first (created, or adopted when the storage credential owns it: a redeploy on the same
+//! bucket restores the same API), then the API's identity is put in it: its token and the CA its
+//! TLS certificate is issued from. The VM reads them from the bucket as itself (an instance
+//! profile, a service account), so its user-data carries nothing secret. The last step waits
+//! until the API answers over HTTPS through the pinned CA. On a terminal failure or a cancel the
+//! undos run in reverse: the VM, the VM identity and the network rules go, and a bucket this run
+//! created is deleted with everything in it (an adopted one is kept); the record stays `failed`.
+
+use std::time::Duration;
+
+use anycloud_checkpoint::Layout;
+use anycloud_checkpoint::provision::Made;
+use anycloud_engine::{Check, Effect, Step, StepCtx, StepError, StepKey, Steps, Workflow};
+use serde::{Deserialize, Serialize};
+
+use crate::api_bucket::{ApiBucket, step_error};
+use crate::api_identity::{ApiIdentity, CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
+use crate::api_user_data::{self, HostedApi as Script};
+use crate::cloud::{Cloud, LaunchSpec, Network, Placement, Role, Vm};
+use crate::db::hosted_apis::{self, HostedApi, Phase};
+use crate::deps::Deps;
+use crate::retry;
+
+/// The workflow, with what its steps need.
+pub struct DeployApi {
+    /// Database, sealer, clouds.
+    pub deps: Deps,
+}
+
+/// Which API to deploy (its spec is in its record).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeployInput {
+    /// The record's id.
+    pub api_id: String,
+    /// Its name (for people reading `inspect`).
+    pub name: String,
+}
+
+/// Where the deployed API answers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DeployOutput {
+    /// `https://ADDRESS:PORT`.
+    pub url: String,
+}
+
+/// What `store_identity` checkpoints: the CA's certificate (public), never the token or key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IdentityStored {
+    /// The CA clients pin.
+    pub ca_pem: String,
+}
+
+/// The VM's name within its owner.
+const VM_NAME: &str = "api";
+
+/// Where the VM goes, as the provider checked it.
+const PIN_PLACEMENT: StepKey<Placement> = StepKey::new("pin_placement");
+/// Whether the bucket was created or adopted.
+const ENSURE_BUCKET: StepKey<Made> = StepKey::new("ensure_bucket");
+/// Proof the identity is in the bucket and sealed in the record.
+const STORE_IDENTITY: StepKey<IdentityStored> = StepKey::new("store_identity");
+/// The API's network rules.
+const ENSURE_NETWORK: StepKey<Network> = StepKey::new("ensure_network");
+/// Who the VM acts as.
+const ENSURE_VM_IDENTITY: StepKey<String> = StepKey::new("ensure_vm_identity");
+/// The VM as launched.
+const LAUNCH: StepKey<Vm> = StepKey::new("launch");
+/// Where it answers.
+const WAIT_UNTIL_ANSWERS: StepKey<String> = StepKey::new("wait_until_answers");
+/// Marked ready.
+const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
+
+impl Workflow for DeployApi {
+    const KIND: &'static str = "api.deploy";
+    const VERSION: u32 = 1;
+    type Input = DeployInput;
+    type Output = DeployOutput;
+
+    fn steps() -> Steps<Self> {
+        let cloud = retry::cloud_calls;
+        Steps::new()
+            .then(
+                Step::action(PIN_PLACEMENT, pin_placement)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(pin_placement_undo),
+            )
+            .then(
+                Step::action(ENSURE_BUCKET, ensure_bucket)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(ensure_bucket_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::action(STORE_IDENTITY, store_identity)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(store_identity_undo),
+            )
+            .then(
+                Step::action(ENSURE_NETWORK, ensure_network)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(ensure_network_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::action(ENSURE_VM_IDENTITY, ensure_vm_identity)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(ensure_vm_identity_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::action(LAUNCH, launch)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(launch_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::poll(WAIT_UNTIL_ANSWERS, wait_until_answers)
+                    .every(Duration::from_secs(2))
+                    .timeout(retry::ready_timeout())
+                    .attempt_timeout(retry::QUICK_ATTEMPT),
+            )
+            .then(Step::action(MARK_READY, mark_ready))
+    }
+
+    fn output(ctx: &StepCtx<Self>) -> Result<DeployOutput, StepError> {
+        Ok(DeployOutput { url: ctx.output(WAIT_UNTIL_ANSWERS)? })
+    }
+}
+
+fn deps(ctx: &StepCtx<DeployApi>) -> &Deps {
+    &ctx.workflow().deps
+}
+
+/// The record.
+async fn record(ctx: &StepCtx<DeployApi>) -> Result<HostedApi, StepError> {
+    deps(ctx).hosted_api(&ctx.input().api_id).await
+}
+
+/// The record, the hosting account and the pinned placement.
+async fn hosting(ctx: &StepCtx<DeployApi>) -> Result<(HostedApi, Box<dyn Cloud>, Placement), StepError> {
+    let api = record(ctx).await?;
+    let cloud = deps(ctx).cloud(&api.credential, &api.region).await?;
+    Ok((api, cloud, ctx.output(PIN_PLACEMENT)?))
+}
+
+/// Asks the hosting provider whether the region and machine type exist, and picks the image.
+async fn pin_placement(ctx: StepCtx<DeployApi>) -> Result<Placement, StepError> {
+    let result: Result<Placement, StepError> = async {
+        let api = record(&ctx).await?;
+        let cloud = deps(&ctx).cloud(&api.credential, &api.region).await?;
+        Ok(cloud.placement(&api.owner(), &api.region, &api.vm_type).await?)
+    }
+    .await;
+    if let Err(err) = &result
+        && err.is_terminal()
+    {
+        let reason = format!("deploy failed: step `pin_placement` failed: {err}; nothing was made at the provider");
+        hosted_apis::set_phase(&deps(&ctx).db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
+    }
+    result
+}
+
+/// Marks the API `failed`, with the cause; it runs last in every unwind.
+async fn pin_placement_undo(ctx: StepCtx<DeployApi>, _placement: Effect<Placement>) -> Result<(), StepError> {
+    let what = match (ctx.cancelled(), ctx.unwind_reason()) {
+        (true, _) => "the deploy was cancelled".to_owned(),
+        (false, Some(cause)) => format!("the deploy failed ({cause})"),
+        (false, None) => "the deploy failed".to_owned(),
+    };
+    let reason = format!(
+        "{what} and was unwound: no VM, network rule or VM identity is left (a bucket it created is deleted, one it \
+         found is kept); `anycloud workflow inspect {}` shows every step",
+        ctx.run_id()
+    );
+    hosted_apis::set_phase(&deps(&ctx).db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
+    Ok(())
+}
+
+/// Creates the bucket (or adopts the storage credential's own), versioned and private.
+async fn ensure_bucket(ctx: StepCtx<DeployApi>) -> Result<Made, StepError> {
+    let api = record(&ctx).await?;
+    let (bucket, access) = ApiBucket::open(deps(&ctx), &api).await?;
+    let made = bucket.ensure(access.region.as_deref()).await.map_err(step_error)?;
+    let shown = match made {
+        Made::Created => "created",
+        Made::Adopted => "adopted",
+    };
+    hosted_apis::set_bucket_made(&deps(&ctx).db, &api.id, Some(shown)).await?;
+    Ok(made)
+}
+
+/// Deletes the bucket and all it holds if this run created it; an adopted bucket is kept.
+async fn ensure_bucket_undo(ctx: StepCtx<DeployApi>, made: Effect<Made>) -> Result<(), StepError> {
+    let api = record(&ctx).await?;
+    // A cut-short attempt may have created it: the record says what the attempt saw.
+    let created = match made.done() {
+        Some(made) => made == Made::Created,
+        None => api.bucket_made.as_deref() == Some("created"),
+    };
+    if created {
+        let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+        bucket.destroy().await.map_err(step_error)?;
+    }
+    hosted_apis::set_bucket_made(&deps(&ctx).db, &api.id, None).await?;
+    Ok(())
+}
+
+/// Puts the token and the TLS CA in the bucket (keeping what an earlier deploy of this bucket
+/// put there: a running API may use it), and keeps them sealed in the record.
+async fn store_identity(ctx: StepCtx<DeployApi>) -> Result<IdentityStored, StepError> {
+    let api = record(&ctx).await?;
+    let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+    let url = anycloud_checkpoint::BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
+    let layout = Layout::new(&url.prefix);
+    let fresh = ApiIdentity::generate(&api.name).map_err(StepError::retryable)?;
+    let identity = ApiIdentity {
+        token: seed(&bucket, &layout, TOKEN_FILE, fresh.token).await?.trim().to_owned(),
+        ca_cert_pem: seed(&bucket, &layout, CA_CERT_FILE, fresh.ca_cert_pem).await?,
+        ca_key_pem: seed(&bucket, &layout, CA_KEY_FILE, fresh.ca_key_pem).await?,
+    };
+    let sealed = deps(&ctx).sealer.seal(&serde_json::to_vec(&identity).map_err(StepError::terminal)?);
+    hosted_apis::set_identity(&deps(&ctx).db, &api.id, Some(&sealed), Some(&identity.ca_cert_pem)).await?;
+    Ok(IdentityStored { ca_pem: identity.ca_cert_pem })
+}
+
+/// Puts identity file `name` in the bucket unless it has one, and answers the bucket's.
+async fn seed(bucket: &ApiBucket, layout: &Layout, name: &str, value: String) -> Result<String, StepError> {
+    let kept = anycloud_checkpoint::identity::seed(bucket.objects(), layout, name, value.as_bytes())
+        .await
+        .map_err(|err| StepError::retryable_msg(err.to_string()))?;
+    String::from_utf8(kept.to_vec()).map_err(|_| StepError::terminal_msg(format!("identity file `{name}` is not text")))
+}
+
+/// Forgets the sealed identity (the bucket's copy goes with a bucket this run created).
+async fn store_identity_undo(ctx: StepCtx<DeployApi>, _stored: Effect<IdentityStored>) -> Result<(), StepError> {
+    hosted_apis::set_identity(&deps(&ctx).db, &ctx.input().api_id, None, None).await?;
+    Ok(())
+}
+
+async fn ensure_network(ctx: StepCtx<DeployApi>) -> Result<Network, StepError> {
+    let (api, cloud, placement) = hosting(&ctx).await?;
+    let port =
+        u16::try_from(api.port).map_err(|_| StepError::terminal_msg(format!("port {} is out of range", api.port)))?;
+    Ok(cloud.ensure_api_network(&placement, port).await?)
+}
+
+/// Sweeps the VMs (none may use the rules any more), then deletes the rules.
+async fn ensure_network_undo(ctx: StepCtx<DeployApi>, _network: Effect<Network>) -> Result<(), StepError> {
+    let (_, cloud, placement) = hosting(&ctx).await?;
+    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await?;
+    cloud.delete_network(&placement).await?;
+    if cloud.network_exists(&placement).await? {
+        return Err(StepError::retryable_msg("the provider still lists the API's network rules"));
+    }
+    Ok(())
+}
+
+async fn ensure_vm_identity(ctx: StepCtx<DeployApi>) -> Result<String, StepError> {
+    let (api, cloud, _) = hosting(&ctx).await?;
+    Ok(cloud.ensure_vm_identity(&api.owner(), &api.bucket).await?)
+}
+
+async fn ensure_vm_identity_undo(ctx: StepCtx<DeployApi>, _identity: Effect<String>) -> Result<(), StepError> {
+    let (api, cloud, placement) = hosting(&ctx).await?;
+    // An instance profile still attached to a VM cannot be deleted.
+    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await?;
+    cloud.delete_vm_identity(&api.owner()).await?;
+    Ok(())
+}
+
+/// Launches the VM whose boot script installs `anycloud` and serves the API from the bucket.
+async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
+    let (api, cloud, placement) = hosting(&ctx).await?;
+    let (_, access) = ApiBucket::open(deps(&ctx), &api).await?;
+    let port =
+        u16::try_from(api.port).map_err(|_| StepError::terminal_msg(format!("port {} is out of range", api.port)))?;
+    let script = api_user_data::hosted_api(&Script {
+        id: &api.name,
+        provider: api.provider,
+        port,
+        bucket: &api.bucket,
+        bucket_region: access.region.as_deref(),
+        bucket_endpoint: access.endpoint.as_deref(),
+        binary_url: &api.binary_url,
+        binary_sha256: api.binary_sha256.as_deref(),
+    });
+    let network = ctx.output(ENSURE_NETWORK)?;
+    let spec = LaunchSpec {
+        placement: &placement,
+        name: VM_NAME.into(),
+        role: Role::HostedApi,
+        user_data: script,
+        token: ctx.idempotency_key(),
+        network: &network,
+        vm_identity: Some(ctx.output(ENSURE_VM_IDENTITY)?),
+    };
+    let vm = cloud.launch(&spec).await?;
+    deps(&ctx).after_launch().await;
+    Ok(vm)
+}
+
+/// Sweeps every VM with the API's tag.
+async fn launch_undo(ctx: StepCtx<DeployApi>, _launched: Effect<Vm>) -> Result<(), StepError> {
+    let (_, cloud, placement) = hosting(&ctx).await?;
+    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await
+}
+
+/// Waits until the VM has an address and the API answers `GET /v1/health` there over HTTPS,
+/// trusting only its CA.
+async fn wait_until_answers(ctx: StepCtx<DeployApi>) -> Result<Check<String>, StepError> {
+    let (api, cloud, placement) = hosting(&ctx).await?;
+    let launched = ctx.output(LAUNCH)?;
+    let live = cloud.list_vms(&placement).await?;
+    let Some(vm) = live.into_iter().find(|vm| vm.provider_id == launched.provider_id) else {
+        return Err(StepError::terminal_msg(format!(
+            "the API's VM {} is gone (terminated outside anycloud?)",
+            launched.provider_id
+        )));
+    };
+    let Some(address) = deps(&ctx).hosted_api_address(&vm) else {
+        return Ok(Check::NotYet(format!("VM {} ({}) has no public address yet", vm.provider_id, vm.state)));
+    };
+    let url = format!("https://{address}:{}", api.port);
+    let ca_pem = ctx.output(STORE_IDENTITY)?.ca_pem;
+    match crate::api_identity::health(&url, &ca_pem).await {
+        Ok(()) => Ok(Check::Ready(url)),
+        Err(why) => Ok(Check::NotYet(format!(
+            "VM {} ({}): the API does not answer at {url} yet: {why}",
+            vm.provider_id, vm.state
+        ))),
+    }
+}
+
+async fn mark_ready(ctx: StepCtx<DeployApi>) -> Result<(), StepError> {
+    let url = ctx.output(WAIT_UNTIL_ANSWERS)?;
+    hosted_apis::set_ready(&deps(&ctx).db, &ctx.input().api_id, &url).await?;
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! `api.remove`: takes a deployed API off its cloud (`anycloud api stop|delete`).
+//!
+//! ```text
+//! terminate_vm -> delete_network -> delete_vm_identity -> delete_bucket -> mark_removed
+//! ```
+//!
+//! Everything is found by the API's owner tag or name, so a removal after a half-finished deploy
+//! finds what the deploy left. The bucket, and with it the API's state, is kept unless the
+//! removal was asked to delete it (`--delete-bucket`): another `api serve` on the same bucket
+//! restores the same API. No step has an undo: a removal only goes forward, and each step is
+//! retried until the provider confirms.
+
+use anycloud_engine::{Step, StepCtx, StepError, StepKey, Steps, Workflow};
+use serde::{Deserialize, Serialize};
+
+use crate::api_bucket::{ApiBucket, step_error};
+use crate::cloud::{Cloud, Placement};
+use crate::db::hosted_apis::{self, HostedApi, Phase};
+use crate::deps::Deps;
+use crate::retry;
+
+/// The workflow, with what its steps need.
+pub struct RemoveApi {
+    /// Database, sealer, clouds.
+    pub deps: Deps,
+}
+
+/// Which API to remove, and whether its bucket goes too.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RemoveInput {
+    /// The record's id.
+    pub api_id: String,
+    /// Its name (for people reading `inspect`).
+    pub name: String,
+    /// Its checkpoint bucket.
+    pub bucket: String,
+    /// Delete the checkpoint bucket and everything in it.
+    pub delete_bucket: bool,
+}
+
+/// What was removed, and what stays.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RemoveOutput {
+    /// The bucket, when it was kept.
+    pub kept_bucket: Option<String>,
+}
+
+const TERMINATE_VM: StepKey<()> = StepKey::new("terminate_vm");
+const DELETE_NETWORK: StepKey<()> = StepKey::new("delete_network");
+const DELETE_VM_IDENTITY: StepKey<()> = StepKey::new("delete_vm_identity");
+/// How many object versions were deleted with the bucket (`None`: the bucket was kept).
+const DELETE_BUCKET: StepKey<Option<usize>> = StepKey::new("delete_bucket");
+const MARK_REMOVED: StepKey<()> = StepKey::new("mark_removed");
+
+impl Workflow for RemoveApi {
+    const KIND: &'static str = "api.remove";
+    const VERSION: u32 = 1;
+    type Input = RemoveInput;
+    type Output = RemoveOutput;
+
+    fn steps() -> Steps<Self> {
+        Steps::new()
+            .then(Step::action(TERMINATE_VM, terminate_vm).retry(retry::sweeps()).attempt_timeout(retry::CLOUD_ATTEMPT))
+            .then(
+                Step::action(DELETE_NETWORK, delete_network)
+                    .retry(retry::sweeps())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
+            )
+            .then(
+                Step::action(DELETE_VM_IDENTITY, delete_vm_identity)
+                    .retry(retry::sweeps())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
+            )
+            .then(
+                Step::action(DELETE_BUCKET, delete_bucket).retry(retry::sweeps()).attempt_timeout(retry::CLOUD_ATTEMPT),
+            )
+            .then(Step::action(MARK_REMOVED, mark_removed))
+    }
+
+    fn output(ctx: &StepCtx<Self>) -> Result<RemoveOutput, StepError> {
+        let deleted = ctx.output(DELETE_BUCKET)?;
+        Ok(RemoveOutput { kept_bucket: deleted.is_none().then(|| ctx.input().bucket.clone()) })
+    }
+}
+
+fn deps(ctx: &StepCtx<RemoveApi>) -> &Deps {
+    &ctx.workflow().deps
+}
+
+/// The record, the hosting account and where its VM is (the placement `api.deploy` pinned: the
+/// provider picks it the same way again).
+async fn hosting(ctx: &StepCtx<RemoveApi>) -> Result<(HostedApi, Box<dyn Cloud>, Placement), StepError> {
+    let api = deps(ctx).hosted_api(&ctx.input().api_id).await?;
+    let cloud = deps(ctx).cloud(&api.credential, &api.region).await?;
+    let placement = cloud.placement(&api.owner(), &api.region, &api.vm_type).await?;
+    Ok((api, cloud, placement))
+}
+
+async fn terminate_vm(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
+    let (_, cloud, placement) = hosting(&ctx).await?;
+    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await
+}
+
+async fn delete_network(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
+    let (_, cloud, placement) = hosting(&ctx).await?;
+    cloud.delete_network(&placement).await?;
+    if cloud.network_exists(&placement).await? {
+        return Err(StepError::retryable_msg("the provider still lists the API's network rules"));
+    }
+    Ok(())
+}
+
+async fn delete_vm_identity(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
+    let (api, cloud, _) = hosting(&ctx).await?;
+    Ok(cloud.delete_vm_identity(&api.owner()).await?)
+}
+
+async fn delete_bucket(ctx: StepCtx<RemoveApi>) -> Result<Option<usize>, StepError> {
+    if !ctx.input().delete_bucket {
+        return Ok(None);
+    }
+    let api = deps(&ctx).hosted_api(&ctx.input().api_id).await?;
+    let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+    Ok(Some(bucket.destroy().await.map_err(step_error)?))
+}
+
+async fn mark_removed(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
+    let db = &deps(&ctx).db;
+    let api_id = &ctx.input().api_id;
+    let kept = if ctx.input().delete_bucket { "its bucket was deleted" } else { "its bucket is kept" };
+    hosted_apis::set_phase(db, api_id, Phase::Removed, Some(kept)).await?;
+    hosted_apis::set_identity(db, api_id, None, None).await?;
+    Ok(())
+}
