@@ -14,6 +14,8 @@ mod checkpointer;
 pub mod gcs;
 pub mod layout;
 pub mod object;
+pub mod provision;
+mod provision_gcs;
 mod restore;
 pub mod s3;
 pub mod wal;
