@@ -1,5 +1,6 @@
 //! [`Bucket`] on Google Cloud Storage, through the official `google-cloud-storage` crate (its
-//! JSON API over HTTP), plus one direct JSON API call for deletes.
+//! JSON API over HTTP), plus direct JSON API calls for deletes (`GcsBucket::json_api`; the
+//! bucket's own creation and removal, in `provision_gcs.rs`, use it too).
 //!
 //! | call    | request                                                                    |
 //! |---------|----------------------------------------------------------------------------|
@@ -53,14 +54,17 @@ pub struct GcsBucket {
     /// `projects/_/buckets/{bucket}`, the form `google-cloud-storage` takes.
     bucket_path: String,
     /// The bare bucket name, for the JSON API paths and messages.
-    bucket: String,
+    pub(crate) bucket: String,
     /// Scheme, host and port, without a trailing `/`.
     endpoint: String,
     credentials: google_cloud_auth::credentials::Credentials,
     http: reqwest::Client,
     /// Who the calls run as, for messages: a service account's email or "Application Default
     /// Credentials".
-    principal: String,
+    pub(crate) principal: String,
+    /// The service-account key's `project_id`: where `ensure` creates the bucket. `None` with
+    /// Application Default Credentials.
+    pub(crate) project: Option<String>,
 }
 
 impl GcsBucket {
@@ -81,7 +85,7 @@ impl GcsBucket {
         if url.store != StoreKind::Gcs {
             return Err(BucketError::Refused(format!("checkpoint bucket `{url}` is not a GCS bucket (gs://...)")));
         }
-        let (credentials, principal) = match service_account_json {
+        let (credentials, principal, project) = match service_account_json {
             Some(json) => service_account_credentials(json)?,
             None => {
                 let credentials = google_cloud_auth::credentials::Builder::default().build().map_err(|err| {
@@ -92,7 +96,7 @@ impl GcsBucket {
                         error_chain(&err)
                     ))
                 })?;
-                (credentials, "Application Default Credentials".to_owned())
+                (credentials, "Application Default Credentials".to_owned(), None)
             }
         };
         let endpoint = endpoint.unwrap_or(DEFAULT_ENDPOINT).trim_end_matches('/').to_owned();
@@ -116,6 +120,7 @@ impl GcsBucket {
             credentials,
             http,
             principal,
+            project,
         })
     }
 
@@ -125,24 +130,20 @@ impl GcsBucket {
             && let Some(source) = std::error::Error::source(err)
             && let Some(credentials) = source.downcast_ref::<google_cloud_auth::errors::CredentialsError>()
         {
-            return self.credentials_failed(call, key, credentials);
+            return self.credentials_failed(&format!("{} `gs://{}/{key}`", call.verb(), self.bucket), credentials);
         }
         let message = err.status().map(|s| s.message.as_str()).unwrap_or_default();
         let payload = err.http_payload().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
         self.classify_status(call, key, err.http_status_code(), &format!("{message} {payload}"), &error_chain(err))
     }
 
-    /// The credentials produced no headers: `Refused` when that will not change by itself (a
-    /// malformed key), `Failed` when it may (the metadata server not answering yet).
-    fn credentials_failed(
-        &self,
-        call: Call,
-        key: &str,
-        err: &google_cloud_auth::errors::CredentialsError,
-    ) -> BucketError {
+    /// The credentials produced no headers for the call `what` ("delete `gs://B/KEY`"):
+    /// `Refused` when that will not change by itself (a malformed key), `Failed` when it may (the
+    /// metadata server not answering yet).
+    fn credentials_failed(&self, what: &str, err: &google_cloud_auth::errors::CredentialsError) -> BucketError {
         let (bucket, principal) = (&self.bucket, &self.principal);
         if err.is_transient() {
-            BucketError::Failed(format!("{} `gs://{bucket}/{key}`: {}", call.verb(), error_chain(err)))
+            BucketError::Failed(format!("{what}: {}", error_chain(err)))
         } else {
             BucketError::Refused(format!(
                 "the credentials of {principal} cannot authorize calls to GCS bucket `gs://{bucket}`: {}; check the \
@@ -152,7 +153,14 @@ impl GcsBucket {
         }
     }
 
-    fn classify_status(&self, call: Call, key: &str, status: Option<u16>, body: &str, chain: &str) -> BucketError {
+    pub(crate) fn classify_status(
+        &self,
+        call: Call,
+        key: &str,
+        status: Option<u16>,
+        body: &str,
+        chain: &str,
+    ) -> BucketError {
         let bucket = &self.bucket;
         let principal = &self.principal;
         match status {
@@ -197,34 +205,52 @@ impl GcsBucket {
     /// The crate's object delete lives in `StorageControl`, which speaks gRPC to
     /// `storage.googleapis.com`: a second protocol and endpoint to reach from the VM, and one the
     /// test suite's fake GCS (JSON API only) does not serve. A delete is one bodiless request, so
-    /// it goes here as `DELETE {endpoint}/storage/v1/b/{bucket}/o/{object}` with `reqwest`,
-    /// authorized by the same google-cloud-auth credentials as the other calls. Deleting is
-    /// idempotent, so "already gone" (404 for the object) is success, and the caller may simply
+    /// it goes through [`Self::json_api`] as `DELETE /storage/v1/b/{bucket}/o/{object}`. Deleting
+    /// is idempotent, so "already gone" (404 for the object) is success, and the caller may simply
     /// call again after a failure.
     async fn delete_one(&self, key: &str) -> Result<(), BucketError> {
-        let headers = match self.credentials.headers(Default::default()).await {
-            Ok(google_cloud_auth::credentials::CacheableResource::New { data, .. }) => data,
-            Ok(google_cloud_auth::credentials::CacheableResource::NotModified) => {
-                return Err(BucketError::Failed(format!(
-                    "delete `gs://{}/{key}`: the credentials returned no headers",
-                    self.bucket
-                )));
-            }
-            Err(err) => return Err(self.credentials_failed(Call::Delete, key, &err)),
-        };
-        let url = format!("{}/storage/v1/b/{}/o/{}", self.endpoint, percent_encode(&self.bucket), percent_encode(key));
-        let response = self.http.delete(url).headers(headers).send().await.map_err(|err| {
-            BucketError::Failed(format!("delete `gs://{}/{key}`: {}", self.bucket, error_chain(&err)))
-        })?;
-        let status = response.status().as_u16();
-        if response.status().is_success() {
+        let path = format!("b/{}/o/{}", percent_encode(&self.bucket), percent_encode(key));
+        let what = format!("delete `gs://{}/{key}`", self.bucket);
+        let (status, body) = self.json_api(reqwest::Method::DELETE, &path, &[], None, &what).await?;
+        if (200..300).contains(&status) {
             return Ok(());
         }
-        let body = response.text().await.unwrap_or_default();
         match self.classify_status(Call::Delete, key, Some(status), &body, &format!("HTTP {status}: {body}")) {
             BucketError::Failed(_) if status == 404 => Ok(()),
             err => Err(err),
         }
+    }
+
+    /// Sends one request to the JSON API, `{endpoint}/storage/v1/{path}?{query}` with `body` as
+    /// JSON, authorized by the same google-cloud-auth credentials as the crate's calls; answers
+    /// the response's status and body. `what` names the call in errors ("delete `gs://B/KEY`").
+    /// Only a request that got no answer (no credentials, no connection) is an error here: every
+    /// status, 2xx or not, is the caller's to read.
+    pub(crate) async fn json_api(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&serde_json::Value>,
+        what: &str,
+    ) -> Result<(u16, String), BucketError> {
+        let headers = match self.credentials.headers(Default::default()).await {
+            Ok(google_cloud_auth::credentials::CacheableResource::New { data, .. }) => data,
+            Ok(google_cloud_auth::credentials::CacheableResource::NotModified) => {
+                return Err(BucketError::Failed(format!("{what}: the credentials returned no headers")));
+            }
+            Err(err) => return Err(self.credentials_failed(what, &err)),
+        };
+        let url = format!("{}/storage/v1/{path}", self.endpoint);
+        let mut request = self.http.request(method, url).headers(headers).query(query);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let no_answer = |err: reqwest::Error| BucketError::Failed(format!("{what}: {}", error_chain(&err)));
+        let response = request.send().await.map_err(no_answer)?;
+        let status = response.status().as_u16();
+        let body = response.text().await.map_err(no_answer)?;
+        Ok((status, body))
     }
 }
 
@@ -280,7 +306,7 @@ impl Bucket for GcsBucket {
 
 /// Which kind of call failed: a 404 means different things to each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Call {
+pub(crate) enum Call {
     Read,
     Write,
     Delete,
@@ -296,14 +322,14 @@ impl Call {
     }
 }
 
-/// google-cloud-auth credentials for a service-account key file, and its email.
+/// google-cloud-auth credentials for a service-account key file, its email and its project.
 ///
 /// Service-account credentials sign a JWT locally for each request (no token exchange with
 /// `oauth2.googleapis.com`), so they work against any endpoint, the fake included. The same few
 /// lines as `anycloud_workflows::providers::gcp::credentials`, which this crate does not depend on.
 fn service_account_credentials(
     json: &str,
-) -> Result<(google_cloud_auth::credentials::Credentials, String), BucketError> {
+) -> Result<(google_cloud_auth::credentials::Credentials, String, Option<String>), BucketError> {
     let refused = |detail: String| {
         BucketError::Refused(format!(
             "the service-account key for the checkpoint bucket is not usable: {detail}; give the JSON key file \
@@ -312,21 +338,22 @@ fn service_account_credentials(
     };
     let key: serde_json::Value = serde_json::from_str(json).map_err(|err| refused(err.to_string()))?;
     let principal = key["client_email"].as_str().unwrap_or("the service account").to_owned();
+    let project = key["project_id"].as_str().filter(|p| !p.is_empty()).map(str::to_owned);
     let credentials = google_cloud_auth::credentials::service_account::Builder::new(key)
         .build()
         .map_err(|err| refused(error_chain(&err)))?;
-    Ok((credentials, principal))
+    Ok((credentials, principal, project))
 }
 
 /// Whether a 404's message is GCS's "The specified bucket does not exist." rather than its
 /// "No such object: BUCKET/KEY".
-fn names_missing_bucket(body: &str) -> bool {
+pub(crate) fn names_missing_bucket(body: &str) -> bool {
     body.to_ascii_lowercase().contains("bucket does not exist")
 }
 
 /// Percent-encodes all but RFC 3986's unreserved characters, as the crate does for object
 /// names in paths (`/` becomes `%2F`).
-fn percent_encode(text: &str) -> String {
+pub(crate) fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {

@@ -1,7 +1,7 @@
 //! A fake Cloud Storage JSON API, in process, for the tests of the checkpoint's GCS bucket
 //! (`anycloud_checkpoint::GcsBucket`): the requests google-cloud-storage sends for single-shot
-//! uploads and media downloads, the object delete and the bucket insert/get, answered the way
-//! Cloud Storage answers where a client can tell.
+//! uploads and media downloads, the object delete and list, and the bucket insert, get, patch and
+//! delete, answered the way Cloud Storage answers where a client can tell.
 //!
 //! What it does like the real API:
 //! - `POST /upload/storage/v1/b/{bucket}/o?uploadType=multipart&name=..`: a `multipart/related`
@@ -20,9 +20,22 @@
 //!   `x-goog-stored-content-encoding`, `x-goog-storage-class`, `etag`; `generation=` and a `Range`
 //!   header (what the crate sends to resume a broken download) answer 206 with `content-range`;
 //!   without `alt=media` it answers the object resource;
-//! - `DELETE /storage/v1/b/{bucket}/o/{object}`: 204, 404 if absent;
-//! - `POST /storage/v1/b?project=P` and `GET /storage/v1/b/{bucket}`: bucket insert (409 if it
-//!   exists; `versioning` and `iamConfiguration` kept as given) and get;
+//! - `DELETE /storage/v1/b/{bucket}/o/{object}`: 204, 404 if absent; with `generation=G`, that
+//!   generation (live or noncurrent) is deleted for good;
+//! - versioning: in a bucket whose `versioning.enabled` is true, a replaced or deleted object's
+//!   generation is kept as noncurrent (with `timeDeleted`), and `generation=` reads it; a bucket
+//!   without versioning keeps live objects only;
+//! - `GET /storage/v1/b/{bucket}/o` (`prefix`, `versions=true` for the noncurrent generations too,
+//!   `maxResults`, `pageToken`): a `storage#objects` page of object resources, by name then
+//!   generation, `items` absent when empty, `nextPageToken` when more follow (at most
+//!   [`FakeGcs::set_list_page_size`] items a page, 1000 as GCS's default);
+//! - `POST /storage/v1/b?project=P`, `GET`, `PATCH` and `DELETE /storage/v1/b/{bucket}`: bucket
+//!   insert (409 if the name exists, worded for "you own it" or "not available"), get, patch
+//!   (`versioning`, `iamConfiguration`, `lifecycle`, `labels`, merged as GCS's patch semantics
+//!   merge them: objects field by field, lists whole; a new metageneration;
+//!   `ifMetagenerationMatch`), and delete (409 while any generation is left);
+//! - a bucket of another project ([`FakeGcs::create_foreign_bucket`]): every call on it is 403
+//!   naming the caller (the JWT's issuer) and the permission, and an insert of its name 409;
 //! - a missing object is 404 "No such object: BUCKET/NAME", a missing bucket 404 "The specified
 //!   bucket does not exist.", as GCS words them (a client tells them apart only by the message);
 //!   errors in Google's shape (`{"error":{"code","message","errors":[{"message","domain","reason"}]}}`);
@@ -30,9 +43,10 @@
 //!   token is not checked (service-account credentials send a JWT they sign themselves).
 //!
 //! What it does not: resumable and `media` uploads (501: `GcsBucket` sends every object in one
-//! multipart request), object listing, compose, copy, ACLs, customer-supplied encryption, gzip
-//! transcoding; a versioned bucket keeps no noncurrent generations; projects and IAM are not
-//! modelled (every token may do everything).
+//! multipart request), listing with a `delimiter` (501), compose, copy, ACLs, customer-supplied
+//! encryption, gzip transcoding, soft delete, retention policies, lifecycle actions (rules are
+//! stored, never run); projects and IAM are not modelled beyond foreign buckets (every token may
+//! do everything to every other bucket).
 //!
 //! Corruption, for the tests of integrity checks: [`FakeGcs::put_raw`] and [`FakeGcs::truncate`]
 //! change an object's stored bytes but keep what was recorded when it was written (generation,
@@ -72,6 +86,8 @@ pub struct FakeObject {
     pub crc32c: u32,
     /// The size recorded at the write.
     pub size: u64,
+    /// Whether this is the live generation (not a noncurrent one kept by versioning).
+    pub live: bool,
 }
 
 /// The running fake: a server on its own thread and runtime, and its state for inspection.
@@ -128,13 +144,24 @@ impl FakeGcs {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Creates an empty bucket (as `POST /storage/v1/b` would, in project `anycloud-test`); an
-    /// existing bucket is left as it is.
+    /// Creates an empty bucket (as `POST /storage/v1/b` would, in project `anycloud-test`, with
+    /// no settings: not versioned); an existing bucket is left as it is.
     pub fn create_bucket(&self, name: &str) {
         let mut fake = self.lock();
         if !fake.buckets.contains_key(name) {
             let resource = bucket_resource(&fake.endpoint, "anycloud-test", name, &json!({}));
-            fake.buckets.insert(name.to_owned(), FakeBucket { resource, objects: BTreeMap::new() });
+            fake.buckets.insert(name.to_owned(), FakeBucket::new(resource, false));
+        }
+    }
+
+    /// Creates an empty bucket in another project, whose IAM grants the callers of this fake
+    /// nothing: every call on it answers 403, and an insert of its name 409 (bucket names are
+    /// global). An existing bucket is left as it is.
+    pub fn create_foreign_bucket(&self, name: &str) {
+        let mut fake = self.lock();
+        if !fake.buckets.contains_key(name) {
+            let resource = bucket_resource(&fake.endpoint, "someone-else", name, &json!({}));
+            fake.buckets.insert(name.to_owned(), FakeBucket::new(resource, true));
         }
     }
 
@@ -143,20 +170,32 @@ impl FakeGcs {
         self.lock().buckets.contains_key(name)
     }
 
-    /// The bucket's objects, by name; empty if there is no such bucket.
+    /// The bucket's resource (`storage#bucket`, as `GET /storage/v1/b/{bucket}` answers it);
+    /// `None` if there is no such bucket.
+    pub fn bucket(&self, name: &str) -> Option<Value> {
+        self.lock().buckets.get(name).map(|b| b.resource.clone())
+    }
+
+    /// The bucket's live objects, by name; empty if there is no such bucket.
     pub fn objects(&self, bucket: &str) -> Vec<FakeObject> {
+        self.lock()
+            .buckets
+            .get(bucket)
+            .map_or_else(Vec::new, |b| b.objects.iter().map(|(name, o)| o.fake_object(name, true)).collect())
+    }
+
+    /// Every generation the bucket holds, live and noncurrent, by name then generation; empty if
+    /// there is no such bucket.
+    pub fn generations(&self, bucket: &str) -> Vec<FakeObject> {
         self.lock().buckets.get(bucket).map_or_else(Vec::new, |b| {
-            b.objects
-                .iter()
-                .map(|(name, o)| FakeObject {
-                    name: name.clone(),
-                    generation: o.generation,
-                    bytes: o.bytes.clone(),
-                    crc32c: o.crc32c,
-                    size: o.size,
-                })
-                .collect()
+            b.generations().into_iter().map(|(name, o, live)| o.fake_object(name, live)).collect()
         })
+    }
+
+    /// The most items one page of an object list holds (GCS's default, and the fake's, is 1000;
+    /// a request's smaller `maxResults` wins).
+    pub fn set_list_page_size(&self, items: usize) {
+        self.lock().list_page_size = items.max(1);
     }
 
     /// Replaces the stored bytes of an object, keeping its recorded generation, size and hashes
@@ -231,11 +270,47 @@ struct Fake {
     last_generation: i64,
     requests: Vec<String>,
     faults: Vec<Fault>,
+    list_page_size: usize,
 }
 
 struct FakeBucket {
     resource: Value,
+    /// The live generation of each object.
     objects: BTreeMap<String, StoredObject>,
+    /// Generations replaced or deleted while versioning was on, by name and generation.
+    noncurrent: BTreeMap<(String, i64), StoredObject>,
+    /// In another project whose IAM grants this fake's callers nothing.
+    foreign: bool,
+}
+
+impl FakeBucket {
+    fn new(resource: Value, foreign: bool) -> Self {
+        Self { resource, objects: BTreeMap::new(), noncurrent: BTreeMap::new(), foreign }
+    }
+
+    fn versioned(&self) -> bool {
+        self.resource["versioning"]["enabled"] == true
+    }
+
+    /// Ends the live generation of `name` (replaced or deleted): kept as noncurrent if the
+    /// bucket is versioned, gone otherwise.
+    fn retire(&mut self, name: &str) {
+        if let Some(mut object) = self.objects.remove(name)
+            && self.versioned()
+        {
+            object.deleted = Some(SystemTime::now());
+            self.noncurrent.insert((name.to_owned(), object.generation), object);
+        }
+    }
+
+    /// Every generation, live or not, by name then generation, with whether it is live.
+    fn generations(&self) -> Vec<(&str, &StoredObject, bool)> {
+        let live = self.objects.iter().map(|(name, o)| (name.as_str(), o, true));
+        let noncurrent = self.noncurrent.iter().map(|((name, _), o)| (name.as_str(), o, false));
+        let mut all: Vec<_> = live.chain(noncurrent).collect();
+        all.sort_by_key(|(name, o, _)| (*name, o.generation));
+        all
+    }
 }
 
 struct StoredObject {
@@ -247,6 +322,8 @@ struct StoredObject {
     crc32c: u32,
     md5: [u8; 16],
     created: SystemTime,
+    /// When it stopped being live (noncurrent generations only).
+    deleted: Option<SystemTime>,
 }
 
 impl StoredObject {
@@ -259,6 +336,18 @@ impl StoredObject {
             generation,
             content_type: content_type.unwrap_or_else(|| "application/octet-stream".to_owned()),
             created: SystemTime::now(),
+            deleted: None,
+        }
+    }
+
+    fn fake_object(&self, name: &str, live: bool) -> FakeObject {
+        FakeObject {
+            name: name.to_owned(),
+            generation: self.generation,
+            bytes: self.bytes.clone(),
+            crc32c: self.crc32c,
+            size: self.size,
+            live,
         }
     }
 
@@ -286,7 +375,7 @@ impl StoredObject {
     fn resource(&self, endpoint: &str, bucket: &str, name: &str) -> Value {
         let created = rfc3339(self.created);
         let encoded = percent_encode(name);
-        json!({
+        let mut resource = json!({
             "kind": "storage#object",
             "id": format!("{bucket}/{name}/{}", self.generation),
             "selfLink": format!("{endpoint}/storage/v1/b/{bucket}/o/{encoded}"),
@@ -305,13 +394,24 @@ impl StoredObject {
             "updated": created,
             "timeStorageClassUpdated": created,
             "timeFinalized": created,
-        })
+        });
+        if let Some(deleted) = self.deleted {
+            resource["timeDeleted"] = json!(rfc3339(deleted));
+        }
+        resource
     }
 }
 
 impl Fake {
     fn new(endpoint: String) -> Self {
-        Self { endpoint, buckets: BTreeMap::new(), last_generation: 0, requests: Vec::new(), faults: Vec::new() }
+        Self {
+            endpoint,
+            buckets: BTreeMap::new(),
+            last_generation: 0,
+            requests: Vec::new(),
+            faults: Vec::new(),
+            list_page_size: 1000,
+        }
     }
 
     /// The clock in microseconds, or one more than the last generation if the clock has not moved.
@@ -389,6 +489,53 @@ fn unauthenticated(message: &str) -> Response {
     (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response()
 }
 
+/// The IAM permission a call on an existing bucket or its objects needs; `None` for other paths.
+fn permission(method: &Method, segments: &[&str]) -> Option<&'static str> {
+    let in_bucket = match segments {
+        ["upload", "storage", "v1", "b", _, "o"] => return Some("storage.objects.create"),
+        ["storage", "v1", "b", _, rest @ ..] => rest,
+        _ => return None,
+    };
+    Some(match (in_bucket, method.as_str()) {
+        ([], "GET") => "storage.buckets.get",
+        ([], "PATCH") => "storage.buckets.update",
+        ([], "DELETE") => "storage.buckets.delete",
+        (["o"], "GET") => "storage.objects.list",
+        (["o", _], "DELETE") => "storage.objects.delete",
+        (["o", _], _) => "storage.objects.get",
+        _ => return None,
+    })
+}
+
+/// GCS's 403 for a caller without `permission` on a bucket or its objects.
+fn forbidden(caller: &str, permission: &str) -> Response {
+    let resource = if permission.starts_with("storage.buckets.") { "bucket" } else { "object" };
+    error(
+        403,
+        "forbidden",
+        &format!(
+            "{caller} does not have {permission} access to the Google Cloud Storage {resource}. Permission \
+             '{permission}' denied on resource (or it may not exist)."
+        ),
+    )
+}
+
+/// Who a request runs as: the issuer of its bearer JWT (a service account's email), as GCS
+/// names the caller in a 403.
+fn caller(headers: &HeaderMap) -> String {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let claims = token
+        .split('.')
+        .nth(1)
+        .and_then(|claims| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(claims).ok())
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+    claims.and_then(|c| c["iss"].as_str().map(str::to_owned)).unwrap_or_else(|| "The caller".to_owned())
+}
+
 /// The single handler: routes by path, after authentication and fault injection.
 async fn handle(
     State(state): State<Arc<Mutex<Fake>>>,
@@ -409,7 +556,7 @@ async fn handle(
     if !bearer {
         return unauthenticated("Anonymous caller does not have storage access. Login Required.");
     }
-    let mutating = method == Method::POST || method == Method::DELETE;
+    let mutating = method == Method::POST || method == Method::PATCH || method == Method::DELETE;
     let mut lose = false;
     if let Some(fault) = fake.faults.iter_mut().find(|f| f.remaining > 0 && (mutating || !f.lose)) {
         fault.remaining -= 1;
@@ -428,11 +575,19 @@ async fn handle(
         return invalid("Invalid percent-encoding in the request path.");
     };
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    if let Some(permission) = permission(&method, &segments)
+        && let ["upload", "storage", "v1", "b", bucket, ..] | ["storage", "v1", "b", bucket, ..] = segments.as_slice()
+        && fake.buckets.get(*bucket).is_some_and(|b| b.foreign)
+    {
+        return forbidden(&caller(&headers), permission);
+    }
     let get = method == Method::GET;
     let post = method == Method::POST;
+    let patch = method == Method::PATCH;
     let delete = method == Method::DELETE;
     let response = match segments.as_slice() {
         ["upload", "storage", "v1", "b", bucket, "o"] if post => upload(&mut fake, bucket, &query, &headers, &body),
+        ["storage", "v1", "b", bucket, "o"] if get => list_objects(&fake, bucket, &query),
         ["storage", "v1", "b", bucket, "o", name] if get => read(&fake, bucket, name, &query, &headers),
         ["storage", "v1", "b", bucket, "o", name] if delete => delete_object(&mut fake, bucket, name, &query),
         ["storage", "v1", "b"] if post => insert_bucket(&mut fake, &query, &body),
@@ -440,6 +595,8 @@ async fn handle(
             Some(b) => ok(b.resource.clone()),
             None => no_such_bucket(),
         },
+        ["storage", "v1", "b", bucket] if patch => patch_bucket(&mut fake, bucket, &query, &body),
+        ["storage", "v1", "b", bucket] if delete => delete_bucket(&mut fake, bucket),
         _ => error(404, "notFound", "Not Found"),
     };
     if lose && response.status().is_success() {
@@ -538,6 +695,7 @@ fn upload(
     let endpoint = fake.endpoint.clone();
     let resource = object.resource(&endpoint, bucket, &name);
     if let Some(stored) = fake.buckets.get_mut(bucket) {
+        stored.retire(&name);
         stored.objects.insert(name, object);
     }
     ok(resource)
@@ -547,14 +705,17 @@ fn read(fake: &Fake, bucket: &str, name: &str, query: &HashMap<String, String>, 
     let Some(stored) = fake.buckets.get(bucket) else {
         return no_such_bucket();
     };
-    let object = stored.objects.get(name);
-    let wanted_generation = match query.get("generation").map(|g| g.parse::<i64>()) {
-        None => None,
-        Some(Ok(generation)) => Some(generation),
-        Some(Err(_)) => return invalid("Invalid argument for generation"),
+    let object = match query_generation(query) {
+        Ok(None) => stored.objects.get(name),
+        // The live generation, or one versioning kept.
+        Ok(Some(wanted)) => stored
+            .objects
+            .get(name)
+            .filter(|o| o.generation == wanted)
+            .or_else(|| stored.noncurrent.get(&(name.to_owned(), wanted))),
+        Err(response) => return response,
     };
-    // Only the live generation is kept: asking for another is asking for a deleted one.
-    let Some(object) = object.filter(|o| wanted_generation.is_none_or(|g| g == o.generation)) else {
+    let Some(object) = object else {
         return no_such_object(bucket, name);
     };
     if let Err(response) = check_generation(query, Some(object.generation)) {
@@ -620,18 +781,94 @@ fn byte_range(range: &str, total: usize) -> Option<(usize, usize)> {
     (start <= end).then_some((start, end))
 }
 
+/// Without `generation=`, ends the live generation (kept as noncurrent in a versioned bucket);
+/// with it, deletes that generation, live or noncurrent, for good.
 fn delete_object(fake: &mut Fake, bucket: &str, name: &str, query: &HashMap<String, String>) -> Response {
     let Some(stored) = fake.buckets.get_mut(bucket) else {
         return no_such_bucket();
     };
-    let Some(object) = stored.objects.get(name) else {
+    let live = stored.objects.get(name).map(|o| o.generation);
+    let target = match query_generation(query) {
+        Ok(None) => live,
+        Ok(Some(wanted)) if live == Some(wanted) || stored.noncurrent.contains_key(&(name.to_owned(), wanted)) => {
+            Some(wanted)
+        }
+        Ok(Some(_)) => None,
+        Err(response) => return response,
+    };
+    let Some(target) = target else {
         return no_such_object(bucket, name);
     };
-    if let Err(response) = check_generation(query, Some(object.generation)) {
+    if let Err(response) = check_generation(query, Some(target)) {
         return response;
     }
-    stored.objects.remove(name);
+    if query.contains_key("generation") {
+        if live == Some(target) {
+            stored.objects.remove(name);
+        } else {
+            stored.noncurrent.remove(&(name.to_owned(), target));
+        }
+    } else {
+        stored.retire(name);
+    }
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// The `generation=` of a request, if any; `Err` is the response to a malformed one.
+fn query_generation(query: &HashMap<String, String>) -> Result<Option<i64>, Response> {
+    match query.get("generation").map(|g| g.parse::<i64>()) {
+        None => Ok(None),
+        Some(Ok(generation)) => Ok(Some(generation)),
+        Some(Err(_)) => Err(invalid("Invalid argument for generation")),
+    }
+}
+
+/// `GET /storage/v1/b/{bucket}/o`: one page of object resources, by name then generation.
+fn list_objects(fake: &Fake, bucket: &str, query: &HashMap<String, String>) -> Response {
+    let Some(stored) = fake.buckets.get(bucket) else {
+        return no_such_bucket();
+    };
+    if query.contains_key("delimiter") {
+        return error(501, "notImplemented", "The fake does not list with a delimiter.");
+    }
+    let versions = query.get("versions").is_some_and(|v| v == "true");
+    let prefix = query.get("prefix").map_or("", String::as_str);
+    let page_size = match query.get("maxResults").map(|m| m.parse::<usize>()) {
+        None => fake.list_page_size,
+        Some(Ok(max)) if max > 0 => max.min(fake.list_page_size),
+        Some(_) => return invalid("Invalid argument for maxResults"),
+    };
+    // GCS's tokens are opaque; this one is where the last page stopped, as `name/generation`.
+    let after = match query.get("pageToken").filter(|t| !t.is_empty()) {
+        None => None,
+        Some(token) => match page_token_position(token) {
+            Some(position) => Some(position),
+            None => return invalid("Invalid page token."),
+        },
+    };
+    let mut listed = stored
+        .generations()
+        .into_iter()
+        .filter(|(name, _, live)| (versions || *live) && name.starts_with(prefix))
+        .filter(|(name, o, _)| after.as_ref().is_none_or(|(n, g)| (*name, o.generation) > (n.as_str(), *g)));
+    let page: Vec<_> = listed.by_ref().take(page_size).collect();
+    let mut body = json!({"kind": "storage#objects"});
+    if listed.next().is_some()
+        && let Some((name, o, _)) = page.last()
+    {
+        body["nextPageToken"] = json!(BASE64.encode(format!("{}/{name}", o.generation)));
+    }
+    if !page.is_empty() {
+        body["items"] = page.iter().map(|(name, o, _)| o.resource(&fake.endpoint, bucket, name)).collect();
+    }
+    ok(body)
+}
+
+/// Where a page token says the last page stopped: the last name and generation listed.
+fn page_token_position(token: &str) -> Option<(String, i64)> {
+    let text = String::from_utf8(BASE64.decode(token).ok()?).ok()?;
+    let (generation, name) = text.split_once('/')?;
+    Some((name.to_owned(), generation.parse().ok()?))
 }
 
 fn insert_bucket(fake: &mut Fake, query: &HashMap<String, String>, body: &Bytes) -> Response {
@@ -645,16 +882,108 @@ fn insert_bucket(fake: &mut Fake, query: &HashMap<String, String>, body: &Bytes)
     if !valid_bucket_name(name) {
         return invalid(&format!("Invalid bucket name: '{name}'"));
     }
-    if fake.buckets.contains_key(name) {
-        return error(
-            409,
-            "conflict",
-            "Your previous request to create the named bucket succeeded and you already own it.",
-        );
+    match fake.buckets.get(name) {
+        Some(existing) if existing.foreign => {
+            return error(
+                409,
+                "conflict",
+                "The requested bucket name is not available. The bucket namespace is shared by all users of the \
+                 system. Please select a different name and try again.",
+            );
+        }
+        Some(_) => {
+            return error(
+                409,
+                "conflict",
+                "Your previous request to create the named bucket succeeded and you already own it.",
+            );
+        }
+        None => {}
     }
     let resource = bucket_resource(&fake.endpoint, project, name, &body);
-    fake.buckets.insert(name.to_owned(), FakeBucket { resource: resource.clone(), objects: BTreeMap::new() });
+    fake.buckets.insert(name.to_owned(), FakeBucket::new(resource.clone(), false));
     ok(resource)
+}
+
+/// The bucket fields a patch may change (the fake's share of them).
+const PATCHABLE: [&str; 4] = ["versioning", "iamConfiguration", "labels", "lifecycle"];
+
+/// `PATCH /storage/v1/b/{bucket}`: the given settings merged in, a new metageneration.
+fn patch_bucket(fake: &mut Fake, bucket: &str, query: &HashMap<String, String>, body: &Bytes) -> Response {
+    let Some(stored) = fake.buckets.get_mut(bucket) else {
+        return no_such_bucket();
+    };
+    let metageneration = stored.resource["metageneration"].as_str().and_then(|m| m.parse::<u64>().ok()).unwrap_or(1);
+    if let Some(wanted) = query.get("ifMetagenerationMatch") {
+        match wanted.parse::<u64>() {
+            Ok(wanted) if wanted == metageneration => {}
+            Ok(_) => return condition_not_met(),
+            Err(_) => return invalid(&format!("Invalid argument for ifMetagenerationMatch: '{wanted}'")),
+        }
+    }
+    let Ok(patch) = serde_json::from_slice::<Value>(body) else {
+        return error(400, "parseError", "Parse Error");
+    };
+    for field in PATCHABLE {
+        if let Some(value) = patch.get(field) {
+            merge(&mut stored.resource[field], value);
+        }
+    }
+    mirror_bucket_policy_only(&mut stored.resource);
+    let metageneration = metageneration + 1;
+    stored.resource["metageneration"] = json!(metageneration.to_string());
+    stored.resource["etag"] = json!(bucket_etag(metageneration));
+    stored.resource["updated"] = json!(rfc3339(SystemTime::now()));
+    ok(stored.resource.clone())
+}
+
+/// `DELETE /storage/v1/b/{bucket}`: only an empty bucket (no generation left, live or not).
+fn delete_bucket(fake: &mut Fake, bucket: &str) -> Response {
+    let Some(stored) = fake.buckets.get(bucket) else {
+        return no_such_bucket();
+    };
+    if !stored.objects.is_empty() || !stored.noncurrent.is_empty() {
+        return error(409, "conflict", "The bucket you tried to delete is not empty.");
+    }
+    fake.buckets.remove(bucket);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// Google's patch semantics: an object is merged field by field (`null` removes one), anything
+/// else (a list included) replaces what was there.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else {
+                    merge(target.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (target, patch) => *target = patch.clone(),
+    }
+}
+
+/// `bucketPolicyOnly` is the old name of `uniformBucketLevelAccess`: GCS answers both, alike.
+fn mirror_bucket_policy_only(resource: &mut Value) {
+    let uniform = resource["iamConfiguration"]["uniformBucketLevelAccess"].clone();
+    if !uniform.is_null() {
+        resource["iamConfiguration"]["bucketPolicyOnly"] = uniform;
+    }
+}
+
+/// A bucket's etag at a metageneration: base64 of the metageneration's varint after `0x08`.
+fn bucket_etag(metageneration: u64) -> String {
+    let mut bytes = vec![0x08];
+    let mut rest = metageneration;
+    while rest >= 0x80 {
+        bytes.push((rest as u8 & 0x7f) | 0x80);
+        rest >>= 7;
+    }
+    bytes.push(rest as u8);
+    BASE64.encode(bytes)
 }
 
 fn bucket_resource(endpoint: &str, project: &str, name: &str, body: &Value) -> Value {
@@ -670,7 +999,7 @@ fn bucket_resource(endpoint: &str, project: &str, name: &str, body: &Value) -> V
         "metageneration": "1",
         "location": body["location"].as_str().unwrap_or("US"),
         "storageClass": body["storageClass"].as_str().unwrap_or("STANDARD"),
-        "etag": "CAE=",
+        "etag": bucket_etag(1),
         "timeCreated": created,
         "updated": created,
         "iamConfiguration": {
@@ -680,11 +1009,12 @@ fn bucket_resource(endpoint: &str, project: &str, name: &str, body: &Value) -> V
         },
         "locationType": "multi-region",
     });
-    for field in ["versioning", "iamConfiguration", "labels", "lifecycle"] {
-        if !body[field].is_null() {
-            resource[field] = body[field].clone();
+    for field in PATCHABLE {
+        if let Some(value) = body.get(field) {
+            merge(&mut resource[field], value);
         }
     }
+    mirror_bucket_policy_only(&mut resource);
     resource
 }
 

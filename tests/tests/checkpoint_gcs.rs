@@ -1,16 +1,19 @@
 //! The checkpoint's GCS bucket (`GcsBucket`) against the fake Cloud Storage server: the four
 //! bucket calls, their conditional writes, how failures map to `BucketError`, which calls the
-//! crate retries, and that corrupted bytes are an error rather than an answer. Everything goes
+//! crate retries, that corrupted bytes are an error rather than an answer, and the bucket's own
+//! making (`ensure`) and removal (`destroy`). Everything goes
 //! through google-cloud-storage with the test service-account key (a JWT it signs locally); what
 //! is asserted of the bucket's state is asked of the fake, not of `GcsBucket`.
 #![allow(clippy::unwrap_used)]
 
 use std::io::{Read, Write};
 
+use anycloud_checkpoint::provision::{Made, NONCURRENT_DAYS};
 use anycloud_checkpoint::{Bucket, BucketError, BucketUrl, GcsBucket, Version};
 use anycloud_tests::fake_gcs::FakeGcs;
-use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, service_account_json};
+use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use axum::body::Bytes;
+use serde_json::json;
 
 const BUCKET: &str = "team-api-state";
 /// A key with `/`s, as the checkpoint's prefixed keys are: the crate sends it as `%2F`.
@@ -316,4 +319,223 @@ async fn the_fake_wants_a_bearer_token_and_creates_buckets_as_the_json_api_does(
     let (status, body) = raw(&fake, "GET", "/storage/v1/b/other-bucket", bearer, "");
     assert_eq!(status, 404);
     assert!(body.contains("The specified bucket does not exist."), "{body}");
+}
+
+/// The lifecycle rule every checkpoint bucket gets: noncurrent generations expire.
+fn expiry_rule() -> serde_json::Value {
+    json!({"action": {"type": "Delete"}, "condition": {"daysSinceNoncurrentTime": NONCURRENT_DAYS, "isLive": false}})
+}
+
+/// Asserts the bucket is versioned, private and expiring noncurrent generations.
+fn assert_versioned_and_private(fake: &FakeGcs, name: &str) -> serde_json::Value {
+    let resource = fake.bucket(name).unwrap();
+    assert_eq!(resource["versioning"]["enabled"], true, "{resource}");
+    assert_eq!(resource["iamConfiguration"]["uniformBucketLevelAccess"]["enabled"], true, "{resource}");
+    assert_eq!(resource["iamConfiguration"]["publicAccessPrevention"], "enforced", "{resource}");
+    let rules = resource["lifecycle"]["rule"].as_array().unwrap();
+    assert!(rules.contains(&expiry_rule()), "{resource}");
+    resource
+}
+
+#[tokio::test]
+async fn ensure_creates_a_versioned_private_bucket_and_a_second_ensure_adopts_it_unchanged() {
+    let fake = FakeGcs::start().await;
+    let bucket = gcs_bucket(&fake, BUCKET).await;
+    assert_eq!(bucket.ensure().await.unwrap(), Made::Created);
+    let created = assert_versioned_and_private(&fake, BUCKET);
+    assert_eq!(created["lifecycle"]["rule"], json!([expiry_rule()]));
+    // Created in the key's project, in one request.
+    assert_eq!(requests(&fake, "POST"), vec![format!("POST /storage/v1/b?project={PROJECT}")]);
+
+    assert_eq!(bucket.ensure().await.unwrap(), Made::Adopted);
+    assert_eq!(fake.bucket(BUCKET), Some(created), "not even the metageneration changed");
+    assert_eq!(requests(&fake, "POST").len(), 1);
+    assert_eq!(requests(&fake, "PATCH"), Vec::<String>::new());
+
+    // The checkpoint's calls work on it, and versioning keeps what a replace replaced.
+    let v1 = bucket.create(KEY, payload(1, 10)).await.unwrap();
+    bucket.replace(KEY, payload(2, 10), &v1).await.unwrap();
+    let generations = fake.generations(BUCKET);
+    assert_eq!(
+        generations.iter().map(|o| (o.live, o.bytes.clone())).collect::<Vec<_>>(),
+        [(false, payload(1, 10)), (true, payload(2, 10))]
+    );
+}
+
+#[tokio::test]
+async fn ensure_makes_an_adopted_bucket_versioned_and_private_keeping_its_own_rules() {
+    let fake = FakeGcs::start().await;
+    let theirs = json!({"action": {"type": "SetStorageClass", "storageClass": "NEARLINE"}, "condition": {"age": 90}});
+    let insert = json!({"name": BUCKET, "labels": {"team": "a"}, "lifecycle": {"rule": [theirs]}}).to_string();
+    let (status, body) = raw(&fake, "POST", &format!("/storage/v1/b?project={PROJECT}"), Some("Bearer t"), &insert);
+    assert_eq!(status, 200, "{body}");
+    let bucket = gcs_bucket(&fake, BUCKET).await;
+
+    assert_eq!(bucket.ensure().await.unwrap(), Made::Adopted);
+    let adopted = assert_versioned_and_private(&fake, BUCKET);
+    assert_eq!(adopted["lifecycle"]["rule"], json!([theirs, expiry_rule()]), "the owner's rule is kept");
+    assert_eq!(adopted["labels"], json!({"team": "a"}));
+    // One patch, conditional on the settings it read.
+    assert_eq!(requests(&fake, "PATCH"), vec![format!("PATCH /storage/v1/b/{BUCKET}?ifMetagenerationMatch=1")]);
+    assert_eq!(requests(&fake, "POST /storage").len(), 1, "the test's insert only");
+
+    assert_eq!(bucket.ensure().await.unwrap(), Made::Adopted);
+    assert_eq!(fake.bucket(BUCKET), Some(adopted));
+    assert_eq!(requests(&fake, "PATCH").len(), 1);
+}
+
+#[tokio::test]
+async fn ensure_on_a_bucket_these_credentials_may_not_use_is_refused() {
+    let fake = FakeGcs::start().await;
+    fake.create_foreign_bucket(BUCKET);
+    let before = fake.bucket(BUCKET);
+    let bucket = gcs_bucket(&fake, BUCKET).await;
+    let err = bucket.ensure().await.unwrap_err();
+    let BucketError::Refused(message) = &err else { panic!("{err:?}") };
+    assert!(
+        message.contains(&format!("gs://{BUCKET}"))
+            && message.contains(CLIENT_EMAIL)
+            && message.contains("HTTP 403")
+            && message.contains("name another bucket"),
+        "{message}"
+    );
+    assert_eq!(fake.bucket(BUCKET), before, "nothing changed");
+    assert_eq!(requests(&fake, "POST"), Vec::<String>::new());
+    assert_eq!(requests(&fake, "PATCH"), Vec::<String>::new());
+    // destroy may not touch it either.
+    let err = bucket.destroy().await.unwrap_err();
+    assert!(matches!(&err, BucketError::Refused(m) if m.contains("HTTP 403")), "{err:?}");
+    assert!(fake.bucket_exists(BUCKET));
+}
+
+/// A bucket made by someone between `ensure`'s look (404) and its create (409): adopted when
+/// these credentials can use it, refused when the name went to another project.
+#[tokio::test]
+async fn a_bucket_made_between_the_look_and_the_create_is_looked_at_again() {
+    let fake = FakeGcs::start().await;
+    fake.create_bucket(BUCKET);
+    fake.fail_next(1, 404);
+    let bucket = gcs_bucket(&fake, BUCKET).await;
+    assert_eq!(bucket.ensure().await.unwrap(), Made::Adopted);
+    assert_versioned_and_private(&fake, BUCKET);
+    let calls: Vec<String> = fake.requests().into_iter().map(|r| r.split('?').next().unwrap().to_owned()).collect();
+    let at = format!("/storage/v1/b/{BUCKET}");
+    assert_eq!(
+        calls,
+        [format!("GET {at}"), "POST /storage/v1/b".to_owned(), format!("GET {at}"), format!("PATCH {at}")]
+    );
+
+    let taken = "taken-by-another-project";
+    fake.create_foreign_bucket(taken);
+    fake.fail_next(1, 404);
+    let err = gcs_bucket(&fake, taken).await.ensure().await.unwrap_err();
+    assert!(matches!(&err, BucketError::Refused(m) if m.contains("name another bucket")), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_key_that_names_no_project_adopts_but_cannot_create() {
+    let fake = FakeGcs::start().await;
+    let mut key: serde_json::Value = serde_json::from_str(&service_account_json()).unwrap();
+    key["project_id"] = "".into();
+    let url = BucketUrl::parse(&format!("gs://{BUCKET}")).unwrap();
+    let bucket = GcsBucket::new(&url, Some(&key.to_string()), Some(&fake.endpoint())).await.unwrap();
+    let err = bucket.ensure().await.unwrap_err();
+    let BucketError::Refused(message) = &err else { panic!("{err:?}") };
+    assert!(message.contains("does not exist") && message.contains("service-account key"), "{message}");
+    assert_eq!(requests(&fake, "POST"), Vec::<String>::new());
+
+    fake.create_bucket(BUCKET);
+    assert_eq!(bucket.ensure().await.unwrap(), Made::Adopted);
+    assert_versioned_and_private(&fake, BUCKET);
+}
+
+#[tokio::test]
+async fn destroy_deletes_every_generation_then_the_bucket() {
+    let fake = FakeGcs::start().await;
+    // Two items a page: five generations take three pages.
+    fake.set_list_page_size(2);
+    let bucket = gcs_bucket(&fake, BUCKET).await;
+    bucket.ensure().await.unwrap();
+    let v1 = bucket.create(KEY, payload(1, 10)).await.unwrap();
+    let v2 = bucket.replace(KEY, payload(2, 10), &v1).await.unwrap();
+    bucket.replace(KEY, payload(3, 10), &v2).await.unwrap();
+    let wal = "apis/team/wal/0001";
+    bucket.create(wal, payload(4, 10)).await.unwrap();
+    bucket.delete(&[wal.to_owned()]).await.unwrap();
+    bucket.create("apis/other/snapshot.db", payload(5, 10)).await.unwrap();
+    let generations = fake.generations(BUCKET);
+    assert_eq!((generations.len(), generations.iter().filter(|o| o.live).count()), (5, 2), "{generations:?}");
+
+    assert_eq!(bucket.destroy().await.unwrap(), 5);
+    assert!(!fake.bucket_exists(BUCKET));
+    let lists = requests(&fake, &format!("GET /storage/v1/b/{BUCKET}/o?"));
+    assert_eq!(lists.len(), 3, "{lists:?}");
+    assert!(lists.iter().all(|l| l.contains("versions=true")) && lists[1].contains("pageToken="), "{lists:?}");
+    let deletes = requests(&fake, &format!("DELETE /storage/v1/b/{BUCKET}/o/"));
+    assert_eq!(deletes.len(), 5 + 1, "the checkpoint's own delete, then one per generation: {deletes:?}");
+    assert!(deletes[1..].iter().all(|d| d.contains("?generation=")), "{deletes:?}");
+    assert_eq!(requests(&fake, "DELETE").last(), Some(&format!("DELETE /storage/v1/b/{BUCKET}")));
+
+    // Already gone.
+    assert_eq!(bucket.destroy().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_failed_destroy_can_be_run_again() {
+    let fake = FakeGcs::start().await;
+    let bucket = gcs_bucket(&fake, BUCKET).await;
+    bucket.ensure().await.unwrap();
+    bucket.create(KEY, payload(1, 10)).await.unwrap();
+    bucket.create("apis/team/wal/0001", payload(2, 10)).await.unwrap();
+    // The list fails; then the first delete takes effect but its answer is lost.
+    fake.fail_next(1, 503);
+    let err = bucket.destroy().await.unwrap_err();
+    assert!(matches!(&err, BucketError::Failed(m) if m.contains("503")), "{err:?}");
+    fake.lose_next(1);
+    assert!(matches!(bucket.destroy().await, Err(BucketError::Failed(_))));
+    assert_eq!(fake.generations(BUCKET).len(), 1, "the lost delete took effect");
+    assert_eq!(bucket.destroy().await.unwrap(), 1);
+    assert!(!fake.bucket_exists(BUCKET));
+}
+
+#[tokio::test]
+async fn the_fake_patches_lists_and_deletes_buckets_as_the_json_api_does() {
+    let fake = FakeGcs::start().await;
+    let bearer = Some("Bearer test-token");
+    fake.create_bucket(BUCKET);
+    let at = format!("/storage/v1/b/{BUCKET}");
+    let (status, body) = raw(&fake, "PATCH", &format!("{at}?ifMetagenerationMatch=2"), bearer, "{}");
+    assert_eq!(status, 412, "{body}");
+    let patch = r#"{"versioning":{"enabled":true},"iamConfiguration":{"publicAccessPrevention":"enforced"}}"#;
+    let (status, body) = raw(&fake, "PATCH", &format!("{at}?ifMetagenerationMatch=1"), bearer, patch);
+    assert_eq!(status, 200, "{body}");
+    let resource: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((resource["kind"].as_str(), resource["metageneration"].as_str()), (Some("storage#bucket"), Some("2")));
+    // Merged field by field: the uniform access setting the patch did not name is still there.
+    assert_eq!(resource["iamConfiguration"]["uniformBucketLevelAccess"]["enabled"], false);
+    assert_eq!(resource["iamConfiguration"]["publicAccessPrevention"], "enforced");
+
+    let (status, body) = raw(&fake, "GET", &format!("{at}/o"), bearer, "");
+    assert_eq!(
+        (status, serde_json::from_str::<serde_json::Value>(&body).unwrap()),
+        (200, json!({"kind": "storage#objects"}))
+    );
+    fake.put_raw(BUCKET, KEY, payload(1, 10));
+    let (status, body) = raw(&fake, "DELETE", &at, bearer, "");
+    assert_eq!(status, 409, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], 409);
+    let (status, body) = raw(&fake, "DELETE", &format!("{at}/o/apis%2Fteam%2Fsnapshot.db"), bearer, "");
+    assert_eq!(status, 204, "{body}");
+    let (status, body) = raw(&fake, "GET", &format!("{at}/o?versions=true"), bearer, "");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((status, page["items"][0]["name"].as_str()), (200, Some(KEY)), "kept as noncurrent: {body}");
+    assert!(page["items"][0]["timeDeleted"].is_string(), "{body}");
+    let generation = page["items"][0]["generation"].as_str().unwrap();
+    let (status, _) =
+        raw(&fake, "DELETE", &format!("{at}/o/apis%2Fteam%2Fsnapshot.db?generation={generation}"), bearer, "");
+    assert_eq!(status, 204);
+    let (status, _) = raw(&fake, "DELETE", &at, bearer, "");
+    assert_eq!(status, 204);
+    assert!(!fake.bucket_exists(BUCKET));
 }
