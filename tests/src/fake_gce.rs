@@ -893,6 +893,7 @@ fn insert_instance(
         }],
         "metadata": metadata,
         "tags": {"items": tags, "fingerprint": fingerprint()},
+        "serviceAccounts": body["serviceAccounts"].as_array().cloned().unwrap_or_default(),
         "scheduling": {"onHostMaintenance": "MIGRATE", "automaticRestart": true, "preemptible": false, "provisioningModel": "STANDARD"},
         "cpuPlatform": "Unknown CPU Platform",
         "labels": labels,

@@ -329,3 +329,51 @@ fn faults_are_retryable_and_quota_is_terminal() {
     assert!(fake.instances(PROJECT).is_empty());
     assert!(fake.firewalls(PROJECT).is_empty());
 }
+
+#[test]
+fn a_hosted_apis_vm_gets_its_port_and_acts_as_the_credentials_service_account() {
+    let fake = FakeGce::start();
+    block_on(async {
+        let cloud = cloud(&fake).await;
+        let owner = "api-0123456789ab";
+        let prefix = format!("ac-{}", "api0123456789ab".chars().take(12).collect::<String>());
+        let placement = cloud.placement(owner, "us-central1", "e2-standard-2").await.unwrap();
+        let network = cloud.ensure_api_network(&placement, 8443).await.unwrap();
+        assert_eq!(cloud.ensure_api_network(&placement, 8443).await.unwrap(), network);
+        let rules = fake.firewalls(PROJECT);
+        assert_eq!(names(&rules), vec![format!("{prefix}-https")]);
+        assert_eq!(rules[0]["allowed"], serde_json::json!([{"IPProtocol": "tcp", "ports": ["8443"]}]));
+        assert_eq!(rules[0]["targetTags"], serde_json::json!([prefix]));
+
+        let identity = cloud.ensure_vm_identity(owner, "gs://team-api-state/").await.unwrap();
+        assert_eq!(identity, CLIENT_EMAIL);
+        let mut launch = spec(&placement, &network, "api", uuid::Uuid::new_v4());
+        launch.role = Role::HostedApi;
+        launch.vm_identity = Some(identity);
+        let vm = cloud.launch(&launch).await.unwrap();
+        assert_eq!(vm.role, Role::HostedApi);
+        let instance = instances_of(&fake, owner).pop().unwrap();
+        assert_eq!(instance["serviceAccounts"][0]["email"], CLIENT_EMAIL, "{instance:#}");
+        assert_eq!(
+            instance["serviceAccounts"][0]["scopes"],
+            serde_json::json!(["https://www.googleapis.com/auth/devstorage.read_write"])
+        );
+
+        cloud.terminate(&placement, std::slice::from_ref(&vm.provider_id)).await.unwrap();
+        until_no_vms(&cloud, &placement).await;
+        cloud.delete_network(&placement).await.unwrap();
+        assert!(fake.firewalls(PROJECT).is_empty());
+        assert!(!cloud.network_exists(&placement).await.unwrap());
+    });
+}
+
+/// Until the provider lists no VM of the placement.
+async fn until_no_vms(cloud: &GcpCloud, placement: &Placement) {
+    for _ in 0..100 {
+        if cloud.list_vms(placement).await.unwrap().is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the VM was not gone");
+}

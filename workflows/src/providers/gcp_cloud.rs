@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use google_cloud_compute_v1::client::{Firewalls, GlobalOperations, Instances, MachineTypes, ZoneOperations, Zones};
 use google_cloud_compute_v1::model::{
     AccessConfig, AttachedDisk, AttachedDiskInitializeParams, Firewall, Instance, Metadata, NetworkInterface,
-    Operation, Tags, access_config, firewall, metadata, operation,
+    Operation, ServiceAccount, Tags, access_config, firewall, metadata, operation,
 };
 
 use super::{Verdict, gcp};
@@ -54,6 +54,8 @@ const REQUEST_ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6f1e_2b7c_52a4_
 /// A Compute Engine project, as the cluster workflows use it.
 pub struct GcpCloud {
     project: String,
+    /// The key's service account: who a hosted API's VM acts as.
+    client_email: String,
     instances: Instances,
     firewalls: Firewalls,
     zone_operations: ZoneOperations,
@@ -79,6 +81,7 @@ impl GcpCloud {
     pub async fn new(public: &PublicPart, service_account_json: &str) -> Result<Self, CloudError> {
         let key = gcp::ServiceAccountKey::parse(service_account_json).map_err(CloudError::Terminal)?;
         let project = public.project.clone().filter(|p| !p.trim().is_empty()).unwrap_or(key.project_id);
+        let client_email = key.client_email;
         let credentials = gcp::credentials(service_account_json)
             .map_err(|err| CloudError::terminal("the GCP service-account key", &err))?;
         let endpoint = public.endpoint.clone().filter(|e| !e.trim().is_empty());
@@ -93,6 +96,7 @@ impl GcpCloud {
         }
         Ok(Self {
             project,
+            client_email,
             instances: client!(Instances),
             firewalls: client!(Firewalls),
             zone_operations: client!(ZoneOperations),
@@ -438,6 +442,27 @@ impl Cloud for GcpCloud {
         Ok(Network { id: prefix })
     }
 
+    /// The rule `<prefix>-https`: the API's port from anywhere to the VMs tagged `<prefix>`.
+    async fn ensure_api_network(&self, placement: &Placement, port: u16) -> Result<Network, CloudError> {
+        let prefix = cluster_prefix(&placement.cluster_id)?;
+        let rule = Firewall::new()
+            .set_name(format!("{prefix}-https"))
+            .set_description(format!("anycloud {}: the API's HTTPS port from anywhere", placement.cluster_id))
+            .set_network(NETWORK)
+            .set_direction(firewall::Direction::Ingress)
+            .set_allowed([firewall::Allowed::new().set_ip_protocol("tcp").set_ports([port.to_string()])])
+            .set_source_ranges(["0.0.0.0/0"])
+            .set_target_tags([prefix.clone()]);
+        self.ensure_firewall(&placement.cluster_id, rule).await?;
+        Ok(Network { id: prefix })
+    }
+
+    /// The credential's own service account (it made the bucket, so it may use it), which the
+    /// VM acts as through its metadata server; nothing is created.
+    async fn ensure_vm_identity(&self, _owner: &str, _bucket: &str) -> Result<String, CloudError> {
+        Ok(self.client_email.clone())
+    }
+
     async fn delete_network(&self, placement: &Placement) -> Result<(), CloudError> {
         let prefix = cluster_prefix(&placement.cluster_id)?;
         for rule in firewall_names(&prefix) {
@@ -488,6 +513,9 @@ impl Cloud for GcpCloud {
             .set_machine_type(format!("zones/{zone}/machineTypes/{}", placement.vm_type))
             .set_labels(labels.clone())
             .set_tags(Tags::new().set_items([spec.network.id.clone()]))
+            .set_service_accounts(
+                spec.vm_identity.iter().map(|email| ServiceAccount::new().set_email(email).set_scopes([STORAGE_SCOPE])),
+            )
             .set_disks([AttachedDisk::new().set_boot(true).set_auto_delete(true).set_initialize_params(
                 // The boot disk carries the cluster's labels too (it is deleted with the VM).
                 AttachedDiskInitializeParams::new().set_source_image(image).set_labels(labels),
@@ -588,10 +616,13 @@ pub fn instance_name(cluster_id: &str, vm_name: &str) -> Result<String, CloudErr
     Ok(format!("{}-{vm_name}", cluster_prefix(cluster_id)?))
 }
 
-/// The names of the cluster's firewall rules.
-fn firewall_names(prefix: &str) -> [String; 2] {
-    [format!("{prefix}-ssh-api"), format!("{prefix}-internal")]
+/// The names of the firewall rules of a cluster (the first two) or a hosted API (the last).
+fn firewall_names(prefix: &str) -> [String; 3] {
+    [format!("{prefix}-ssh-api"), format!("{prefix}-internal"), format!("{prefix}-https")]
 }
+
+/// What a hosted API's VM may do as its service account: read and write Cloud Storage.
+const STORAGE_SCOPE: &str = "https://www.googleapis.com/auth/devstorage.read_write";
 
 /// A deterministic request id: UUID v5 of `key` and `what`.
 fn request_id(key: &str, what: &str) -> String {
