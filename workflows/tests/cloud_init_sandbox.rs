@@ -17,6 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use anycloud_workflows::api_user_data::{self, HostedApi};
 use anycloud_workflows::cluster_secrets::ClusterSecrets;
 use anycloud_workflows::providers::ProviderKind;
 use anycloud_workflows::user_data::{self, BinarySum, K3S_VERSION, K3sDownloads};
@@ -100,6 +101,12 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// A scratch VM: root, stubs, fixtures, logs.
+/// `systemctl` records what it was asked.
+const SYSTEMCTL: &str = "#!/bin/sh\necho \"$*\" >> \"$SANDBOX/systemctl.log\"\n";
+
+/// Where the hosted API's tests serve `anycloud` (`{arch}` in the flag's URL).
+const ANYCLOUD_URL: &str = "https://downloads.example.com/anycloud-{arch}";
+
 struct Sandbox {
     dir: tempfile::TempDir,
     machine: &'static str,
@@ -137,6 +144,7 @@ impl Sandbox {
         }
         sandbox.executable(&sandbox.path("bin/curl"), CURL);
         sandbox.executable(&sandbox.path("bin/uname"), UNAME);
+        sandbox.executable(&sandbox.path("bin/systemctl"), SYSTEMCTL);
         sandbox.serve(BINARY_URL, "#!/bin/sh\necho \"amd64 k3s $*\" >> \"$SANDBOX/started\"\n");
         sandbox.serve(ARM64_BINARY_URL, "#!/bin/sh\necho \"arm64 k3s $*\" >> \"$SANDBOX/started\"\n");
         sandbox.serve(INSTALL_SH_URL, INSTALL_SH);
@@ -438,6 +446,62 @@ fn the_production_scripts_download_the_pinned_release() {
 }
 
 /// `shellcheck -s sh` reports nothing on any script: each provider, each role, the production sums.
+/// A hosted API's script for `provider`, checking the binary against `sum`.
+fn hosted_api(provider: ProviderKind, sum: Option<&str>) -> String {
+    api_user_data::hosted_api(&HostedApi {
+        id: "team-api",
+        provider,
+        port: 443,
+        bucket: "s3://team-api-state/",
+        bucket_region: Some("eu-west-1"),
+        bucket_endpoint: None,
+        binary_url: ANYCLOUD_URL,
+        binary_sha256: sum,
+    })
+}
+
+#[test]
+fn a_hosted_apis_vm_installs_the_checked_binary_and_runs_the_unit_for_its_address() {
+    for (provider, machine) in [(ProviderKind::Aws, "x86_64"), (ProviderKind::Gcp, "aarch64")] {
+        let sandbox = Sandbox { machine, ..Sandbox::new() };
+        let binary = format!("#!/bin/sh\necho anycloud {machine}\n");
+        let url = ANYCLOUD_URL.replace("{arch}", machine);
+        sandbox.serve(&url, &binary);
+        let script = hosted_api(provider, Some(&sha256_hex(binary.as_bytes())));
+        sandbox.run(&script).assert_ok();
+        assert_asked_its_metadata_service(&sandbox, provider);
+        assert!(sandbox.requests().contains(&format!("GET {url}")), "{:?}", sandbox.requests());
+        let installed = sandbox.root("usr/local/bin/anycloud");
+        assert_eq!(fs::read_to_string(&installed).unwrap(), binary);
+        assert_eq!(mode(&installed), 0o755);
+        let address = fs::read_to_string(sandbox.root("etc/anycloud/address.env")).unwrap();
+        assert_eq!(address, format!("ANYCLOUD_ADDRESS={}\n", public_ip(provider)));
+        let unit = fs::read_to_string(sandbox.root("etc/systemd/system/anycloud-api.service")).unwrap();
+        assert!(unit.contains("EnvironmentFile=/etc/anycloud/address.env\n"), "{unit}");
+        assert!(unit.contains("Restart=always\n"), "{unit}");
+        let args = api_user_data::parse_serve_command(&unit).unwrap();
+        assert!(args.windows(2).any(|w| w == ["--tls-address", "${ANYCLOUD_ADDRESS}"]), "{args:?}");
+        assert!(args.windows(2).any(|w| w == ["--hosted-by", provider.as_str()]), "{args:?}");
+        assert_eq!(
+            sandbox.log("systemctl.log"),
+            "daemon-reload\nenable anycloud-api.service\nrestart anycloud-api.service\n"
+        );
+        // Again (GCE runs it at every boot): the same files, the service restarted.
+        sandbox.run(&script).assert_ok();
+        assert_eq!(sandbox.log("systemctl.log").matches("restart").count(), 2);
+    }
+}
+
+#[test]
+fn a_hosted_apis_vm_with_a_tampered_binary_installs_and_starts_nothing() {
+    let sandbox = Sandbox::new();
+    sandbox.serve(&ANYCLOUD_URL.replace("{arch}", "x86_64"), "#!/bin/sh\necho swapped\n");
+    sandbox.run(&hosted_api(ProviderKind::Aws, Some(&sha256_hex(b"the real one")))).assert_failed("a swapped binary");
+    assert!(!sandbox.root("usr/local/bin/anycloud").exists());
+    assert!(!sandbox.root("etc/systemd/system/anycloud-api.service").exists());
+    assert_eq!(sandbox.log("systemctl.log"), "");
+}
+
 #[test]
 fn shellcheck_passes_every_script() {
     let dir = tempfile::tempdir().unwrap();
@@ -446,6 +510,8 @@ fn shellcheck_passes_every_script() {
         for (role, script) in [
             ("control-plane", user_data::control_plane(provider, "c1", &secrets)),
             ("worker", user_data::worker(provider, "c1", "w0", SERVER, &secrets)),
+            ("hosted-api", hosted_api(provider, Some("ab12"))),
+            ("hosted-api-unchecked", hosted_api(provider, None)),
         ] {
             let path = dir.path().join(format!("{provider}-{role}.sh"));
             fs::write(&path, &script).unwrap();
