@@ -253,8 +253,7 @@ async fn store_identity_undo(ctx: StepCtx<DeployApi>, _stored: Effect<IdentitySt
 
 async fn ensure_network(ctx: StepCtx<DeployApi>) -> Result<Network, StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
-    let port =
-        u16::try_from(api.port).map_err(|_| StepError::terminal_msg(format!("port {} is out of range", api.port)))?;
+    let port = api.public_port().map_err(StepError::terminal_msg)?;
     Ok(cloud.ensure_api_network(&placement, port).await?)
 }
 
@@ -262,11 +261,7 @@ async fn ensure_network(ctx: StepCtx<DeployApi>) -> Result<Network, StepError> {
 async fn ensure_network_undo(ctx: StepCtx<DeployApi>, _network: Effect<Network>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
     deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await?;
-    cloud.delete_network(&placement).await?;
-    if cloud.network_exists(&placement).await? {
-        return Err(StepError::retryable_msg("the provider still lists the API's network rules"));
-    }
-    Ok(())
+    deps(&ctx).remove_network(cloud.as_ref(), &placement, "the API's").await
 }
 
 async fn ensure_vm_identity(ctx: StepCtx<DeployApi>) -> Result<String, StepError> {
@@ -286,8 +281,7 @@ async fn ensure_vm_identity_undo(ctx: StepCtx<DeployApi>, _identity: Effect<Stri
 async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
     let (_, access) = ApiBucket::open(deps(&ctx), &api).await?;
-    let port =
-        u16::try_from(api.port).map_err(|_| StepError::terminal_msg(format!("port {} is out of range", api.port)))?;
+    let port = api.public_port().map_err(StepError::terminal_msg)?;
     let script = api_user_data::hosted_api(&Script {
         id: &api.name,
         provider: api.provider,

@@ -103,11 +103,7 @@ async fn terminate_vm(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
 
 async fn delete_network(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
-    cloud.delete_network(&placement).await?;
-    if cloud.network_exists(&placement).await? {
-        return Err(StepError::retryable_msg("the provider still lists the API's network rules"));
-    }
-    Ok(())
+    deps(&ctx).remove_network(cloud.as_ref(), &placement, "the API's").await
 }
 
 async fn delete_vm_identity(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {

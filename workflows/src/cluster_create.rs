@@ -197,10 +197,7 @@ async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepErro
 async fn ensure_network_undo(ctx: StepCtx<CreateCluster>, _network: Effect<Network>) -> Result<(), StepError> {
     let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
     deps(&ctx).sweep(cloud.as_ref(), &placement).await?;
-    cloud.delete_network(&placement).await?;
-    if cloud.network_exists(&placement).await? {
-        return Err(StepError::retryable_msg("the provider still lists the cluster's network rules"));
-    }
+    deps(&ctx).remove_network(cloud.as_ref(), &placement, "the cluster's").await?;
     clusters::set_network(&deps(&ctx).db, &placement.cluster_id, placement.zone.as_deref(), None).await?;
     Ok(())
 }

@@ -166,6 +166,16 @@ impl Deps {
         }
     }
 
+    /// Deletes the network rules of `placement` and succeeds once the provider lists none;
+    /// until then it fails (retryably), naming `owner` ("the cluster's", "the API's").
+    pub async fn remove_network(&self, cloud: &dyn Cloud, placement: &Placement, owner: &str) -> Result<(), StepError> {
+        cloud.delete_network(placement).await?;
+        if cloud.network_exists(placement).await? {
+            return Err(StepError::retryable_msg(format!("the provider still lists {owner} network rules")));
+        }
+        Ok(())
+    }
+
     /// After a launch call answered (the crash-test seam; nothing in production).
     pub async fn after_launch(&self) {
         if let Some(pause) = self.seams.pause_after_launch {

@@ -108,6 +108,11 @@ impl HostedApi {
         format!("api/{name}")
     }
 
+    /// The public HTTPS port, as a port (the column is an integer of the database's width).
+    pub fn public_port(&self) -> Result<u16, String> {
+        u16::try_from(self.port).map_err(|_| format!("API `{}`: port {} is out of range", self.name, self.port))
+    }
+
     /// The owner id on everything it has at the provider (tags, labels, names).
     pub fn owner(&self) -> String {
         format!("api-{}", self.id)
