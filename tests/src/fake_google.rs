@@ -1,0 +1,132 @@
+//! One endpoint for the fake Compute Engine ([`FakeGce`]) and the fake Cloud Storage
+//! ([`FakeGcs`]), as Google fronts its APIs: `www.googleapis.com`, or a Private Service Connect
+//! endpoint for all Google APIs, serves Compute's `/compute/v1/...` and Storage's
+//! `/storage/v1/...` and `/upload/storage/v1/...` on one host. A GCP credential's single
+//! `--endpoint` override is therefore enough for a hosted API's VM and its bucket, and a test of
+//! GCP hosting gives that credential this front.
+//!
+//! The front forwards each request, method, path, query, headers and body, to the fake that
+//! serves its path, and answers with that fake's response: it adds nothing and decides nothing.
+//! Each fake keeps its own inspection helpers ([`FakeGoogle::gce`], [`FakeGoogle::gcs`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::fake_gce::FakeGce;
+use crate::fake_gcs::FakeGcs;
+
+/// Headers that belong to one hop, not to the request or response the front forwards.
+const HOP: [header::HeaderName; 4] =
+    [header::HOST, header::CONTENT_LENGTH, header::TRANSFER_ENCODING, header::CONNECTION];
+
+/// The two fakes behind one address.
+pub struct FakeGoogle {
+    gce: Arc<FakeGce>,
+    gcs: FakeGcs,
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+struct Targets {
+    gce: String,
+    gcs: String,
+    client: reqwest::Client,
+}
+
+impl FakeGoogle {
+    /// Starts both fakes and the front on free ports of 127.0.0.1; returns once the front serves.
+    pub fn start() -> Self {
+        let gce = Arc::new(FakeGce::start());
+        let gcs = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime to start the fake GCS server")
+            .block_on(FakeGcs::start());
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("binding the fake Google front");
+        listener.set_nonblocking(true).expect("a non-blocking listener");
+        let addr = listener.local_addr().expect("the front's address");
+        let targets = Arc::new(Targets { gce: gce.url(), gcs: gcs.endpoint(), client: reqwest::Client::new() });
+        let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
+        let (ready, serving) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("fake-google".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("the front's runtime");
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+                    let app = Router::new().fallback(forward).with_state(targets);
+                    let _ = ready.send(());
+                    let _ = axum::serve(listener, app)
+                        .with_graceful_shutdown(async {
+                            let _ = stop.await;
+                        })
+                        .await;
+                });
+            })
+            .expect("spawning the fake Google front");
+        serving.recv().expect("the fake Google front started");
+        Self { gce, gcs, addr, shutdown: Some(shutdown) }
+    }
+
+    /// The endpoint to give a GCP credential (`http://127.0.0.1:PORT`).
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The fake Compute Engine behind the front.
+    pub fn gce(&self) -> &Arc<FakeGce> {
+        &self.gce
+    }
+
+    /// The fake Cloud Storage behind the front.
+    pub fn gcs(&self) -> &FakeGcs {
+        &self.gcs
+    }
+}
+
+impl Drop for FakeGoogle {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// Forwards one request to the fake whose path it is.
+async fn forward(State(targets): State<Arc<Targets>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let base = if parts.uri.path().starts_with("/compute/") { &targets.gce } else { &targets.gcs };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+        return (StatusCode::BAD_REQUEST, "the request's body could not be read").into_response();
+    };
+    let mut forwarded = targets.client.request(parts.method, format!("{base}{path}")).body(body);
+    for (name, value) in parts.headers.iter().filter(|(name, _)| !HOP.contains(name)) {
+        forwarded = forwarded.header(name, value);
+    }
+    let answer = match forwarded.send().await {
+        Ok(answer) => answer,
+        Err(err) => return (StatusCode::BAD_GATEWAY, format!("the fake behind the front: {err}")).into_response(),
+    };
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    let Ok(bytes) = answer.bytes().await else {
+        return (StatusCode::BAD_GATEWAY, "the fake's answer was cut").into_response();
+    };
+    let mut response = Response::new(Body::from(bytes));
+    *response.status_mut() = status;
+    for (name, value) in headers.iter().filter(|(name, _)| !HOP.contains(name)) {
+        response.headers_mut().append(name, value.clone());
+    }
+    response
+}
