@@ -451,6 +451,16 @@ pub(crate) struct ServeArgs {
     /// Runs as the hosted API process itself (what `--credentials sim` starts).
     #[arg(long, hide = true, conflicts_with = "credentials")]
     pub(crate) hosted_by: Option<String>,
+    /// A hosted API: place clusters' control planes with this credential saved on it (the one it
+    /// is hosted with; `api.deploy`'s boot script passes it, and saves the credential here).
+    #[arg(long, hide = true, requires_all = ["hosted_by", "control_plane_region", "control_plane_vm_type"])]
+    pub(crate) control_plane_credentials: Option<String>,
+    /// The control planes' region (the API's own).
+    #[arg(long, hide = true, requires = "control_plane_credentials")]
+    pub(crate) control_plane_region: Option<String>,
+    /// The control planes' machine type (the API's own).
+    #[arg(long, hide = true, requires = "control_plane_credentials")]
+    pub(crate) control_plane_vm_type: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -170,6 +170,16 @@ async fn run(cli: Cli) -> CliResult {
                     database_url: args.database_url,
                     use_it: args.use_it,
                     hosted_by: args.hosted_by,
+                    control_planes: match (
+                        args.control_plane_credentials,
+                        args.control_plane_region,
+                        args.control_plane_vm_type,
+                    ) {
+                        (Some(credential), Some(region), Some(vm_type)) => {
+                            Some(anycloud_workflows::cluster_sides::ControlPlaneHost { credential, region, vm_type })
+                        }
+                        _ => None,
+                    },
                 };
                 server::serve(options, seams::get()).await
             }

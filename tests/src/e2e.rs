@@ -142,6 +142,11 @@ pub fn cluster_record(name: &str, credential: &str) -> anycloud_workflows::db::c
         delete_requested_at: None,
         created_at: now,
         updated_at: now,
+        control_plane_credential: None,
+        control_plane_provider: None,
+        control_plane_region: None,
+        control_plane_zone: None,
+        control_plane_vm_type: None,
     }
 }
 

@@ -224,3 +224,23 @@ impl Machines for GceMachines {
         Ok(self.all().into_iter().filter(|machine| machine.running).collect())
     }
 }
+
+/// The machines of two providers as one: a cluster whose control plane runs on the hosted API's
+/// provider and whose capacity runs on another is one simulated Kubernetes.
+pub struct BothMachines<A, B>(pub A, pub B);
+
+#[async_trait]
+impl<A: Machines, B: Machines> Machines for BothMachines<A, B> {
+    async fn machine(&self, id: &str) -> Result<Option<Machine>, String> {
+        match self.0.machine(id).await? {
+            Some(machine) => Ok(Some(machine)),
+            None => self.1.machine(id).await,
+        }
+    }
+
+    async fn running(&self) -> Result<Vec<Machine>, String> {
+        let mut running = self.0.running().await?;
+        running.extend(self.1.running().await?);
+        Ok(running)
+    }
+}

@@ -24,7 +24,7 @@ const HOSTING: &str = "aws-host";
 /// What moto holds of the API `team-api`, as boto3 sees it.
 fn at_moto(moto: &Moto) -> Value {
     const SCRIPT: &str = r#"
-import json, os
+import base64, json, os
 import boto3
 from botocore.exceptions import ClientError
 kw = dict(endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
@@ -33,7 +33,8 @@ out = {}
 res = ec2.describe_instances(Filters=[{"Name": "tag:anycloud-role", "Values": ["hosted-api"]}])
 out["instances"] = [
     {"id": i["InstanceId"], "state": i["State"]["Name"], "profile": i.get("IamInstanceProfile", {}).get("Arn", ""),
-     "user_data": ec2.describe_instance_attribute(InstanceId=i["InstanceId"], Attribute="userData")["UserData"].get("Value", "")}
+     "user_data": base64.b64decode(ec2.describe_instance_attribute(InstanceId=i["InstanceId"], Attribute="userData")
+                                   ["UserData"].get("Value", "")).decode()}
     for r in res["Reservations"] for i in r["Instances"]]
 groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["anycloud-api-*"]}])["SecurityGroups"]
 out["groups"] = [{"name": g["GroupName"], "ports": sorted(p.get("FromPort", -1) for p in g["IpPermissions"])} for g in groups]
@@ -166,11 +167,15 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     let token = config["apis"]["team-api"]["token"].as_str().unwrap().to_owned();
     assert!(config["apis"]["team-api"]["ca_pem"].as_str().unwrap().contains("BEGIN CERTIFICATE"), "{config:#}");
     let user_data = vms[0]["user_data"].as_str().unwrap();
+    assert!(user_data.contains("anycloud-api.service"), "the boot script, decoded: {user_data}");
     assert!(!user_data.contains(&token) && !user_data.contains("PRIVATE KEY"), "a secret in the user-data");
+    assert!(!user_data.contains("moto-hosting-secret-key"), "the hosting credential's key in the user-data");
 
-    // 2. The hosted API is the active one, over HTTPS through the pinned CA.
+    // 2. The hosted API is the active one, over HTTPS through the pinned CA; the deploy saved the
+    // hosting credential there (its clusters' control planes go there), verified from the VM.
     let out = local.cli(&["api", "status"]);
     out.expect_code(0);
+    assert_eq!(local.credential(HOSTING)["status"], "valid", "the hosting credential on the hosted API");
     assert!(out.stdout.contains("hosted (aws)") && out.stdout.contains("checkpoint  s3://team-api-state/"), "{out}");
     let out = local.cli_env(
         &[
@@ -197,7 +202,7 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
         "--region",
         REGION,
         "--vm-type",
-        "t3.medium",
+        "t3.large",
         "--min-vms",
         "1",
         "--max-vms",
@@ -235,11 +240,16 @@ import os, boto3
 ec2 = boto3.client("ec2", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
 res = ec2.describe_instances(Filters=[{"Name": "tag:anycloud-cluster", "Values": [os.environ["CLUSTER"]]},
                                       {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-print(sum(len(r["Instances"]) for r in res["Reservations"]))
+print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in i["Tags"]}["anycloud-role"]
+                       for r in res["Reservations"] for i in r["Instances"])))
 "#,
         &[("CLUSTER", cluster_id)],
     );
-    assert_eq!(count.trim(), "2", "exactly the control plane and one worker, none launched twice");
+    assert_eq!(
+        count.trim(),
+        "t3.large worker\nt3.medium control-plane",
+        "exactly the control plane (on the hosting credential: the API's type) and one worker, none launched twice"
+    );
     assert!(runner.log(&instance).contains("restored from s3://team-api-state/"), "{}", runner.log(&instance));
     let out = local.cli(&["--json", "credentials", "list"]);
     assert!(out.stdout.contains("moto-capacity"), "{out}");

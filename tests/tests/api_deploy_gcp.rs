@@ -5,18 +5,22 @@
 //! port, and the VM acting as the credential's service account with the storage scope. The
 //! fake's VM boots nothing, so the tests' VM runner ([`VmRunner`]) runs the binary with exactly
 //! the arguments of the startup script's systemd unit, its Google identity a key file (as a GCE
-//! VM's metadata server would give it one). Then, on the hosted API: a GCP credential and a
-//! cluster; the hosted API SIGKILLed with its disk wiped, a fresh one restores from the bucket;
-//! `api stop` keeps the bucket; a second deploy on it is the same API; `api delete
-//! --delete-bucket` leaves nothing. What Google holds is asked of the fakes, never of anycloud.
+//! VM's metadata server would give it one); the deploy saves the hosting credential on the
+//! hosted API. Then, on the hosted API, a cluster across two providers as the spec's Placement
+//! table puts it: its control plane on the hosting credential (GCP, the API's region and machine
+//! type), its capacity on an AWS credential at moto, joining the control plane over its public
+//! address. The hosted API SIGKILLed with its disk wiped, a fresh one restores from the bucket;
+//! the cluster is deleted on both providers; `api stop` keeps the bucket; a second deploy on it is
+//! the same API; `api delete --delete-bucket` leaves nothing. What Google and AWS hold is asked of
+//! the fakes and of moto, never of anycloud.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
-use anycloud_tests::e2e::{self, Api, ApiOptions};
+use anycloud_tests::e2e::{self, Api, ApiOptions, Moto};
 use anycloud_tests::fake_google::FakeGoogle;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
-use anycloud_tests::simulated_kube::{GceMachines, SimulatedKube};
+use anycloud_tests::simulated_kube::{BothMachines, GceMachines, MotoMachines, SimulatedKube};
 use anycloud_tests::vm_runner::{Launcher, VmRunner};
 use anycloud_workflows::cloud::{CLUSTER_TAG, ROLE_TAG};
 use serde_json::{Value, json};
@@ -36,6 +40,29 @@ fn live_instances(google: &FakeGoogle, label: &str, value: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The cluster's instances at moto that run (or are starting), as boto3 sees them.
+fn at_moto(moto: &Moto, cluster_id: &str) -> Vec<Value> {
+    const SCRIPT: &str = r#"
+import base64, json, os
+import boto3
+ec2 = boto3.client("ec2", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
+res = ec2.describe_instances(Filters=[{"Name": "tag:anycloud-cluster", "Values": [os.environ["CLUSTER"]]},
+                                      {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+groups = ec2.describe_security_groups(Filters=[{"Name": "tag:anycloud-cluster", "Values": [os.environ["CLUSTER"]]}])
+print(json.dumps({"groups": len(groups["SecurityGroups"]), "instances": [
+    {"type": i["InstanceType"], "tags": {t["Key"]: t["Value"] for t in i.get("Tags", [])},
+     "user_data": base64.b64decode(ec2.describe_instance_attribute(InstanceId=i["InstanceId"], Attribute="userData")
+                                   ["UserData"].get("Value", "")).decode()}
+    for r in res["Reservations"] for i in r["Instances"]]}))
+"#;
+    let out: Value = serde_json::from_str(moto.python(SCRIPT, &[("CLUSTER", cluster_id)]).trim()).unwrap();
+    let mut instances = out["instances"].as_array().unwrap().clone();
+    if out["groups"].as_u64().unwrap() > 0 {
+        instances.push(json!({"security_groups": out["groups"]}));
+    }
+    instances
+}
+
 fn https_rules(google: &FakeGoogle) -> Vec<Value> {
     google.gce().firewalls(PROJECT).into_iter().filter(|f| f["name"].as_str().unwrap().ends_with("-https")).collect()
 }
@@ -43,7 +70,11 @@ fn https_rules(google: &FakeGoogle) -> Vec<Value> {
 #[test]
 fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     let google = FakeGoogle::start();
-    let kube = SimulatedKube::start(GceMachines::new(google.gce().clone(), PROJECT));
+    let moto = Moto::start();
+    let kube = SimulatedKube::start(BothMachines(
+        GceMachines::new(google.gce().clone(), PROJECT),
+        MotoMachines::new(&moto.endpoint, "us-east-1"),
+    ));
     let local = Api::start_opts(ApiOptions {
         id: "local".into(),
         env: vec![("ANYCLOUD_TEST_HOSTED_API_ADDRESS".into(), "127.0.0.1".into())],
@@ -151,21 +182,40 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(metadata.contains("anycloud-api.service"), "the boot script is the instance's metadata");
     assert!(!metadata.contains(&token) && !metadata.contains("PRIVATE KEY"), "a secret in the metadata");
 
-    // 2. On the hosted API, over HTTPS through the pinned CA: a credential and a cluster.
+    // 2. On the hosted API, over HTTPS through the pinned CA: the deploy saved the hosting
+    // credential there, verified from the VM.
     let out = local.cli(&["api", "status"]);
     out.expect_code(0);
     assert!(out.stdout.contains("hosted (gcp)") && out.stdout.contains("checkpoint  gs://team-api-state/"), "{out}");
-    new_credential("gce-capacity");
+    assert_eq!(local.credential(HOSTING)["status"], "valid", "the hosting credential on the hosted API");
+    // A cluster across two providers: its capacity on AWS (moto), its control plane where the API
+    // is hosted (the fake GCE).
+    let out = local.cli_env(
+        &[
+            "credentials",
+            "new",
+            "aws-capacity",
+            "--provider",
+            "aws",
+            "--endpoint",
+            &moto.endpoint,
+            "--region",
+            "us-east-1",
+            "--wait",
+        ],
+        &[("AWS_ACCESS_KEY_ID", "AKIAANYCLOUDCAPACITY"), ("AWS_SECRET_ACCESS_KEY", "moto-capacity-secret-key")],
+    );
+    out.expect_code(0);
     let out = local.spawn_cli(&[
         "cluster",
         "create",
         "training",
         "--credentials",
-        "gce-capacity",
+        "aws-capacity",
         "--region",
-        REGION,
+        "us-east-1",
         "--vm-type",
-        "e2-standard-2",
+        "t3.large",
         "--min-vms",
         "1",
         "--max-vms",
@@ -173,6 +223,23 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
         "--wait",
     ]);
     out.wait(Duration::from_secs(120)).expect_code(0);
+    let status = local.cli(&["--json", "cluster", "status", "training"]).json();
+    let cluster_id = status["cluster"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(status["cluster"]["control_plane_credential"], HOSTING, "{status:#}");
+    let control_planes = live_instances(&google, CLUSTER_TAG, &cluster_id);
+    assert_eq!(control_planes.len(), 1, "the control plane, and only it, at Google: {control_planes:#?}");
+    let cp = &control_planes[0];
+    assert_eq!(cp["labels"][ROLE_TAG], "control-plane", "{cp:#}");
+    assert!(cp["machineType"].as_str().unwrap().ends_with("/machineTypes/e2-medium"), "the API's type: {cp:#}");
+    let cp_address = cp["networkInterfaces"][0]["accessConfigs"][0]["natIP"].as_str().unwrap().to_owned();
+    let workers = at_moto(&moto, &cluster_id);
+    assert_eq!(workers.len() - 1, 1, "one worker and the cluster's group at moto: {workers:#?}");
+    assert_eq!(
+        (workers[0]["tags"][ROLE_TAG].as_str(), workers[0]["type"].as_str()),
+        (Some("worker"), Some("t3.large"))
+    );
+    let join = format!("K3S_URL='https://{cp_address}:6443'");
+    assert!(workers[0]["user_data"].as_str().unwrap().contains(&join), "joins over the public address: {join}");
 
     // 3. The VM's disk is lost: a fresh one restores everything from the bucket.
     runner.kill_and_wipe(&instance);
@@ -183,10 +250,18 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
         let out = local.cli(&["--json", "cluster", "status", "training"]);
         (out.code == 0 && out.json()["cluster"]["phase"] == "ready").then(|| out.json())
     });
-    let cluster_id = status["cluster"]["id"].as_str().unwrap();
-    let cluster = live_instances(&google, CLUSTER_TAG, cluster_id);
-    assert_eq!(cluster.len(), 2, "exactly the control plane and one worker, none launched twice: {cluster:#?}");
+    assert_eq!(status["cluster"]["id"], cluster_id.as_str());
+    assert_eq!(live_instances(&google, CLUSTER_TAG, &cluster_id).len(), 1, "none launched twice");
+    assert_eq!(at_moto(&moto, &cluster_id).len() - 1, 1, "none launched twice");
     assert!(runner.log(&instance).contains("restored from gs://team-api-state/"), "{}", runner.log(&instance));
+
+    // The cluster is deleted on both providers.
+    local.spawn_cli(&["cluster", "delete", "training", "--wait"]).wait(Duration::from_secs(120)).expect_code(0);
+    assert!(live_instances(&google, CLUSTER_TAG, &cluster_id).is_empty());
+    let prefix = format!("ac-{}", &cluster_id.replace('-', "")[..12]);
+    let rules = google.gce().firewalls(PROJECT);
+    assert!(!rules.iter().any(|r| r["name"].as_str().unwrap().starts_with(&prefix)), "{rules:#?}");
+    assert!(at_moto(&moto, &cluster_id).is_empty(), "no worker and no group left at moto");
 
     // 4. Stopped: the VM and its rule go; the bucket and the state in it stay.
     let out = local.spawn_cli(&["api", "stop", "team-api"]).wait(Duration::from_secs(120));
@@ -196,12 +271,12 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(https_rules(&google).is_empty());
     assert!(google.gcs().objects(BUCKET).len() > 3);
 
-    // 5. Deployed again on the same bucket: the same API, with the same token and cluster.
+    // 5. Deployed again on the same bucket: the same API, with the same token and credentials.
     deploy().expect_code(0);
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(local.config_dir().join("config.json")).unwrap()).unwrap();
     assert_eq!(config["apis"]["team-api"]["token"], token.as_str(), "the bucket's token is kept");
-    local.cli(&["--json", "cluster", "status", "training"]).expect_code(0);
+    assert!(local.cli(&["credentials", "list"]).stdout.contains("aws-capacity"));
 
     // 6. Deleted with its bucket: nothing of the API is left at Google.
     let out = local.spawn_cli(&["api", "delete", "team-api", "--delete-bucket"]).wait(Duration::from_secs(120));

@@ -93,6 +93,9 @@ fn hosting_requests_that_cannot_be_are_refused_clearly() {
     deploy(&["--credentials", "simmed", "--binary-url", "ftp://x/y"])
         .expect_code(3)
         .expect_stderr("not an http(s) URL");
+    deploy(&["--credentials", "simmed", "--region", "us-east-1 --database-url x"])
+        .expect_code(3)
+        .expect_stderr("--region `us-east-1 --database-url x` is not a provider's name");
     api.cli(&["api", "serve", "--id", "prod", "--credentials", "sim", "--checkpoint-bucket", "b"])
         .expect_code(3)
         .expect_stderr("apply to hosting on AWS or GCP");

@@ -4,7 +4,7 @@
 //!
 //! - `cluster create --wait` brings up a ready cluster: 1 control plane + 2 workers, all tagged
 //!   with the cluster's id, one network; `status` shows the VMs, endpoint and workflow; the
-//!   create run's 8 steps succeeded and neither `inspect` nor logs nor the engine's tables hold
+//!   create run's 10 steps succeeded and neither `inspect` nor logs nor the engine's tables hold
 //!   the cluster's tokens, CA or user-data (the sealed `secrets` column holds no PEM in clear);
 //! - `cluster delete --wait` leaves the provider with no live VM and no network rule of the
 //!   cluster, the cluster disappears from `list`, `status` says deleted, and the name can be
@@ -22,9 +22,11 @@ use anycloud_tests::e2e::{self, Api, ApiOptions, Output};
 use serde_json::{Value, json};
 
 /// Steps of `cluster.create`, in order.
-const CREATE_STEPS: [&str; 8] = [
+const CREATE_STEPS: [&str; 10] = [
     "pin_placement",
+    "pin_control_plane",
     "ensure_network",
+    "ensure_control_plane_network",
     "generate_secrets",
     "launch_control_plane",
     "wait_for_api",
@@ -222,7 +224,7 @@ fn create_reaches_ready_and_delete_leaves_nothing_at_the_provider() {
     assert_eq!(names, BTreeSet::from(["cp", "w0", "w1"]), "{live:#?}");
     assert_eq!(provider_networks(&api, &id), (1, 1), "the provider should hold one network rule");
 
-    // ---- The run: 8 steps succeeded, and no secret anywhere it shows.
+    // ---- The run: 10 steps succeeded, and no secret anywhere it shows.
     let inspected = api.inspect(&run, true);
     assert_eq!(inspected["run"]["status"], "succeeded", "{inspected:#}");
     assert_eq!(inspected["run"]["kind"], "cluster.create", "{inspected:#}");
@@ -472,4 +474,69 @@ fn waiting_on_a_slow_create_times_out_with_exit_4() {
     assert_eq!(status(&api, "s1")["cluster"]["phase"], "creating");
     let out = api.cli(&["--json", "wait", "cluster/s1", "--timeout", "1s"]);
     out.expect_code(4);
+}
+
+/// On an API that places control planes with its own hosting credential (as the VM `api.deploy`
+/// launches does, `--control-plane-credentials`): a create is refused, writing nothing, while the
+/// API does not hold that credential; then the control plane runs in the hosting account, region
+/// and machine type and the capacity in the cluster's, the workers joining over the control
+/// plane's public address; the hosting credential cannot be deleted while the cluster lives; the
+/// delete leaves nothing in either account.
+#[test]
+fn the_control_plane_runs_on_the_apis_hosting_credential() {
+    let api = Api::start_opts(ApiOptions {
+        id: "cp-host".into(),
+        hosted: true,
+        args: ["--control-plane-credentials", "host", "--control-plane-region", "sim-west-1"]
+            .into_iter()
+            .chain(["--control-plane-vm-type", "sim.large"])
+            .map(str::to_owned)
+            .collect(),
+        ..ApiOptions::default()
+    });
+    sim_credential(&api, "cap");
+    let out = create(&api, "k", "cap", "1", &["--wait"]);
+    out.expect_code(3);
+    assert!(out.stderr.contains("its hosting credential `host`, which this API does not hold"), "{out}");
+    assert!(api.query_strings("SELECT name FROM clusters").is_empty(), "a refused create wrote a cluster");
+
+    sim_credential(&api, "host");
+    create(&api, "k", "cap", "1", &["--wait"]).expect_code(0);
+    let detail = status(&api, "k");
+    let cluster = &detail["cluster"];
+    let id = cluster["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (&cluster["control_plane_credential"], &cluster["control_plane_region"], &cluster["control_plane_vm_type"]),
+        (&json!("host"), &json!("sim-west-1"), &json!("sim.large")),
+        "{detail:#}"
+    );
+    let shown = api.cli(&["cluster", "status", "k"]);
+    assert!(shown.stdout.contains("control plane: sim / sim-west-1 / sim.large, on the API's hosting credential host"));
+    // What the simulated cloud holds, account by account.
+    let placed = |vm: &ProviderVm| {
+        let sql = format!("SELECT region || ' ' || vm_type FROM sim_vms WHERE id = '{}'", vm.id);
+        (vm.tags["anycloud-vm"].as_str().unwrap().to_owned(), vm.account.clone(), api.query_strings(&sql).join(""))
+    };
+    let live: Vec<_> = live_vms(&api, &id).iter().map(placed).collect();
+    assert_eq!(
+        live,
+        [
+            ("cp".to_owned(), "sim-account-host".to_owned(), "sim-west-1 sim.large".to_owned()),
+            ("w0".to_owned(), "sim-account-cap".to_owned(), "sim-east-1 sim.small".to_owned()),
+        ],
+    );
+    let vms = live_vms(&api, &id);
+    let cp_public =
+        detail["vms"].as_array().unwrap().iter().find(|vm| vm["role"] == "control-plane").unwrap()["public_ip"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    assert!(vms[1].user_data.contains(&format!("K3S_URL='https://{cp_public}:6443'")), "{}", vms[1].user_data);
+
+    let out = api.cli(&["credentials", "delete", "host"]);
+    out.expect_code(3);
+    assert!(out.stderr.contains("credential `host` holds the capacity or the control plane of 1 cluster(s): k"));
+    api.spawn_cli(&["cluster", "delete", "k", "--wait"]).wait(WAIT).expect_code(0);
+    assert_provider_clean(&api, &id);
+    api.cli(&["credentials", "delete", "host"]).expect_code(0);
 }

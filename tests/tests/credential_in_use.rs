@@ -35,7 +35,9 @@ fn delete_is_refused(api: &Api) {
     let out = api.cli(&["credentials", "delete", "cap"]);
     out.expect_code(3);
     assert!(out.stderr.starts_with("error[CREDENTIAL_IN_USE]: "), "{out}");
-    for words in ["credential `cap` holds the capacity of 1 cluster(s): k", "`anycloud cluster delete k`"] {
+    for words in
+        ["credential `cap` holds the capacity or the control plane of 1 cluster(s): k", "`anycloud cluster delete k`"]
+    {
         assert!(out.stderr.contains(words), "stderr lacks {words:?}\n{out}");
     }
     assert!(out.stdout.is_empty(), "{out}");

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! pin_placement -> ensure_bucket -> store_identity -> ensure_network -> ensure_vm_identity
-//!   -> launch -> wait_until_answers -> mark_ready
+//!   -> launch -> wait_until_answers -> save_hosting_credential -> mark_ready
 //! ```
 //!
 //! The `deploy_api` operation writes the record and this run in one transaction. The bucket is
@@ -75,12 +75,15 @@ const ENSURE_VM_IDENTITY: StepKey<String> = StepKey::new("ensure_vm_identity");
 const LAUNCH: StepKey<Vm> = StepKey::new("launch");
 /// Where it answers.
 const WAIT_UNTIL_ANSWERS: StepKey<String> = StepKey::new("wait_until_answers");
+/// The hosting credential is saved and valid on the API (its clusters' control planes go there).
+const SAVE_HOSTING_CREDENTIAL: StepKey<()> = StepKey::new("save_hosting_credential");
 /// Marked ready.
 const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
 
 impl Workflow for DeployApi {
     const KIND: &'static str = "api.deploy";
-    const VERSION: u32 = 1;
+    /// v2: `save_hosting_credential`.
+    const VERSION: u32 = 2;
     type Input = DeployInput;
     type Output = DeployOutput;
 
@@ -132,6 +135,13 @@ impl Workflow for DeployApi {
                     .every(Duration::from_secs(2))
                     .timeout(retry::ready_timeout())
                     .attempt_timeout(retry::QUICK_ATTEMPT),
+            )
+            .then(
+                Step::poll(SAVE_HOSTING_CREDENTIAL, save_hosting_credential)
+                    .every(Duration::from_secs(1))
+                    .timeout(retry::ready_timeout())
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
             )
             .then(Step::action(MARK_READY, mark_ready))
     }
@@ -291,6 +301,9 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         bucket_endpoint: access.endpoint.as_deref(),
         binary_url: &api.binary_url,
         binary_sha256: api.binary_sha256.as_deref(),
+        hosting_credential: &api.credential,
+        region: &api.region,
+        vm_type: &api.vm_type,
     });
     let network = ctx.output(ENSURE_NETWORK)?;
     let spec = LaunchSpec {
@@ -337,6 +350,15 @@ async fn wait_until_answers(ctx: StepCtx<DeployApi>) -> Result<Check<String>, St
             vm.provider_id, vm.state
         ))),
     }
+}
+
+/// Saves the hosting credential on the API, which places its clusters' control planes with it,
+/// and waits until the API has verified it from its VM.
+async fn save_hosting_credential(ctx: StepCtx<DeployApi>) -> Result<Check<()>, StepError> {
+    let api = record(&ctx).await?;
+    let url = ctx.output(WAIT_UNTIL_ANSWERS)?;
+    let ca_pem = ctx.output(STORE_IDENTITY)?.ca_pem;
+    crate::api_hosting_credential::hand_over(deps(&ctx), &api, &url, &ca_pem).await
 }
 
 async fn mark_ready(ctx: StepCtx<DeployApi>) -> Result<(), StepError> {

@@ -50,6 +50,13 @@ pub struct HostedApi<'a> {
     pub binary_url: &'a str,
     /// Its sha256, hex, when known.
     pub binary_sha256: Option<&'a str>,
+    /// The credential it is hosted with (saved on it by `api.deploy`), which places its clusters'
+    /// control planes, in its region and machine type.
+    pub hosting_credential: &'a str,
+    /// The VM's region.
+    pub region: &'a str,
+    /// The VM's machine type.
+    pub vm_type: &'a str,
 }
 
 /// The arguments of `anycloud api serve` the VM runs (after `api serve`), the address as
@@ -77,6 +84,14 @@ fn serve_arguments(api: &HostedApi<'_>) -> Vec<String> {
     if let Some(endpoint) = api.bucket_endpoint {
         args.extend(["--checkpoint-endpoint".into(), endpoint.into()]);
     }
+    args.extend([
+        "--control-plane-credentials".into(),
+        api.hosting_credential.into(),
+        "--control-plane-region".into(),
+        api.region.into(),
+        "--control-plane-vm-type".into(),
+        api.vm_type.into(),
+    ]);
     args
 }
 
@@ -170,6 +185,9 @@ mod tests {
             bucket_endpoint: None,
             binary_url: DEFAULT_BINARY_URL,
             binary_sha256: Some("ab12"),
+            hosting_credential: "aws-host",
+            region: "eu-west-1",
+            vm_type: "t3.medium",
         }
     }
 

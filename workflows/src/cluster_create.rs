@@ -1,12 +1,15 @@
 //! `cluster.create`: brings up a cluster's control plane and its fixed capacity.
 //!
 //! ```text
-//! pin_placement -> ensure_network -> generate_secrets -> launch_control_plane -> wait_for_api
-//!   -> launch_workers -> wait_for_nodes -> mark_ready
+//! pin_placement -> pin_control_plane -> ensure_network -> ensure_control_plane_network
+//!   -> generate_secrets -> launch_control_plane -> wait_for_api -> launch_workers
+//!   -> wait_for_nodes -> mark_ready
 //! ```
 //!
 //! The `create_cluster` operation writes the cluster's record and this run in one transaction
-//! (durable intent first); `pin_placement` then asks the provider where the VMs go. Every cloud
+//! (durable intent first); `pin_placement` then asks the provider where the VMs go. The control
+//! plane runs on the hosted API's own credential when the record says so, else with the capacity
+//! (see [`crate::cluster_sides`]); the `*_control_plane*` steps then act on that account. Every cloud
 //! call is idempotent (see [`crate::cloud`]). On a terminal failure or a cancel the undos run in
 //! reverse: they sweep every VM that carries the cluster's tag (so a half-finished launch is found
 //! too), wait until the provider reports them gone, delete the network rules and forget the
@@ -20,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Cloud, LaunchSpec, Network, Placement, Role, Vm};
 use crate::cluster_secrets::ClusterSecrets;
+use crate::cluster_sides::{Side, Sides};
 use crate::db::clusters::{self, Cluster, Phase};
 use crate::db::vms;
 use crate::deps::Deps;
@@ -58,8 +62,12 @@ pub struct SecretsStored {
 
 /// Where the VMs go, as the provider checked it.
 const PIN_PLACEMENT: StepKey<Placement> = StepKey::new("pin_placement");
+/// Where the control plane goes, when apart from the capacity.
+const PIN_CONTROL_PLANE: StepKey<Option<Placement>> = StepKey::new("pin_control_plane");
 /// The cluster's network rules.
 const ENSURE_NETWORK: StepKey<Network> = StepKey::new("ensure_network");
+/// The control plane's network rules, when apart from the capacity.
+const ENSURE_CONTROL_PLANE_NETWORK: StepKey<Option<Network>> = StepKey::new("ensure_control_plane_network");
 /// Proof the secrets are stored.
 const GENERATE_SECRETS: StepKey<SecretsStored> = StepKey::new("generate_secrets");
 /// The control-plane VM as launched.
@@ -75,8 +83,9 @@ const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
 
 impl Workflow for CreateCluster {
     const KIND: &'static str = "cluster.create";
-    /// v2: the first step is `pin_placement` (v1 called it `store_intent`).
-    const VERSION: u32 = 2;
+    /// v2: the first step is `pin_placement` (v1 called it `store_intent`); v3: the control
+    /// plane's own placement and network (`pin_control_plane`, `ensure_control_plane_network`).
+    const VERSION: u32 = 3;
     type Input = CreateInput;
     type Output = CreateOutput;
 
@@ -90,10 +99,20 @@ impl Workflow for CreateCluster {
                     .undo(pin_placement_undo),
             )
             .then(
+                Step::action(PIN_CONTROL_PLANE, pin_control_plane).retry(cloud()).attempt_timeout(retry::CLOUD_ATTEMPT),
+            )
+            .then(
                 Step::action(ENSURE_NETWORK, ensure_network)
                     .retry(cloud())
                     .attempt_timeout(retry::CLOUD_ATTEMPT)
                     .undo(ensure_network_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::action(ENSURE_CONTROL_PLANE_NETWORK, ensure_control_plane_network)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(ensure_control_plane_network_undo)
                     .undo_retry(retry::sweeps()),
             )
             .then(Step::action(GENERATE_SECRETS, generate_secrets).undo(generate_secrets_undo))
@@ -135,12 +154,16 @@ fn deps(ctx: &StepCtx<CreateCluster>) -> &Deps {
     &ctx.workflow().deps
 }
 
-/// The pinned placement and the cloud account; the record too, for the steps that read it.
-async fn placement_and_cloud(ctx: &StepCtx<CreateCluster>) -> Result<(Placement, Box<dyn Cloud>, Cluster), StepError> {
-    let placement = ctx.output(PIN_PLACEMENT)?;
+/// The cluster's sides as its steps pinned them (images included, for launches); the record
+/// too, for the steps that read it.
+async fn sides(ctx: &StepCtx<CreateCluster>) -> Result<(Sides, Cluster), StepError> {
     let cluster = deps(ctx).cluster(&ctx.input().cluster_id).await?;
-    let cloud = deps(ctx).cloud(&cluster.credential, &placement.region).await?;
-    Ok((placement, cloud, cluster))
+    let capacity = Side::open(deps(ctx), &cluster.credential, ctx.output(PIN_PLACEMENT)?).await?;
+    let control_plane = match (ctx.output(PIN_CONTROL_PLANE)?, cluster.control_plane()) {
+        (Some(placement), Some(cp)) => Some(Side::open(deps(ctx), &cp.credential, placement).await?),
+        _ => None,
+    };
+    Ok((Sides { capacity, control_plane }, cluster))
 }
 
 /// Asks the provider whether the region and machine type exist and where the VMs go (a zone, an
@@ -184,9 +207,21 @@ fn failed_reason(cancelled: bool, cause: Option<&str>, run: uuid::Uuid) -> Strin
     )
 }
 
+/// Asks the hosting account where the control plane goes, when the record puts it there; a
+/// refusal fails the create (`pin_placement`'s undo marks the cluster `failed`).
+async fn pin_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Option<Placement>, StepError> {
+    let cluster = deps(&ctx).cluster(&ctx.input().cluster_id).await?;
+    let Some(cp) = cluster.control_plane() else { return Ok(None) };
+    let cloud = deps(&ctx).cloud(&cp.credential, &cp.region).await?;
+    let placement = cloud.placement(&cluster.id, &cp.region, &cp.vm_type).await?;
+    clusters::set_control_plane_zone(&deps(&ctx).db, &cluster.id, placement.zone.as_deref()).await?;
+    Ok(Some(placement))
+}
+
 async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepError> {
-    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
-    let network = cloud.ensure_network(&placement).await?;
+    let (sides, _) = sides(&ctx).await?;
+    let Side { placement, cloud } = &sides.capacity;
+    let network = cloud.ensure_network(placement).await?;
     let db = &deps(&ctx).db;
     clusters::set_network(db, &placement.cluster_id, placement.zone.as_deref(), Some(&network.id)).await?;
     Ok(network)
@@ -195,11 +230,30 @@ async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepErro
 /// Sweeps the VMs (none may use the rules any more), then deletes the rules; found by the
 /// cluster's tag, so rules a cut-short attempt made go too.
 async fn ensure_network_undo(ctx: StepCtx<CreateCluster>, _network: Effect<Network>) -> Result<(), StepError> {
-    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
-    deps(&ctx).sweep(cloud.as_ref(), &placement).await?;
-    deps(&ctx).remove_network(cloud.as_ref(), &placement, "the cluster's").await?;
+    let (sides, _) = sides(&ctx).await?;
+    sides.sweep(deps(&ctx)).await?;
+    let Side { placement, cloud } = &sides.capacity;
+    deps(&ctx).remove_network(cloud.as_ref(), placement, "the cluster's").await?;
     clusters::set_network(&deps(&ctx).db, &placement.cluster_id, placement.zone.as_deref(), None).await?;
     Ok(())
+}
+
+/// The control plane's own rules (SSH and the Kubernetes API, which capacity VMs in another
+/// account reach over its public address), when it runs apart from the capacity.
+async fn ensure_control_plane_network(ctx: StepCtx<CreateCluster>) -> Result<Option<Network>, StepError> {
+    let (sides, _) = sides(&ctx).await?;
+    let Some(Side { placement, cloud }) = &sides.control_plane else { return Ok(None) };
+    Ok(Some(cloud.ensure_network(placement).await?))
+}
+
+async fn ensure_control_plane_network_undo(
+    ctx: StepCtx<CreateCluster>,
+    _network: Effect<Option<Network>>,
+) -> Result<(), StepError> {
+    let (sides, _) = sides(&ctx).await?;
+    let Some(Side { placement, cloud }) = &sides.control_plane else { return Ok(()) };
+    sides.sweep(deps(&ctx)).await?;
+    deps(&ctx).remove_network(cloud.as_ref(), placement, "the control plane's").await
 }
 
 /// Makes the join token, the API token and the CA, and stores them sealed. A rerun keeps the
@@ -218,15 +272,20 @@ async fn generate_secrets_undo(ctx: StepCtx<CreateCluster>, _stored: Effect<Secr
 }
 
 async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepError> {
-    let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
-    let network = ctx.output(ENSURE_NETWORK)?;
+    let (sides, cluster) = sides(&ctx).await?;
+    let Side { placement, cloud } = sides.control_plane();
+    let network = match ctx.output(ENSURE_CONTROL_PLANE_NETWORK)? {
+        Some(own) => own,
+        None => ctx.output(ENSURE_NETWORK)?,
+    };
+    // The script reads the VM's address from the metadata service of the provider it runs on.
+    let provider = cluster.control_plane().map_or(cluster.provider, |cp| cp.provider);
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
     let spec = LaunchSpec {
-        placement: &placement,
+        placement,
         name: "cp".into(),
         role: Role::ControlPlane,
-        // The cluster's credential launches the VM: its provider's metadata service answers it.
-        user_data: user_data::control_plane(cluster.provider, &placement.cluster_id, &secrets),
+        user_data: user_data::control_plane(provider, &placement.cluster_id, &secrets),
         token: ctx.idempotency_key(),
         network: &network,
         vm_identity: None,
@@ -243,8 +302,8 @@ async fn launch_control_plane_undo(ctx: StepCtx<CreateCluster>, _launched: Effec
 }
 
 async fn sweep_vms(ctx: &StepCtx<CreateCluster>) -> Result<(), StepError> {
-    let (placement, cloud, _) = placement_and_cloud(ctx).await?;
-    deps(ctx).sweep(cloud.as_ref(), &placement).await
+    let (sides, _) = sides(ctx).await?;
+    sides.sweep(deps(ctx)).await
 }
 
 /// The control plane as the provider reports it now (its address may arrive after launch).
@@ -254,8 +313,9 @@ async fn current_control_plane(cloud: &dyn Cloud, placement: &Placement, launche
 }
 
 async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, StepError> {
-    let (placement, cloud, _) = placement_and_cloud(&ctx).await?;
-    let cp = current_control_plane(cloud.as_ref(), &placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
+    let (sides, _) = sides(&ctx).await?;
+    let Side { placement, cloud } = sides.control_plane();
+    let cp = current_control_plane(cloud.as_ref(), placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
     vms::upsert(&deps(&ctx).db, &placement.cluster_id, &cp).await?;
     let Some(address) = cp.address() else {
         return Ok(Check::NotYet(format!("control plane VM {} ({}) has no address yet", cp.provider_id, cp.state)));
@@ -280,21 +340,26 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
 }
 
 async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepError> {
-    let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
+    let (sides, cluster) = sides(&ctx).await?;
     let network = ctx.output(ENSURE_NETWORK)?;
-    let cp = current_control_plane(cloud.as_ref(), &placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
-    // The workers are launched by the control plane's own credential, into its network: they join
-    // over its private address. A worker on another provider would join over the public one (the
-    // control plane's certificate names it too); either way it checks the cluster's CA.
-    let server = cp.private_ip.clone().or(cp.public_ip.clone()).ok_or_else(|| {
-        StepError::retryable_msg(format!("control plane VM {} has no address to join", cp.provider_id))
-    })?;
+    let cp_side = sides.control_plane();
+    let cp =
+        current_control_plane(cp_side.cloud.as_ref(), &cp_side.placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
+    // With the control plane in the capacity's network, the workers join over its private
+    // address; in another account (the hosted API's), over its public one, which its
+    // certificate names too. Either way a worker checks the cluster's CA.
+    let server = match &sides.control_plane {
+        None => cp.private_ip.clone().or(cp.public_ip.clone()),
+        Some(_) => cp.public_ip.clone(),
+    }
+    .ok_or_else(|| StepError::retryable_msg(format!("control plane VM {} has no address to join", cp.provider_id)))?;
+    let Side { placement, cloud } = &sides.capacity;
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
     let mut workers = Vec::new();
     for index in 0..cluster.min_vms {
         let name = format!("w{index}");
         let spec = LaunchSpec {
-            placement: &placement,
+            placement,
             user_data: user_data::worker(cluster.provider, &placement.cluster_id, &name, &server, &secrets),
             name,
             role: Role::Worker,
@@ -318,17 +383,17 @@ async fn launch_workers_undo(ctx: StepCtx<CreateCluster>, _launched: Effect<Vec<
 }
 
 async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, StepError> {
-    let (placement, cloud, cluster) = placement_and_cloud(&ctx).await?;
+    let (sides, cluster) = sides(&ctx).await?;
     let wanted = cluster.min_vms as usize;
-    let live = cloud.list_vms(&placement).await?;
+    let live = sides.list_vms().await?;
     for vm in &live {
-        vms::upsert(&deps(&ctx).db, &placement.cluster_id, vm).await?;
+        vms::upsert(&deps(&ctx).db, &cluster.id, vm).await?;
     }
     let launched = ctx.output(LAUNCH_CONTROL_PLANE)?;
     let cp = live.iter().find(|vm| vm.provider_id == launched.provider_id).cloned().unwrap_or(launched);
-    let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
-    let client =
-        kube_api::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
+    let secrets = deps(&ctx).secrets(&cluster.id).await?;
+    let endpoint = deps(&ctx).kube_endpoint(sides.control_plane().cloud.as_ref(), &cp);
+    let client = kube_api::client(&endpoint, &secrets).map_err(StepError::terminal)?;
     let nodes = match kube_api::nodes(&client).await {
         Ok(nodes) => nodes,
         Err(err) => return Ok(Check::NotYet(format!("listing nodes: {}", anycloud_engine::error_chain(&err)))),
@@ -367,7 +432,9 @@ mod tests {
     fn every_step_name_is_its_key() {
         let keys = [
             PIN_PLACEMENT.name(),
+            PIN_CONTROL_PLANE.name(),
             ENSURE_NETWORK.name(),
+            ENSURE_CONTROL_PLANE_NETWORK.name(),
             GENERATE_SECRETS.name(),
             LAUNCH_CONTROL_PLANE.name(),
             WAIT_FOR_API.name(),

@@ -18,7 +18,8 @@ use std::time::Duration;
 use anycloud_engine::{Check, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
-use crate::cloud::{Cloud, Placement, Role};
+use crate::cloud::{Placement, Role};
+use crate::cluster_sides::Sides;
 use crate::db::clusters::{self, Phase};
 use crate::db::vms;
 use crate::deps::Deps;
@@ -96,11 +97,11 @@ fn deps(ctx: &StepCtx<DeleteCluster>) -> &Deps {
     &ctx.workflow().deps
 }
 
-async fn placement_and_cloud(ctx: &StepCtx<DeleteCluster>) -> Result<(Placement, Box<dyn Cloud>), StepError> {
-    let placement = ctx.output(MARK_DELETING)?;
+/// The cluster's sides (its capacity's and, apart when it runs on the hosted API's credential,
+/// its control plane's), from its record.
+async fn sides(ctx: &StepCtx<DeleteCluster>) -> Result<Sides, StepError> {
     let cluster = deps(ctx).cluster(&ctx.input().cluster_id).await?;
-    let cloud = deps(ctx).cloud(&cluster.credential, &placement.region).await?;
-    Ok((placement, cloud))
+    Sides::of(deps(ctx), &cluster).await
 }
 
 async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepError> {
@@ -117,17 +118,19 @@ async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepErr
 
 async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemoved, StepError> {
     let deps = deps(&ctx);
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
-    let live = cloud.list_vms(&placement).await?;
+    let sides = sides(&ctx).await?;
+    let live = sides.control_plane().cloud.list_vms(&sides.control_plane().placement).await?;
     let Some(cp) = live.iter().find(|vm| vm.role == Role::ControlPlane && vm.state.eq_ignore_ascii_case("running"))
     else {
         return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("no running control plane".into()) });
     };
-    let secrets = match clusters::sealed_secrets(&deps.db, &placement.cluster_id).await? {
-        Some(_) => deps.secrets(&placement.cluster_id).await?,
+    let cluster_id = &ctx.input().cluster_id;
+    let secrets = match clusters::sealed_secrets(&deps.db, cluster_id).await? {
+        Some(_) => deps.secrets(cluster_id).await?,
         None => return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("the cluster has no secrets".into()) }),
     };
-    let client = kube_api::client(&deps.kube_endpoint(cloud.as_ref(), cp), &secrets).map_err(StepError::terminal)?;
+    let endpoint = deps.kube_endpoint(sides.control_plane().cloud.as_ref(), cp);
+    let client = kube_api::client(&endpoint, &secrets).map_err(StepError::terminal)?;
     // Best effort: the VMs go next, and every workload with them; a control plane that does
     // not answer must not keep the cluster alive.
     match kube_api::delete_workloads(&client).await {
@@ -140,38 +143,51 @@ async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemove
 }
 
 async fn terminate_vms(ctx: StepCtx<DeleteCluster>) -> Result<Vec<String>, StepError> {
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
+    let sides = sides(&ctx).await?;
     // A sweep by tag, not the recorded ids: a half-finished create's VMs are found too.
-    let live = cloud.list_vms(&placement).await?;
-    for vm in &live {
-        vms::upsert(&deps(&ctx).db, &placement.cluster_id, vm).await?;
+    let mut ids = Vec::new();
+    for side in sides.all() {
+        let live = side.cloud.list_vms(&side.placement).await?;
+        for vm in &live {
+            vms::upsert(&deps(&ctx).db, &side.placement.cluster_id, vm).await?;
+        }
+        let on_side: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
+        side.cloud.terminate(&side.placement, &on_side).await?;
+        for id in on_side {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
     }
-    let ids: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
-    cloud.terminate(&placement, &ids).await?;
     Ok(ids)
 }
 
 async fn delete_network(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
-    cloud.delete_network(&placement).await?;
+    for side in sides(&ctx).await?.all() {
+        side.cloud.delete_network(&side.placement).await?;
+    }
     Ok(())
 }
 
 async fn wait_gone(ctx: StepCtx<DeleteCluster>) -> Result<Check<()>, StepError> {
-    let (placement, cloud) = placement_and_cloud(&ctx).await?;
-    let live = cloud.list_vms(&placement).await?;
-    vms::mark_gone(&deps(&ctx).db, &placement.cluster_id, &live).await?;
-    let network = cloud.network_exists(&placement).await?;
+    let sides = sides(&ctx).await?;
+    let live = sides.list_vms().await?;
+    vms::mark_gone(&deps(&ctx).db, &ctx.input().cluster_id, &live).await?;
+    let mut network = false;
+    for side in sides.all() {
+        let on_side = side.cloud.list_vms(&side.placement).await?;
+        let rules = side.cloud.network_exists(&side.placement).await?;
+        network |= rules;
+        if !on_side.is_empty() {
+            // A VM launched after the sweep (a create's retry racing an old delete) is swept too.
+            let ids: Vec<String> = on_side.iter().map(|vm| vm.provider_id.clone()).collect();
+            side.cloud.terminate(&side.placement, &ids).await?;
+        } else if rules && live.is_empty() {
+            side.cloud.delete_network(&side.placement).await?;
+        }
+    }
     if live.is_empty() && !network {
         return Ok(Check::Ready(()));
-    }
-    if !live.is_empty() {
-        // A VM launched after the sweep (a create's retry racing an old delete) is swept too.
-        let ids: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
-        cloud.terminate(&placement, &ids).await?;
-    }
-    if network && live.is_empty() {
-        cloud.delete_network(&placement).await?;
     }
     Ok(Check::NotYet(format!(
         "the provider still lists {} VM(s){}",

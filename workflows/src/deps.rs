@@ -146,7 +146,10 @@ impl Deps {
             private_ip: cp.private_ip,
             public_ip: cp.public_ip,
         };
-        let cloud = self.cloud(&cluster.credential, &cluster.region).await?;
+        let cloud = match cluster.control_plane() {
+            Some(apart) => self.cloud(&apart.credential, &apart.region).await?,
+            None => self.cloud(&cluster.credential, &cluster.region).await?,
+        };
         Ok(self.kube_endpoint(cloud.as_ref(), &cp))
     }
 
@@ -192,35 +195,17 @@ impl Deps {
         ClusterSecrets::open(&self.sealer, &sealed).map_err(StepError::terminal)
     }
 
-    /// Terminates every VM that carries the cluster's tag and succeeds once the provider lists
-    /// none; until then it fails (retryably) with how many are left. Records what it sees.
-    pub async fn sweep(&self, cloud: &dyn Cloud, placement: &Placement) -> Result<(), StepError> {
-        self.sweep_vms(cloud, placement, true).await
-    }
-
-    /// [`Deps::sweep`] of a hosted API's VM, which has no record in `vms` (a cluster's table).
+    /// Terminates every VM with a hosted API's tag (it has no record in `vms`, a cluster's table)
+    /// and succeeds once the provider lists none; until then it fails (retryably) with how many
+    /// are left. A cluster's VMs are swept by [`crate::cluster_sides::Sides::sweep`].
     pub async fn sweep_unrecorded(&self, cloud: &dyn Cloud, placement: &Placement) -> Result<(), StepError> {
-        self.sweep_vms(cloud, placement, false).await
-    }
-
-    async fn sweep_vms(&self, cloud: &dyn Cloud, placement: &Placement, record: bool) -> Result<(), StepError> {
         let live = cloud.list_vms(placement).await?;
-        if record {
-            for vm in &live {
-                vms::upsert(&self.db, &placement.cluster_id, vm).await?;
-            }
-            vms::mark_gone(&self.db, &placement.cluster_id, &live).await?;
-        }
         if live.is_empty() {
             return Ok(());
         }
         let ids: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
         cloud.terminate(placement, &ids).await?;
-        let left = cloud.list_vms(placement).await?;
-        if record {
-            vms::mark_gone(&self.db, &placement.cluster_id, &left).await?;
-        }
-        if left.is_empty() {
+        if cloud.list_vms(placement).await?.is_empty() {
             return Ok(());
         }
         Err(StepError::retryable_msg(format!(

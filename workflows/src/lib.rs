@@ -21,6 +21,7 @@
 pub mod api;
 pub mod api_bucket;
 pub mod api_deploy;
+pub mod api_hosting_credential;
 pub mod api_identity;
 pub mod api_remove;
 pub mod api_user_data;
@@ -28,6 +29,7 @@ pub mod cloud;
 pub mod cluster_create;
 pub mod cluster_delete;
 pub mod cluster_secrets;
+pub mod cluster_sides;
 pub mod credentials_verify;
 pub mod db;
 pub mod deps;

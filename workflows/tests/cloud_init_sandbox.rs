@@ -457,6 +457,9 @@ fn hosted_api(provider: ProviderKind, sum: Option<&str>) -> String {
         bucket_endpoint: None,
         binary_url: ANYCLOUD_URL,
         binary_sha256: sum,
+        hosting_credential: "aws-host",
+        region: "eu-west-1",
+        vm_type: "t3.medium",
     })
 }
 

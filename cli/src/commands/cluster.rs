@@ -95,6 +95,16 @@ pub async fn status(name: &str, json: bool) -> CliResult {
     }
     let zone = cluster.zone.as_deref().map(|zone| format!(" ({zone})")).unwrap_or_default();
     say!("placement    {} / {}{zone} / {}", cluster.provider, cluster.region, cluster.vm_type);
+    if let Some(cp) = cluster.control_plane() {
+        let zone = cp.zone.as_deref().map(|zone| format!(" ({zone})")).unwrap_or_default();
+        say!(
+            "             control plane: {} / {}{zone} / {}, on the API's hosting credential {}",
+            cp.provider,
+            cp.region,
+            cp.vm_type,
+            cp.credential
+        );
+    }
     say!("credentials  {}", cluster.credential);
     say!("capacity     {} of {} VMs running", detail.running_vms, detail.desired_vms);
     say!("endpoint     {}", cluster.endpoint.as_deref().unwrap_or("-"));

@@ -82,6 +82,8 @@ pub struct ServeOptions {
     pub listen: std::net::IpAddr,
     /// Serve HTTPS with this certificate.
     pub tls: Option<tls::TlsSource>,
+    /// A hosted API: where its clusters' control planes go (its own hosting credential).
+    pub control_planes: Option<anycloud_workflows::cluster_sides::ControlPlaneHost>,
 }
 
 impl ServeOptions {
@@ -206,7 +208,8 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         checkpoint: None,
     };
     let state = AppState {
-        ops: Operations::new(engine.clone(), deps, &options.id, options.hosted_by.is_some()),
+        ops: Operations::new(engine.clone(), deps, &options.id, options.hosted_by.is_some())
+            .with_control_planes(options.control_planes.clone()),
         token: token.into(),
         status: Arc::new(status),
         checkpoint: checkpointer

@@ -96,9 +96,48 @@ pub struct Cluster {
     pub created_at: i64,
     /// Changed at.
     pub updated_at: i64,
+    /// The credential the control plane runs on, when not the capacity's (a hosted API's own).
+    pub control_plane_credential: Option<String>,
+    /// Its provider.
+    pub control_plane_provider: Option<String>,
+    /// Its region.
+    pub control_plane_region: Option<String>,
+    /// Its zone, once picked (GCP).
+    pub control_plane_zone: Option<String>,
+    /// Its machine type.
+    pub control_plane_vm_type: Option<String>,
+}
+
+/// Where a cluster's control plane runs when it does not run with the capacity: a hosted API
+/// places control planes with its own hosting credential, in its region and machine type
+/// (../shared/spec/clusters.md, "Placement").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlPlanePlacement {
+    /// The credential.
+    pub credential: String,
+    /// Its provider.
+    pub provider: ProviderKind,
+    /// Region.
+    pub region: String,
+    /// Zone, once picked (GCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Machine type.
+    pub vm_type: String,
 }
 
 impl Cluster {
+    /// Where the control plane runs, when not with the capacity.
+    pub fn control_plane(&self) -> Option<ControlPlanePlacement> {
+        Some(ControlPlanePlacement {
+            credential: self.control_plane_credential.clone()?,
+            provider: self.control_plane_provider.as_deref()?.parse().ok()?,
+            region: self.control_plane_region.clone()?,
+            zone: self.control_plane_zone.clone(),
+            vm_type: self.control_plane_vm_type.clone()?,
+        })
+    }
+
     /// The resource key every workflow on this cluster runs under, so that they run one at a time.
     pub fn resource_key(name: &str) -> String {
         format!("cluster/{name}")
@@ -106,7 +145,9 @@ impl Cluster {
 }
 
 const COLUMNS: &str = "id, name, credential, provider, region, zone, vm_type, min_vms, max_vms, phase, reason, \
-                       endpoint, network_id, workflow_id, delete_requested_at, created_at, updated_at";
+                       endpoint, network_id, workflow_id, delete_requested_at, created_at, updated_at, \
+                       control_plane_credential, control_plane_provider, control_plane_region, \
+                       control_plane_zone, control_plane_vm_type";
 
 /// The live (not deleted) cluster of this name, read inside the caller's transaction. On
 /// PostgreSQL the row stays locked until the transaction ends, so that a delete and a new
@@ -146,7 +187,9 @@ pub async fn insert_in(tx: &mut WriteTx, cluster: &Cluster) -> Result<(), sqlx::
     execute_in!(
         tx,
         "INSERT INTO clusters (id, name, credential, provider, region, zone, vm_type, min_vms, max_vms, phase, \
-         workflow_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)",
+         workflow_id, created_at, updated_at, control_plane_credential, control_plane_provider, control_plane_region, \
+         control_plane_zone, control_plane_vm_type) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $15, $16, $17)",
         &cluster.id,
         &cluster.name,
         &cluster.credential,
@@ -158,19 +201,27 @@ pub async fn insert_in(tx: &mut WriteTx, cluster: &Cluster) -> Result<(), sqlx::
         cluster.max_vms,
         cluster.phase.as_str(),
         &cluster.workflow_id,
-        cluster.created_at
+        cluster.created_at,
+        &cluster.control_plane_credential,
+        &cluster.control_plane_provider,
+        &cluster.control_plane_region,
+        &cluster.control_plane_zone,
+        &cluster.control_plane_vm_type
     )?;
     Ok(())
 }
 
-/// The names of the live (not deleted) clusters whose capacity `credential` holds, read inside the
-/// caller's transaction.
+/// The names of the live (not deleted) clusters whose capacity or control plane `credential` holds,
+/// read inside the caller's transaction.
 pub async fn live_on_credential_in(tx: &mut WriteTx, credential: &str) -> Result<Vec<String>, sqlx::Error> {
     with_tx!(tx, |tx| {
-        sqlx::query_scalar("SELECT name FROM clusters WHERE credential = $1 AND phase <> 'deleted' ORDER BY name")
-            .bind(credential)
-            .fetch_all(&mut **tx)
-            .await
+        sqlx::query_scalar(
+            "SELECT name FROM clusters WHERE (credential = $1 OR control_plane_credential = $1) \
+             AND phase <> 'deleted' ORDER BY name",
+        )
+        .bind(credential)
+        .fetch_all(&mut **tx)
+        .await
     })
 }
 
@@ -235,6 +286,18 @@ pub async fn set_network(db: &Db, id: &str, zone: Option<&str>, network_id: Opti
         id,
         zone,
         network_id,
+        crate::now_ms()
+    )?;
+    Ok(())
+}
+
+/// Records the zone the provider gave the control plane, when it runs apart from the capacity.
+pub async fn set_control_plane_zone(db: &Db, id: &str, zone: Option<&str>) -> Result<(), sqlx::Error> {
+    execute!(
+        db.pool(),
+        "UPDATE clusters SET control_plane_zone = $2, updated_at = $3 WHERE id = $1",
+        id,
+        zone,
         crate::now_ms()
     )?;
     Ok(())

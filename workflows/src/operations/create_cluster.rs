@@ -6,7 +6,8 @@ use uuid::Uuid;
 use crate::api::{ClusterCreated, NewCluster};
 use crate::cloud::CloudError;
 use crate::cluster_create::{CreateCluster, CreateInput};
-use crate::db::clusters::{self, Cluster, Phase};
+use crate::cluster_sides::ControlPlaneHost;
+use crate::db::clusters::{self, Cluster, ControlPlanePlacement, Phase};
 use crate::db::credentials::{self, CredentialStatus, Hold};
 use crate::db::is_unique_violation;
 use crate::deps::AccountError;
@@ -58,6 +59,10 @@ impl Operations {
             Some(credential) => return Err(account_refusal(name, AccountError::Verifying(credential.name))),
             None => return Err(account_refusal(name, AccountError::NoCredential(request.credentials.clone()))),
         };
+        let control_plane = match self.control_plane_host(&request) {
+            Some(host) => Some(self.hold_control_plane_host(&mut tx, name, host).await?),
+            None => None,
+        };
         if let Some(existing) = clusters::lock_live_in(&mut tx, name).await? {
             return Err(exists(name, existing.phase).into());
         }
@@ -82,6 +87,11 @@ impl Operations {
             delete_requested_at: None,
             created_at: now,
             updated_at: now,
+            control_plane_credential: control_plane.as_ref().map(|cp| cp.credential.clone()),
+            control_plane_provider: control_plane.as_ref().map(|cp| cp.provider.as_str().to_owned()),
+            control_plane_region: control_plane.as_ref().map(|cp| cp.region.clone()),
+            control_plane_zone: None,
+            control_plane_vm_type: control_plane.map(|cp| cp.vm_type),
         };
         match clusters::insert_in(&mut tx, &cluster).await {
             // A create of the same name committed between the check and the insert.
@@ -91,6 +101,50 @@ impl Operations {
         tx.commit().await?;
         self.engine.wake_up();
         Ok(ClusterCreated { cluster, workflow_id: run })
+    }
+}
+
+impl Operations {
+    /// Where this API places the cluster's control plane apart from its capacity: on its own
+    /// hosting credential, unless that is the cluster's credential in the same region (then the
+    /// control plane joins the capacity's network, as on an API without a hosting credential).
+    fn control_plane_host(&self, request: &NewCluster) -> Option<&ControlPlaneHost> {
+        self.control_planes
+            .as_ref()
+            .filter(|host| host.credential != request.credentials || host.region != request.region)
+    }
+
+    /// Holds the hosting credential like the capacity's (a delete racing the create waits, then
+    /// sees the cluster); refuses a missing or unusable one, naming it.
+    async fn hold_control_plane_host(
+        &self,
+        tx: &mut anycloud_engine::WriteTx,
+        name: &str,
+        host: &ControlPlaneHost,
+    ) -> Result<ControlPlanePlacement, OperationError> {
+        let unusable = |why: String| {
+            OperationError::from(Refusal::new(
+                Code::CredentialInvalid,
+                format!(
+                    "cluster `{name}`: this API places control planes with its hosting credential `{}`, which {why};                      `anycloud credentials list` shows it; `api serve --credentials` saves it here when it deploys                      the API",
+                    host.credential
+                ),
+            ))
+        };
+        match credentials::hold_in(tx, &host.credential, Hold::Shared).await? {
+            Some(credential) if credential.status == CredentialStatus::Valid => Ok(ControlPlanePlacement {
+                credential: credential.name,
+                provider: credential.provider,
+                region: host.region.clone(),
+                zone: None,
+                vm_type: host.vm_type.clone(),
+            }),
+            Some(credential) if credential.status == CredentialStatus::Invalid => {
+                Err(unusable(format!("is invalid ({})", credential.status_message.unwrap_or_default())))
+            }
+            Some(_) => Err(unusable("is still being verified; try again in a moment".to_owned())),
+            None => Err(unusable("this API does not hold".to_owned())),
+        }
     }
 }
 

@@ -47,7 +47,7 @@ impl Operations {
             return Err(Refusal::new(
                 Code::CredentialInUse,
                 format!(
-                    "credential `{name}` holds the capacity of {} cluster(s): {}; delete them first (`anycloud \
+                    "credential `{name}` holds the capacity or the control plane of {} cluster(s): {}; delete them first (`anycloud \
                      cluster delete {first}`), then the credential: without it nobody could remove their VMs",
                     clusters.len(),
                     clusters.join(", ")

@@ -32,6 +32,16 @@ impl Operations {
                 "--vm-type is empty; pass the provider's machine type (e.g. t3.medium, e2-standard-2)".into()
             ));
         }
+        // Both ride in the VM's unit as arguments of `api serve` (its clusters' control planes).
+        for (flag, value) in [("--vm-type", Some(&request.vm_type)), ("--region", request.region.as_ref())] {
+            if let Some(value) = value
+                && !value.trim().bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            {
+                return Err(bad(format!(
+                    "{flag} `{value}` is not a provider's name: use letters, digits, `.`, `_`, `-`"
+                )));
+            }
+        }
         if request.port == Some(0) {
             return Err(bad("--port 0 is not a port a client can be told; pass 1-65535 (default 443)".into()));
         }

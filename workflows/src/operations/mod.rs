@@ -67,12 +67,22 @@ pub struct Operations {
     hosted: bool,
     /// The API's id, for the messages that name it.
     api_id: Arc<str>,
+    /// Where a hosted API places its clusters' control planes (its own hosting credential).
+    control_planes: Option<crate::cluster_sides::ControlPlaneHost>,
 }
 
 impl Operations {
     /// The operations of the API `api_id` (hosted or local), on `engine`.
     pub fn new(engine: Arc<Engine>, deps: Deps, api_id: &str, hosted: bool) -> Self {
-        Self { engine, deps, hosted, api_id: api_id.into() }
+        Self { engine, deps, hosted, api_id: api_id.into(), control_planes: None }
+    }
+
+    /// These operations, placing clusters' control planes with `host` (a hosted API's own
+    /// credential, region and machine type) instead of with their capacity.
+    #[must_use]
+    pub fn with_control_planes(mut self, host: Option<crate::cluster_sides::ControlPlaneHost>) -> Self {
+        self.control_planes = host;
+        self
     }
 
     /// The engine the operations submit to.
