@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, watch};
 use tokio::task::AbortHandle;
-use tracing::{Instrument, info, warn};
+use tracing::{Instrument, debug, info, warn};
 use uuid::Uuid;
 
 use crate::config::EngineConfig;
@@ -432,6 +432,11 @@ impl Inner {
 
 async fn claim_loop(inner: Arc<Inner>) {
     let mut stop = inner.stop.subscribe();
+    // Said once per outage of the store, not at every poll.
+    let mut failing = false;
+    // The leases that failed claims may have taken all the same (the first and last expiry),
+    // until they are given up.
+    let mut lost_claims: Option<(Millis, Millis)> = None;
     while !inner.stopping() {
         let free = inner.slots.available_permits().min(inner.config.claim_batch as usize) as u32;
         let mut full_batch = false;
@@ -440,6 +445,9 @@ async fn claim_loop(inner: Arc<Inner>) {
             let lease_until = after(now, inner.config.lease_ttl);
             match inner.store.claim(&inner.config.owner, &inner.label, now, lease_until, free).await {
                 Ok(claimed) => {
+                    if std::mem::take(&mut failing) {
+                        info!("claiming runs works again");
+                    }
                     full_batch = claimed.len() as u32 == free;
                     inner.backlog.store(full_batch, Ordering::Relaxed);
                     for run in claimed {
@@ -451,8 +459,29 @@ async fn claim_loop(inner: Arc<Inner>) {
                             }
                         }
                     }
+                    if let Some(lost) = lost_claims {
+                        let driving: Vec<Uuid> =
+                            inner.drivers.lock().map(|drivers| drivers.keys().copied().collect()).unwrap_or_default();
+                        match inner.store.release_lost_claims(&inner.config.owner, lost, &driving).await {
+                            Ok(runs) => {
+                                lost_claims = None;
+                                if runs > 0 {
+                                    info!(runs, "gave up the runs a failed claim had taken; they are claimed again");
+                                }
+                            }
+                            Err(err) => {
+                                debug!(error = %crate::error::error_chain(&err), "giving up lost claims failed")
+                            }
+                        }
+                    }
                 }
-                Err(err) => warn!(error = %crate::error::error_chain(&err), "claiming runs failed; trying again"),
+                Err(err) => {
+                    lost_claims =
+                        Some(lost_claims.map_or((lease_until, lease_until), |(first, _)| (first, lease_until)));
+                    if !std::mem::replace(&mut failing, true) {
+                        warn!(error = %crate::error::error_chain(&err), "claiming runs failed; trying again at every poll");
+                    }
+                }
             }
         }
         if full_batch {
@@ -466,12 +495,18 @@ async fn claim_loop(inner: Arc<Inner>) {
     }
 }
 
+/// How soon the heartbeat tries again after the store failed: the leases must be renewed as
+/// soon as the store answers again, before they lapse.
+const HEARTBEAT_RETRY: Duration = Duration::from_secs(1);
+
 async fn heartbeat_loop(inner: Arc<Inner>) {
     let every = inner.config.lease_ttl / 3;
     let mut stop = inner.stop.subscribe();
+    let mut failing = false;
     loop {
+        let wait = if failing { every.min(HEARTBEAT_RETRY) } else { every };
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = stop.changed() => {}
         }
         let drained = inner.stopping() && inner.slots.available_permits() == inner.config.max_concurrency;
@@ -485,9 +520,76 @@ async fn heartbeat_loop(inner: Arc<Inner>) {
         match inner.store.heartbeat(&inner.config.owner, &driving, now, until).await {
             // A cancel sent through another engine (another API replica) reaches the step here.
             Ok(renewed) => {
+                if std::mem::take(&mut failing) {
+                    info!(runs = renewed.len(), "renewing leases works again");
+                }
                 renewed.iter().filter(|lease| lease.cancel_requested).for_each(|lease| inner.tell_cancelled(lease.run))
             }
-            Err(err) => warn!(error = %crate::error::error_chain(&err), "renewing leases failed"),
+            Err(err) => {
+                if !std::mem::replace(&mut failing, true) {
+                    warn!(error = %crate::error::error_chain(&err), "renewing leases failed; trying again every second");
+                }
+                continue;
+            }
+        }
+        if !inner.keep_owner_name().await {
+            return;
+        }
+    }
+}
+
+impl Inner {
+    /// Checks that this engine still holds its owner name, and takes it again if the database
+    /// dropped it (a PostgreSQL restart, or its connection cut). Returns false, having stopped
+    /// the engine, if another live process took the name meanwhile: that process takes back
+    /// every run held under the name, so this one must stop driving them.
+    async fn keep_owner_name(self: &Arc<Self>) -> bool {
+        let taken = self.owner_lock.lock().ok().and_then(|mut lock| lock.take());
+        let held = match taken {
+            Some(mut lock) => lock.is_held().await.then_some(lock),
+            // Given up on shutdown; or lost, and taking it again failed last time.
+            None if self.stopping() => return true,
+            None => None,
+        };
+        let lock = match held {
+            Some(lock) => lock,
+            None => match self.store.lock_owner(&self.config.owner).await {
+                Ok(lock) => {
+                    info!(owner = %self.config.owner, "the database dropped this engine's hold on its name; it holds it again");
+                    lock
+                }
+                Err(EngineError::OwnerInUse(_)) => {
+                    tracing::error!(
+                        owner = %self.config.owner,
+                        "another process took this engine's name while the database was unreachable; it takes \
+                         back the runs held under it, so this engine stops driving them"
+                    );
+                    self.stop_where_it_stands();
+                    return false;
+                }
+                Err(err) => {
+                    // Still unreachable: the next heartbeat tries again. Until then no other
+                    // process can start under the name either, since it cannot reach the
+                    // database.
+                    warn!(error = %crate::error::error_chain(&err), "taking this engine's name again failed");
+                    return true;
+                }
+            },
+        };
+        if !self.stopping()
+            && let Ok(mut slot) = self.owner_lock.lock()
+        {
+            *slot = Some(lock);
+        }
+        true
+    }
+
+    /// Stops claiming and aborts every driver, as a crash would.
+    fn stop_where_it_stands(&self) {
+        self.stop.send_replace(true);
+        let drivers = self.drivers.lock().map(|mut d| std::mem::take(&mut *d)).unwrap_or_default();
+        for driver in drivers.into_values() {
+            driver.task.abort();
         }
     }
 }

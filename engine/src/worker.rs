@@ -108,7 +108,8 @@ pub(crate) async fn drive(inner: &Inner, claimed: Claimed, cancel: watch::Receiv
             Ok(Next::Stop) => return None,
             Ok(Next::Ended) => return Some(run),
             Err(err) => {
-                // The database failed: stop; the lease lapses and the run is claimed again.
+                // The database failed for as long as the lease lasts (or in a way that trying
+                // again does not mend): stop; the lease lapses and the run is claimed again.
                 warn!(error = %error_chain(&err), "committing the run's progress failed; it will be retried");
                 return None;
             }
@@ -623,7 +624,11 @@ async fn commit(
     let advance = !release && run.phase == Phase::Forward && run.status == RunStatus::Running && step.is_some();
     let now = now_ms();
     let commit = Commit { run, owner: &inner.config.owner, now, release, advance, step, events };
-    match inner.store.commit(&commit).await? {
+    let outcome = match inner.store.commit(&commit).await {
+        Ok(outcome) => outcome,
+        Err(err) => commit_again(inner, &commit, err).await?,
+    };
+    match outcome {
         CommitOutcome::Committed { cancel_requested } => {
             // The run in memory is now the run as stored.
             run.cancel_requested = cancel_requested;
@@ -638,6 +643,64 @@ async fn commit(
             Ok(false)
         }
     }
+}
+
+/// The commit failed with `err` (the database restarted, a connection was cut, the disk is
+/// read-only): tries again with backoff for as long as this engine may still hold the run's
+/// lease, so that the run continues within a second of the database answering again instead of
+/// waiting for its lease to lapse. Each try first renews the lease, which is the fence: a run
+/// whose lease lapsed or went to another claim is not this driver's to write (`Fenced`). Then it
+/// reads the run, because the failed commit may have landed with only its answer lost, and
+/// writing it twice would repeat its timeline entries; only a commit that did not land is sent
+/// again. Gives up (with the last error) once a whole lease has passed.
+async fn commit_again(inner: &Inner, commit: &Commit<'_>, err: sqlx::Error) -> Result<CommitOutcome, sqlx::Error> {
+    const FIRST_DELAY: Duration = Duration::from_millis(50);
+    const MAX_DELAY: Duration = Duration::from_secs(1);
+    let run = commit.run;
+    warn!(error = %error_chain(&err), "committing the run's progress failed; trying again while the lease holds");
+    let started = tokio::time::Instant::now();
+    let mut delay = FIRST_DELAY;
+    let mut last = err;
+    while started.elapsed() < inner.config.lease_ttl && !inner.stopping() {
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_DELAY);
+        let now = now_ms();
+        let attempt = async {
+            let owner = &inner.config.owner;
+            let renewed = inner.store.heartbeat(owner, &[run.id], now, after(now, inner.config.lease_ttl)).await?;
+            let stored = inner.store.run(run.id).await?;
+            let Some(stored) = stored.filter(|stored| stored.lease_generation == run.lease_generation) else {
+                return Ok(CommitOutcome::Fenced);
+            };
+            // A commit that gives the lease up landed if the lease is free under this claim's
+            // generation (nothing else frees it). One that keeps it moved the run's phase or
+            // step, which only the lease holder moves; it counts only if the lease was renewed,
+            // or the driver would go on under a lapsed lease.
+            let landed = if commit.release {
+                stored.lease.is_none()
+            } else {
+                !renewed.is_empty() && stored.phase == run.phase && stored.step_index == run.step_index
+            };
+            if landed {
+                return Ok(CommitOutcome::Committed { cancel_requested: stored.cancel_requested });
+            }
+            if renewed.is_empty() {
+                return Ok(CommitOutcome::Fenced);
+            }
+            inner.store.commit(commit).await
+        };
+        match attempt.await {
+            Ok(outcome) => {
+                info!(after = %humanize(started.elapsed()), "the database answers again; the run's progress is committed");
+                return Ok(outcome);
+            }
+            Err(err) => {
+                debug!(error = %error_chain(&err), "committing the run's progress failed again");
+                last = err;
+            }
+        }
+    }
+    Err(last)
 }
 
 /// The time until a poll's next check, after it has waited `waited`: a tenth of that, between

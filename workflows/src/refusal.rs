@@ -3,7 +3,7 @@
 //! a failure of the API itself. The HTTP server turns a code's [`Class`] into a status, in one
 //! place.
 
-use anycloud_engine::EngineError;
+use anycloud_engine::{EngineError, Store};
 
 /// What kind of no a refusal is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +109,9 @@ codes! {
     ClusterUnreachable = "CLUSTER_UNREACHABLE", Unavailable;
     /// The API is stopping.
     ShuttingDown = "SHUTTING_DOWN", Unavailable;
+    /// The API's database cannot be reached or written now (restarting, connections cut, disk
+    /// read-only); the request changed nothing.
+    DatabaseUnavailable = "DATABASE_UNAVAILABLE", Unavailable;
     /// The hosted API's spec is wrong as given (name, bucket, port, credentials).
     InvalidHostedApi = "INVALID_HOSTED_API", BadInput;
     /// A live hosted API has that name.
@@ -139,6 +142,15 @@ impl Refusal {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Self { code, message: message.into() }
     }
+
+    /// The API's database did not answer (`DATABASE_UNAVAILABLE`).
+    pub fn database_unavailable() -> Self {
+        Self::new(
+            Code::DatabaseUnavailable,
+            "the API cannot reach its database (it is restarting, unreachable or read-only), so this request changed \
+             nothing; runs in flight wait and continue once it is back. Try again in a few seconds",
+        )
+    }
 }
 
 /// Why an operation did not do what it was asked.
@@ -158,9 +170,23 @@ impl From<Refusal> for OperationError {
     }
 }
 
+impl OperationError {
+    /// The API failed because of `err`; a database that cannot be reached is a refusal
+    /// (`DATABASE_UNAVAILABLE`: try again), not the API's own failure.
+    pub fn failed(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        let err = err.into();
+        if Store::is_unreachable(&*err) {
+            tracing::warn!(error = %anycloud_engine::error_chain(&*err), "the database is unreachable");
+            Self::Refused(Refusal::database_unavailable())
+        } else {
+            Self::Failed(err)
+        }
+    }
+}
+
 impl From<sqlx::Error> for OperationError {
     fn from(err: sqlx::Error) -> Self {
-        Self::Failed(err.into())
+        Self::failed(err)
     }
 }
 
@@ -176,7 +202,7 @@ impl From<EngineError> for OperationError {
             EngineError::ShuttingDown => {
                 refused(Code::ShuttingDown, "the API is shutting down; try again when it is back".into())
             }
-            other => Self::Failed(other.into()),
+            other => Self::failed(other),
         }
     }
 }

@@ -5,11 +5,13 @@
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use anycloud_engine::Store;
 use anycloud_workflows::api::{ErrorBody, ErrorDetail};
-use anycloud_workflows::refusal::{Class, OperationError, Refusal};
+use anycloud_workflows::refusal::{Class, Code, OperationError, Refusal};
 
 /// An error answer of the API.
 #[derive(Debug)]
@@ -20,12 +22,18 @@ pub struct ApiError {
     pub code: &'static str,
     /// What happened to which resource, and what to do.
     pub message: String,
+    /// Seconds after which trying again may succeed (the `Retry-After` header).
+    pub retry_after: Option<u32>,
 }
+
+/// `Retry-After` of a `DATABASE_UNAVAILABLE` answer: a restarting PostgreSQL is usually back
+/// within a few seconds.
+const DATABASE_RETRY_AFTER: u32 = 2;
 
 impl ApiError {
     /// An error with this status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self { status, code, message: message.into(), retry_after: None }
     }
 
     /// 400 with this code.
@@ -52,7 +60,8 @@ impl From<Refusal> for ApiError {
             Class::Conflict => StatusCode::CONFLICT,
             Class::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         };
-        Self::new(status, refusal.code.as_str(), refusal.message)
+        let retry_after = (refusal.code == Code::DatabaseUnavailable).then_some(DATABASE_RETRY_AFTER);
+        Self { retry_after, ..Self::new(status, refusal.code.as_str(), refusal.message) }
     }
 }
 
@@ -60,6 +69,11 @@ impl From<OperationError> for ApiError {
     fn from(err: OperationError) -> Self {
         match err {
             OperationError::Refused(refusal) => refusal.into(),
+            // A failure built without `OperationError::failed` may still be the database's.
+            OperationError::Failed(cause) if Store::is_unreachable(&*cause) => {
+                tracing::warn!(error = %anycloud_engine::error_chain(&*cause), "the database is unreachable");
+                Refusal::database_unavailable().into()
+            }
             OperationError::Failed(cause) => Self::internal(&*cause),
         }
     }
@@ -68,7 +82,11 @@ impl From<OperationError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody { error: ErrorDetail { code: self.code.to_owned(), message: self.message } };
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -105,5 +123,32 @@ where
                 other => ApiError::bad_request("INVALID_REQUEST", other.body_text()),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+
+    use super::ApiError;
+    use anycloud_workflows::refusal::OperationError;
+
+    #[test]
+    fn an_unreachable_database_is_503_with_retry_after_not_500() {
+        for err in [
+            OperationError::from(sqlx::Error::PoolTimedOut),
+            OperationError::Failed(Box::new(anycloud_engine::EngineError::Store(sqlx::Error::Io(
+                std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            )))),
+        ] {
+            let error = ApiError::from(err);
+            assert_eq!((error.status, error.code), (StatusCode::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE"));
+            assert!(error.message.contains("changed nothing"), "{}", error.message);
+            let response = error.into_response();
+            assert_eq!(response.headers()["retry-after"], "2");
+        }
+        let other = ApiError::from(OperationError::from(sqlx::Error::RowNotFound));
+        assert_eq!(other.status, StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

@@ -59,6 +59,8 @@ pub struct AppState {
     status: Arc<ApiStatus>,
     /// What ships this API's state, and to which bucket, if it is checkpointed.
     checkpoint: Option<(anycloud_checkpoint::Checkpointer, Arc<str>)>,
+    /// The database, which health pings.
+    store: Store,
 }
 
 /// How `anycloud api serve` was asked to run.
@@ -215,6 +217,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         checkpoint: checkpointer
             .clone()
             .zip(options.checkpoint.as_ref().map(|checkpoint| checkpoint.url.to_string().into())),
+        store: store.clone(),
     };
     // Listen for SIGTERM before saying we are up, so that a stop right after start is clean.
     let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -367,8 +370,21 @@ fn router(state: AppState, kube_routes: Router) -> Router {
         .merge(kube_routes)
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+/// How long health waits for the database to answer.
+const HEALTH_DATABASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Public, and 200 whenever the process answers: `database` says whether its database answered
+/// (`reachable`) or not (`unreachable`, and `status` is `degraded`). A 503 would get a healthy
+/// process restarted by a supervisor or dropped by a load balancer for a fault outside it; while
+/// the database is away the API still answers, with `DATABASE_UNAVAILABLE` where it needs it.
+async fn health(State(state): State<AppState>) -> Json<Value> {
+    match state.store.ping(HEALTH_DATABASE_TIMEOUT).await {
+        Ok(()) => Json(json!({ "status": "ok", "database": "reachable" })),
+        Err(err) => {
+            tracing::warn!(error = %anycloud_engine::error_chain(&err), "health: the database did not answer");
+            Json(json!({ "status": "degraded", "database": "unreachable" }))
+        }
+    }
 }
 
 async fn status(State(state): State<AppState>) -> Json<ApiStatus> {

@@ -79,15 +79,19 @@ impl Store {
                     }
                 };
                 insert_event(&mut tx, run.id, Entry::Numbered(entry), now, &event).await?;
-                runs.push((run, recovered));
+                // Read before the commit, on the claim's own connection: a read that failed
+                // after it (a connection cut) would leave the run leased to no driver until
+                // its lease lapsed.
+                let outputs: Vec<OutputRow> =
+                    sqlx::query_as(COMPLETED_OUTPUTS).bind(run.id.to_string()).fetch_all(&mut *tx).await?;
+                runs.push((run, recovered, outputs));
             }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(runs)
         })?;
         let mut claimed = Vec::with_capacity(runs.len());
-        for (run, recovered) in runs {
-            let outputs = self.completed_outputs(run.id).await?;
-            claimed.push(Claimed { run, outputs, recovered });
+        for (run, recovered, outputs) in runs {
+            claimed.push(Claimed { run, outputs: parse_outputs(outputs)?, recovered });
         }
         Ok(claimed)
     }
@@ -132,6 +136,33 @@ impl Store {
         crate::execute!(&self.pool, "UPDATE engine_runs SET lease_expires_at = 0 WHERE lease_owner = $1", owner)
     }
 
+    /// Gives up the leases that claims which reported an error may have taken anyway (a COMMIT
+    /// that landed, its answer lost): those `owner` holds until a time in `lease_until` (the
+    /// failed claims' first and last), but for the runs it drives (`driving`). No driver runs
+    /// them, and they would wait for their leases to lapse.
+    pub(crate) async fn release_lost_claims(
+        &self,
+        owner: &str,
+        lease_until: (Millis, Millis),
+        driving: &[Uuid],
+    ) -> Result<u64, sqlx::Error> {
+        let driving: Vec<String> = driving.iter().map(Uuid::to_string).collect();
+        let driving = serde_json::to_string(&driving).map_err(|err| sqlx::Error::Protocol(err.to_string()))?;
+        let list = if self.is_postgres() {
+            "SELECT jsonb_array_elements_text($4::jsonb)"
+        } else {
+            "SELECT value FROM json_each($4)"
+        };
+        let sql = AssertSqlSafe(format!(
+            "UPDATE engine_runs SET lease_owner = NULL, lease_expires_at = NULL \
+             WHERE lease_owner = $1 AND lease_expires_at BETWEEN $2 AND $3 AND id NOT IN ({list})"
+        ));
+        crate::with_pool!(&self.pool, |pool| {
+            let query = sqlx::query(sql).bind(owner).bind(lease_until.0).bind(lease_until.1).bind(driving);
+            query.execute(pool).await.map(|done| done.rows_affected())
+        })
+    }
+
     /// Gives up the lease on one run without changing it (a clean stop between steps).
     pub(crate) async fn release(&self, run: &RunRecord, owner: &str) -> Result<(), sqlx::Error> {
         crate::execute!(
@@ -144,25 +175,21 @@ impl Store {
         )?;
         Ok(())
     }
+}
 
-    /// Outputs of the run's completed forward steps, by position.
-    pub(crate) async fn completed_outputs(&self, run_id: Uuid) -> Result<Vec<(u32, String, Value)>, sqlx::Error> {
-        let rows: Vec<(i64, String, Option<String>)> = crate::with_pool!(&self.reader, |pool| {
-            sqlx::query_as(
-                "SELECT idx, name, output FROM engine_steps \
-                 WHERE run_id = $1 AND phase = 'forward' AND status = 'succeeded' ORDER BY idx",
-            )
-            .bind(run_id.to_string())
-            .fetch_all(pool)
-            .await
-        })?;
-        rows.into_iter()
-            .map(|(idx, name, output)| {
-                let output = output.as_deref().map(parse_json).transpose()?.unwrap_or(Value::Null);
-                Ok((idx as u32, name, output))
-            })
-            .collect()
-    }
+/// Outputs of the run's completed forward steps, by position.
+const COMPLETED_OUTPUTS: &str = "SELECT idx, name, output FROM engine_steps \
+     WHERE run_id = $1 AND phase = 'forward' AND status = 'succeeded' ORDER BY idx";
+
+type OutputRow = (i64, String, Option<String>);
+
+fn parse_outputs(rows: Vec<OutputRow>) -> Result<Vec<(u32, String, Value)>, sqlx::Error> {
+    rows.into_iter()
+        .map(|(idx, name, output)| {
+            let output = output.as_deref().map(parse_json).transpose()?.unwrap_or(Value::Null);
+            Ok((idx as u32, name, output))
+        })
+        .collect()
 }
 
 /// What the lapsed lease means for the run: which attempt ended without its checkpoint.

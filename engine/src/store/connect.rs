@@ -6,6 +6,8 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::Connection;
+
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Postgres, Sqlite, Transaction};
@@ -92,6 +94,13 @@ macro_rules! execute_in {
     };
 }
 
+/// How long a query waits for a connection to PostgreSQL. While the server is down (restarting,
+/// unreachable) sqlx keeps trying to connect, backing off up to a fifth of this between tries,
+/// and the query fails once it runs out: an API request then answers `DATABASE_UNAVAILABLE`
+/// after this long rather than sqlx's default 30 s, and the pool reconnects within a second of
+/// the server coming back.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Starts a transaction that will write. SQLite takes its write lock at once (`BEGIN
 /// IMMEDIATE`), so that a transaction that reads first never deadlocks on upgrading its lock.
 pub(super) trait BeginWrite {
@@ -167,6 +176,7 @@ impl Store {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .test_before_acquire(false)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await?;
         let mut migrator = sqlx::migrate!("./migrations/postgres");
@@ -202,9 +212,80 @@ impl Store {
         })
     }
 
+    /// Whether the database answers a query within `timeout`.
+    pub async fn ping(&self, timeout: Duration) -> Result<(), sqlx::Error> {
+        let ping = async {
+            crate::with_pool!(&self.pool, |pool| {
+                let mut conn = pool.acquire().await?;
+                conn.ping().await
+            })
+        };
+        tokio::time::timeout(timeout, ping).await.unwrap_or(Err(sqlx::Error::PoolTimedOut))
+    }
+
+    /// Whether `err`, or an error in its chain of causes, says that the database cannot be
+    /// reached or written now (it is restarting, a connection was cut, the server is gone, the
+    /// disk is read-only or full) rather than that the request was wrong: trying again later
+    /// may succeed.
+    pub fn is_unreachable(err: &(dyn std::error::Error + 'static)) -> bool {
+        let mut cause = Some(err);
+        while let Some(err) = cause {
+            if let Some(err) = err.downcast_ref::<sqlx::Error>()
+                && unreachable(err)
+            {
+                return true;
+            }
+            if let Some(EngineError::Store(err)) = err.downcast_ref::<EngineError>()
+                && unreachable(err)
+            {
+                return true;
+            }
+            cause = err.source();
+        }
+        false
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         crate::with_pool!(&self.pool, |pool| pool.close().await);
         crate::with_pool!(&self.reader, |pool| pool.close().await)
+    }
+}
+
+/// See [`Store::is_unreachable`].
+fn unreachable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(err) => {
+            let code = err.code().unwrap_or_default();
+            match code.parse::<i32>() {
+                // SQLite's extended result codes: the primary code is the low byte. BUSY,
+                // LOCKED, READONLY, IOERR, FULL, CANTOPEN.
+                Ok(extended) if err.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => {
+                    matches!(extended & 0xff, 5 | 6 | 8 | 10 | 13 | 14)
+                }
+                // PostgreSQL: connection exceptions (class 08), the server shutting down,
+                // crashed or starting (57P01-57P03), out of connections or disk (53xxx), a
+                // read-only transaction on a standby (25006).
+                _ => code.starts_with("08") || code.starts_with("57P") || code.starts_with("53") || code == "25006",
+            }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Store;
+
+    #[test]
+    fn a_cut_connection_is_unreachable_and_a_bad_query_is_not() {
+        let cut = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(Store::is_unreachable(&cut));
+        assert!(Store::is_unreachable(&sqlx::Error::PoolTimedOut));
+        let wrapped = crate::EngineError::Store(sqlx::Error::PoolTimedOut);
+        assert!(Store::is_unreachable(&wrapped));
+        assert!(!Store::is_unreachable(&sqlx::Error::RowNotFound));
+        assert!(!Store::is_unreachable(&sqlx::Error::PoolClosed));
     }
 }

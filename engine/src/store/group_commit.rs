@@ -10,8 +10,8 @@
 //!
 //! A checkpoint that finds no other in flight is committed at once by its own driver, so one
 //! driver pays no queue hand-off. A failure of the
-//! transaction fails every checkpoint in it (none is acknowledged): their drivers stop, and
-//! the runs are claimed again once their leases lapse.
+//! transaction fails every checkpoint in it (none is acknowledged): each driver tries its own
+//! again while it holds its lease (`worker.rs`, `commit_again`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -33,9 +33,20 @@ pub(crate) enum OwnerLock {
     /// The locked file.
     File(#[expect(dead_code, reason = "held for its drop, which releases the lock")] std::fs::File),
     /// The connection that holds the advisory lock.
-    Postgres(#[expect(dead_code, reason = "held for its drop, which releases the lock")] PgConnection),
+    Postgres(PgConnection),
     /// An in-memory SQLite database: no other process can open it.
     Private,
+}
+
+impl OwnerLock {
+    /// Whether the hold is still in place. PostgreSQL drops a session's advisory lock with its
+    /// connection: a server restart or a cut connection loses it while the engine lives on.
+    pub(crate) async fn is_held(&mut self) -> bool {
+        match self {
+            Self::Postgres(conn) => conn.ping().await.is_ok(),
+            Self::File(_) | Self::Private => true,
+        }
+    }
 }
 
 impl Store {
