@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anycloud_engine::{Check, EventRecord, Registry, RunStatus, Step, StepCtx, StepError, Steps, Store, Workflow};
+use anycloud_engine::{
+    Check, EventRecord, OnExhausted, Registry, RunStatus, Step, StepCtx, StepError, StepShape, Steps, Store, Workflow,
+};
 use support::{TestDb, WAIT, start, until_status};
 use uuid::Uuid;
 
@@ -183,6 +185,43 @@ async fn a_new_process_is_on_the_timeline(db: TestDb) {
     second.shutdown(WAIT).await;
 }
 
+/// `inspect` carries what `workflow inspect` needs for its deadlines: the step's limits from its
+/// definition, and when the attempt in hand began.
+async fn inspect_has_the_step_limits_and_the_attempt_start(db: TestDb) {
+    let store = db.store().await;
+    let boot = Boot::new();
+    let engine = start(&store, Registry::new().with(boot.clone()), "limits").await;
+    let submitted = support::now_ms();
+    let id = engine.submit::<Boot>(&(), None).await.unwrap();
+    until_status(&engine, id, RunStatus::Waiting).await;
+    let detail = engine.inspect(id).await.unwrap();
+    let limits = detail.limits.expect("the binary knows boot v1");
+    assert_eq!((limits.step.as_str(), limits.shape), ("boot", StepShape::Poll));
+    assert_eq!((limits.every_ms, limits.timeout_ms), (Some(10), Some(60_000)));
+    assert_eq!(limits.on_exhausted, OnExhausted::Unwind);
+    assert_eq!(limits.attempt_timeout_ms, anycloud_engine::DEFAULT_ATTEMPT_TIMEOUT.as_millis() as u64);
+    assert!(detail.run.step_started_at.unwrap() >= submitted);
+
+    // While a check runs, the run says when its attempt began.
+    let deadline = std::time::Instant::now() + WAIT;
+    let began = loop {
+        let run = engine.run(id).await.unwrap();
+        match (run.status, run.attempt_started_at) {
+            (RunStatus::Waiting, started) => assert_eq!(started, None, "a waiting run has no attempt in hand"),
+            (RunStatus::Running, Some(started)) => break started,
+            (status, started) => panic!("{status} with attempt_started_at {started:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "never saw a check running");
+        tokio::task::yield_now().await;
+    };
+    assert!(began >= submitted && began <= support::now_ms(), "{began}");
+    boot.ready.store(true, Ordering::SeqCst);
+    let run = engine.wait(id, WAIT).await.unwrap();
+    assert_eq!((run.status, run.attempt_started_at), (RunStatus::Succeeded, None));
+    assert!(engine.inspect(id).await.unwrap().limits.is_none(), "an ended run has no step in hand");
+    engine.shutdown(WAIT).await;
+}
+
 macro_rules! suite {
     ($store:ident) => {
         mod $store {
@@ -195,6 +234,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn repeated_checks_are_one_entry() {
                 super::repeated_checks_are_one_entry(db().await).await
+            }
+            #[tokio::test]
+            async fn inspect_has_the_step_limits_and_the_attempt_start() {
+                super::inspect_has_the_step_limits_and_the_attempt_start(db().await).await
             }
             #[tokio::test]
             async fn a_new_process_is_on_the_timeline() {
