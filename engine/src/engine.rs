@@ -23,7 +23,7 @@ use crate::config::EngineConfig;
 use crate::definition::Workflow;
 use crate::error::EngineError;
 use crate::registry::Registry;
-use crate::status::RunStatus;
+use crate::status::{RunStatus, StepLimits};
 use crate::store::{
     ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, OwnerLock, RunFilter, RunRecord, StepRecord, Store,
     Wake, WriteTx,
@@ -73,6 +73,10 @@ pub struct RunDetail {
     pub steps: Vec<StepRecord>,
     /// The definition's step names, if this binary knows the run's version.
     pub plan: Option<Vec<String>>,
+    /// The step in hand's deadlines and what happens when it gives up, if this binary knows
+    /// the run's version.
+    #[serde(default)]
+    pub limits: Option<StepLimits>,
 }
 
 pub(crate) fn now_ms() -> Millis {
@@ -274,7 +278,8 @@ impl Engine {
         let steps = self.inner.store.steps(id).await?;
         let plan = self.inner.registry.step_names(&run.kind, run.version);
         let plan = plan.map(|names| names.into_iter().map(str::to_owned).collect());
-        Ok(RunDetail { run, steps, plan })
+        let limits = if run.status.is_final() { None } else { self.inner.registry.limits(&run) };
+        Ok(RunDetail { run, steps, plan, limits })
     }
 
     /// The run's timeline after entry `after` (0 for all); entries are numbered 1, 2, ... within

@@ -100,6 +100,6 @@ pub use engine::{Engine, RunDetail};
 pub use error::{EngineError, ErrorKind, StepError, error_chain};
 pub use registry::Registry;
 pub use retry::{OnExhausted, RetryPolicy};
-pub use status::{Phase, RunStatus};
+pub use status::{Phase, RunStatus, StepLimits, StepShape};
 pub use store::{EventRecord, Lease, Millis, Pool, RunFilter, RunRecord, StepRecord, Store, WriteTx};
 pub use timeline::{EventKind, StepStatus};

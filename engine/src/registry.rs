@@ -12,6 +12,7 @@ use crate::context::{RunInfo, StepCtx};
 use crate::definition::{Body, Check, Steps, Workflow};
 use crate::error::StepError;
 use crate::retry::RetryPolicy;
+use crate::status::{Phase, StepLimits, StepShape};
 use crate::store::{RunRecord, Store};
 
 /// The workflow definitions an engine runs. Register every version a binary still supports.
@@ -55,6 +56,22 @@ impl Registry {
         self.get(kind, version).map(|definition| definition.step_names())
     }
 
+    /// What the definition says about the run's step in hand: its deadlines and what happens
+    /// when it gives up (`None` when the binary does not know the run's version, or no step is
+    /// in hand).
+    pub(crate) fn limits(&self, run: &RunRecord) -> Option<StepLimits> {
+        let definition = self.get(&run.kind, run.version)?;
+        let names = definition.step_names();
+        let index = match run.phase {
+            Phase::Forward => run.step_index as usize,
+            Phase::Undo => match run.current_step.as_deref() {
+                Some(step) => names.iter().position(|name| *name == step)?,
+                None => (run.step_index as usize).checked_sub(1)?,
+            },
+        };
+        (index < names.len()).then(|| definition.limits(index, run.phase))
+    }
+
     /// Whether a run of this definition that never started has something to undo when it is
     /// cancelled: its first step has an undo (which may mark the domain's record, say).
     pub(crate) fn first_step_has_undo(&self, kind: &str, version: u32) -> bool {
@@ -72,6 +89,7 @@ pub(crate) enum Shape {
 /// A definition with its types erased.
 pub(crate) trait Definition: Send + Sync {
     fn step_names(&self) -> Vec<&'static str>;
+    fn limits(&self, index: usize, phase: Phase) -> StepLimits;
     fn first_step_has_undo(&self) -> bool;
     /// Decodes the run's input and prepares its steps' context.
     fn instantiate(
@@ -112,6 +130,31 @@ impl<W: Workflow> Definition for Registered<W> {
 
     fn first_step_has_undo(&self) -> bool {
         self.steps.list.first().is_some_and(|step| step.undo.is_some())
+    }
+
+    fn limits(&self, index: usize, phase: Phase) -> StepLimits {
+        let step = &self.steps.list[index];
+        let millis = |duration: Duration| duration.as_millis() as u64;
+        let (shape, every_ms, timeout_ms) = match (&step.body, phase) {
+            (_, Phase::Undo) | (Body::Action(_), _) => (StepShape::Action, None, None),
+            (Body::Poll { interval, timeout, .. }, Phase::Forward) => {
+                (StepShape::Poll, Some(millis(*interval)), Some(millis(*timeout)))
+            }
+            (Body::Sleep(_), Phase::Forward) => (StepShape::Sleep, None, None),
+        };
+        let policy = if phase == Phase::Undo { &step.undo_retry } else { &step.retry };
+        StepLimits {
+            step: step.name.to_owned(),
+            phase,
+            shape,
+            every_ms,
+            timeout_ms,
+            attempt_timeout_ms: millis(step.attempt_timeout),
+            max_attempts: policy.max_attempts,
+            max_elapsed_ms: policy.max_elapsed.map(millis),
+            on_exhausted: policy.on_exhausted,
+            has_undo: step.undo.is_some(),
+        }
     }
 
     fn instantiate(

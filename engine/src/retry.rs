@@ -26,7 +26,8 @@ pub struct RetryPolicy {
 }
 
 /// What the engine does with a run whose step has used up its retries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum OnExhausted {
     /// Undo the completed steps and end `failed`.
     Unwind,

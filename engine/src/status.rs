@@ -23,6 +23,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::retry::OnExhausted;
+
 /// Where a run is in its life. The text form is what the database and `inspect` show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -121,4 +123,45 @@ impl Phase {
     pub(crate) fn parse(s: &str) -> Phase {
         if s == "undo" { Self::Undo } else { Self::Forward }
     }
+}
+
+/// What a step's definition says about how long it may take and what happens when it gives up,
+/// for the step in hand of a run (`RunDetail::limits`): `inspect` turns it into the deadline a
+/// person reads ("in 11 min; then the run unwinds").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepLimits {
+    /// The step (in the undo phase, the step being undone).
+    pub step: String,
+    /// Forward, or its undo.
+    pub phase: Phase,
+    /// How the step waits, if it does.
+    pub shape: StepShape,
+    /// A poll's first interval between checks, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_ms: Option<u64>,
+    /// A poll gives up this long after it began (`step_started_at`), in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Each attempt is stopped this long after it began (`attempt_started_at`), in milliseconds.
+    pub attempt_timeout_ms: u64,
+    /// Attempts in all before retries run out (`None`: no limit by count).
+    pub max_attempts: Option<u32>,
+    /// Retries run out this long after the first attempt, in milliseconds (`None`: no limit).
+    pub max_elapsed_ms: Option<u64>,
+    /// What happens when the step gives up: the run unwinds, or parks for an operator.
+    pub on_exhausted: OnExhausted,
+    /// The step has an undo.
+    pub has_undo: bool,
+}
+
+/// How a step waits, if it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepShape {
+    /// Runs once per attempt.
+    Action,
+    /// Checks until ready, up to its timeout.
+    Poll,
+    /// Ends a fixed time after it began.
+    Sleep,
 }

@@ -1,4 +1,4 @@
-//! The kinds of entries in a run's append-only timeline, and how a finished step is recorded.
+//! The kinds of entries in a run's timeline, and how a finished step is recorded.
 //! Both are stored as their kebab-case names, which is also how `inspect` shows them.
 
 use serde::{Deserialize, Serialize};
@@ -72,7 +72,8 @@ stored_enum! {
         StepSucceeded = "step-succeeded",
         /// An attempt of a forward step failed (it will be retried, or the run turns back).
         StepFailed = "step-failed",
-        /// A poll or sleep is not done; the run waits as a row until its next check.
+        /// A poll or sleep is not done; the run waits as a row until its next check. Repeated
+        /// checks of one step are one entry, with their count and the latest condition.
         Waiting = "waiting",
         /// The run stopped for an operator.
         Parked = "parked",

@@ -23,7 +23,7 @@ use crate::error::{StepError, error_chain};
 use crate::registry::{Instance, Shape};
 use crate::retry::{OnExhausted, RetryPolicy};
 use crate::status::{Phase, RunStatus};
-use crate::store::{Claimed, Commit, CommitOutcome, Millis, NewEvent, RunRecord, StepRecord};
+use crate::store::{Claimed, Commit, CommitOutcome, CommitShape, Millis, NewEvent, RunRecord, StepRecord};
 use crate::timeline::{EventKind, StepStatus};
 
 /// What an attempt (or a cancel) changes in a run.
@@ -504,10 +504,9 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
             Ok(ended_unless_fenced(kept, run.status))
         }
         Transition::Wait { next_at, reason } => {
-            let mut events = Vec::new();
-            if run.status != RunStatus::Waiting || run.status_reason.as_deref() != Some(reason.as_str()) {
-                events.push(NewEvent::new(EventKind::Waiting, step_name.as_deref(), reason.clone()));
-            }
+            // A repeated check of the same step updates the run's latest `waiting` entry instead
+            // of adding one (`CommitShape::Wait`), so a long poll stays one entry with a count.
+            let events = [NewEvent::new(EventKind::Waiting, step_name.as_deref(), reason.clone())];
             run.status = RunStatus::Waiting;
             run.next_at = Some(next_at);
             run.status_reason = Some(reason);
@@ -622,8 +621,15 @@ async fn commit(
 ) -> Result<bool, sqlx::Error> {
     // A step that succeeded and is not the last one, on a running run: the hot path.
     let advance = !release && run.phase == Phase::Forward && run.status == RunStatus::Running && step.is_some();
+    let shape = if advance {
+        CommitShape::Advance
+    } else if run.status == RunStatus::Waiting {
+        CommitShape::Wait
+    } else {
+        CommitShape::All
+    };
     let now = now_ms();
-    let commit = Commit { run, owner: &inner.config.owner, now, release, advance, step, events };
+    let commit = Commit { run, owner: &inner.config.owner, now, release, shape, step, events };
     let outcome = match inner.store.commit(&commit).await {
         Ok(outcome) => outcome,
         Err(err) => commit_again(inner, &commit, err).await?,
@@ -633,6 +639,7 @@ async fn commit(
             // The run in memory is now the run as stored.
             run.cancel_requested = cancel_requested;
             run.updated_at = now;
+            run.attempt_started_at = (!release).then_some(now);
             if release {
                 run.lease = None;
             }

@@ -114,8 +114,18 @@ pub async fn status(name: &str, json: bool) -> CliResult {
     if let Some(workflow) = &detail.workflow {
         let step = workflow.current_step.as_deref().map(|step| format!(", step {step}")).unwrap_or_default();
         say!("workflow     {} {} ({}{step})", workflow.kind, workflow.id, workflow.status);
-        if let Some(reason) = &workflow.status_reason {
-            say!("             {reason}");
+        // A run in hand says why the cluster is where it is: for how long, its deadline, what to do.
+        match super::workflow::explain_run(&client, &workflow.id.to_string()).await {
+            Some(header) => {
+                say!("  status     {}", header.status);
+                say!("  deadline   {}", header.deadline);
+                say!("  do now     {}", header.act);
+            }
+            None => {
+                if let Some(reason) = &workflow.status_reason {
+                    say!("             {reason}");
+                }
+            }
         }
     }
     if let Some(error) = &detail.last_error {

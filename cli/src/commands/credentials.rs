@@ -203,6 +203,19 @@ pub async fn list(json: bool) -> CliResult {
         print_json(&answer.credentials);
         return Ok(OK);
     }
+    // A credential still verifying says why from its run: it may be retrying, or waiting.
+    let mut why = std::collections::HashMap::new();
+    for credential in &answer.credentials {
+        if credential.status == CredentialStatus::Verifying
+            && let Some(run) = &credential.verify_run
+            && let Some(header) = super::workflow::explain_run(&client, run).await
+        {
+            why.insert(
+                credential.name.clone(),
+                format!("{}; deadline {}; {}", header.status, header.deadline, header.act),
+            );
+        }
+    }
     let rows: Vec<Vec<String>> = answer
         .credentials
         .iter()
@@ -219,14 +232,14 @@ pub async fn list(json: bool) -> CliResult {
                 credential.provider.to_string(),
                 identity,
                 credential.status.as_str().to_owned(),
-                credential.status_message.clone().unwrap_or_default(),
+                why.remove(&credential.name).or_else(|| credential.status_message.clone()).unwrap_or_default(),
             ]
         })
         .collect();
     if rows.is_empty() {
         say!("no credentials yet: `anycloud credentials new NAME --provider aws|gcp|sim`");
     } else {
-        render::table(&["NAME", "PROVIDER", "IDENTITY", "STATUS", "DETAIL"], &rows);
+        render::table(&["NAME", "PROVIDER", "IDENTITY", "STATUS", "WHY / DETAIL"], &rows);
     }
     Ok(OK)
 }

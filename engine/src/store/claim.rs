@@ -11,7 +11,13 @@ use super::records::{Claimed, Millis, NewEvent, RUN_COLUMNS, RunRecord, RunRow, 
 use crate::status::Phase;
 use crate::timeline::EventKind;
 
-const CLAIM_CANDIDATES: &str = "SELECT seq, lease_owner FROM engine_runs r \
+/// Due runs, with their previous holder if its lease lapsed, and, for a waiting run (a poll or
+/// sleep due for its next check), the message of its latest claim entry.
+const CLAIM_CANDIDATES: &str = "SELECT seq, lease_owner, \
+       CASE WHEN r.status = 'waiting' AND r.lease_owner IS NULL THEN ( \
+         SELECT e.message FROM engine_events e WHERE e.run_id = r.id AND e.kind IN ('claimed', 'recovered') \
+         ORDER BY e.n DESC LIMIT 1) END AS last_claim \
+     FROM engine_runs r \
      WHERE r.finished_at IS NULL AND r.status <> 'needs-attention' AND r.next_at <= $1 \
        AND (r.lease_owner IS NULL OR r.lease_expires_at < $1) \
        AND (r.resource_key IS NULL OR NOT EXISTS ( \
@@ -29,7 +35,10 @@ pub(crate) struct RenewedLease {
 impl Store {
     /// Claims up to `limit` runnable runs for `owner` until `lease_until`, writing a `claimed`
     /// event naming `label` (the owner and its process). A run whose previous holder's lease
-    /// lapsed counts its interrupted attempt and gets a `recovered` event instead.
+    /// lapsed counts its interrupted attempt and gets a `recovered` event instead. A waiting run
+    /// due for its next check, whose latest claim was already this process's, gets no entry: a
+    /// poll checked every few seconds would otherwise add one per check, and the timeline still
+    /// shows every process that took it.
     pub(crate) async fn claim(
         &self,
         owner: &str,
@@ -48,21 +57,24 @@ impl Store {
                lease_generation = lease_generation + 1, \
                status = CASE WHEN status IN ('pending', 'waiting', 'retrying') THEN 'running' ELSE status END, \
                attempt = CASE WHEN lease_owner IS NOT NULL THEN attempt + 1 ELSE attempt END, \
-               updated_at = $3, events = events + 1 \
+               updated_at = $3, attempt_started_at = $3, events = events + $5 \
              WHERE seq = $4 RETURNING {RUN_COLUMNS}, events"
         );
         let runs = crate::with_pool!(&self.pool, |pool| {
             let mut tx = super::connect::BeginWrite::begin_write(pool).await?;
-            let candidates: Vec<(i64, Option<String>)> =
+            let candidates: Vec<(i64, Option<String>, Option<String>)> =
                 sqlx::query_as(candidates_sql).bind(now).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
             let mut runs = Vec::with_capacity(candidates.len());
-            for (seq, previous_owner) in candidates {
+            for (seq, previous_owner, last_claim) in candidates {
+                let claimed_message = format!("claimed by {label}");
+                let quiet = last_claim.as_deref() == Some(claimed_message.as_str());
                 // The claim's event is the run's next timeline entry: its number comes with the row.
                 let row = sqlx::query(AssertSqlSafe(update_sql.as_str()))
                     .bind(owner)
                     .bind(lease_until)
                     .bind(now)
                     .bind(seq)
+                    .bind(i64::from(!quiet))
                     .fetch_one(&mut *tx)
                     .await?;
                 let entry: i64 = row.try_get("events")?;
@@ -74,11 +86,11 @@ impl Store {
                         run.current_step.as_deref(),
                         format!("claimed by {label} after the lease of {previous} lapsed: {}", cut_short(&run)),
                     ),
-                    None => {
-                        NewEvent::new(EventKind::Claimed, run.current_step.as_deref(), format!("claimed by {label}"))
-                    }
+                    None => NewEvent::new(EventKind::Claimed, run.current_step.as_deref(), claimed_message),
                 };
-                insert_event(&mut tx, run.id, Entry::Numbered(entry), now, &event).await?;
+                if !quiet {
+                    insert_event(&mut tx, run.id, Entry::Numbered(entry), now, &event).await?;
+                }
                 // Read before the commit, on the claim's own connection: a read that failed
                 // after it (a connection cut) would leave the run leased to no driver until
                 // its lease lapsed.

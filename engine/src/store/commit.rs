@@ -18,10 +18,28 @@ pub(crate) struct Commit<'a> {
     pub(crate) now: Millis,
     /// Give the run up (it waits, is parked, or has ended).
     pub(crate) release: bool,
-    /// Only the step moved on: status, due time and lease stay as they are.
-    pub(crate) advance: bool,
+    pub(crate) shape: CommitShape,
     pub(crate) step: Option<&'a StepRecord>,
     pub(crate) events: &'a [NewEvent],
+}
+
+/// Which statement a commit runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CommitShape {
+    /// Any change of state, with its events appended.
+    All,
+    /// Only the step moved on: status, due time and lease stay as they are.
+    Advance,
+    /// A poll or sleep is not done: the run is released until its next check, and its one event
+    /// (`waiting`) repeats the run's latest entry if that is a waiting of the same step.
+    Wait,
+}
+
+impl CommitShape {
+    /// Its index in the tables of statements.
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// What a commit found.
@@ -34,17 +52,20 @@ pub(crate) enum CommitOutcome {
 }
 
 /// The columns a commit sets. Parameters: run state $1-$13 and $30, fence $14-$16, step
-/// $17-$26 ($17: whether there is one), events $27, timeline entries $28-$29.
+/// $17-$26 ($17: whether there is one), events $27, timeline entries $28-$29, the waiting
+/// entry's step and message $31-$32. A run kept by its driver starts its next attempt now; a
+/// released one has none running.
 const SET_ALL: &str = "status = $1, phase = $2, step_index = $3, current_step = $4, attempt = $5, \
      step_started_at = $6, next_at = $7, status_reason = $8, error = $9, output = $10, finished_at = $11, \
      updated_at = $12, unwind_reason = $30, lease_owner = CASE WHEN $13 THEN NULL ELSE lease_owner END, \
-     lease_expires_at = CASE WHEN $13 THEN NULL ELSE lease_expires_at END";
+     lease_expires_at = CASE WHEN $13 THEN NULL ELSE lease_expires_at END, \
+     attempt_started_at = CASE WHEN $13 THEN NULL ELSE $12 END";
 
 /// The columns an advance sets: a step succeeded and the next one starts, the run keeps its
 /// status, due time and lease. No indexed column is written, so the run's row is rewritten
 /// in place (a HOT update on PostgreSQL) and no index page changes: this is the hot path.
 const SET_ADVANCE: &str = "step_index = $3, current_step = $4, attempt = $5, step_started_at = $6, \
-     status_reason = $8, error = $9, updated_at = $12";
+     status_reason = $8, error = $9, updated_at = $12, attempt_started_at = $12";
 
 /// The commit on PostgreSQL: data-modifying CTEs run as one atomic statement, in one round
 /// trip; the step row and the events are written only if the fenced UPDATE matched. The run's
@@ -97,26 +118,102 @@ fn commit_sqlite(set: &str) -> String {
     )
 }
 
-/// A SQLite commit as one self-contained batch (`BEGIN IMMEDIATE; ...; COMMIT`), [all, advance]:
-/// one round trip to the connection's worker thread instead of three, for a checkpoint that has
-/// the writer to itself.
-pub(super) static SQLITE_SELF_COMMIT: LazyLock<[String; 2]> =
-    LazyLock::new(|| [SET_ALL, SET_ADVANCE].map(|set| format!("BEGIN IMMEDIATE; {}; COMMIT", commit_sqlite(set))));
+// A wait's `waiting` entry repeats the run's latest entry when that is a waiting of the same
+// step ($31), or when the latest is the `claimed` entry of the claim that resumed such a
+// waiting (the first check after an engine took the run). Then that entry is updated instead of
+// a new one written: its count grows, `at` and the message ($32) become the latest check's, and
+// `first_at` keeps when the run began waiting there. It keeps its position if it was the latest
+// entry and its condition is unchanged (the counter does not grow); otherwise it moves to the
+// next position, so that a follower reading `after=N` sees the new condition. Anything else
+// between two checks (a signal, an operator's action) starts a new entry.
 
-/// The four commit statements, built once: [postgres, sqlite] × [all, advance].
-static COMMIT_SQL: LazyLock<[[String; 2]; 2]> = LazyLock::new(|| {
-    [[commit_postgres(SET_ALL), commit_postgres(SET_ADVANCE)], [commit_sqlite(SET_ALL), commit_sqlite(SET_ADVANCE)]]
+/// A wait on PostgreSQL, as one statement. `latest` is the entry to repeat as the statement's
+/// snapshot has it, with the counter it saw (`base`); the counter's UPDATE, which holds the
+/// run's row until the end, repeats it only if the counter is still `base` (no entry was added
+/// meanwhile).
+fn wait_postgres() -> String {
+    format!(
+        "WITH latest AS ( \
+           SELECT e.n, r.events AS base, e.n = r.events AND e.message = $32 AS same \
+           FROM engine_runs r JOIN engine_events e ON e.run_id = r.id \
+           WHERE r.id = $14 AND e.kind = 'waiting' AND e.step = $31 \
+             AND (e.n = r.events OR (e.n = r.events - 1 AND EXISTS ( \
+               SELECT 1 FROM engine_events c WHERE c.run_id = r.id AND c.n = r.events AND c.kind = 'claimed')))), \
+         run AS ( \
+           UPDATE engine_runs SET {SET_ALL}, \
+             events = events + CASE WHEN (SELECT same FROM latest WHERE latest.base = engine_runs.events) \
+                                    THEN 0 ELSE 1 END \
+           WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16 \
+           RETURNING id, cancel_requested, events), \
+         repeated AS ( \
+           UPDATE engine_events e SET n = run.events, at = $12, message = $32, count = e.count + 1, \
+             first_at = coalesce(e.first_at, e.at) \
+           FROM run, latest \
+           WHERE e.run_id = run.id AND e.n = latest.n \
+             AND run.events = latest.base + CASE WHEN latest.same THEN 0 ELSE 1 END \
+           RETURNING e.n), \
+         added AS ( \
+           INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+           SELECT run.id, run.events, $12, 'waiting', $31, $32 FROM run WHERE NOT EXISTS (SELECT 1 FROM repeated)) \
+         SELECT cancel_requested FROM run"
+    )
+}
+
+/// The same wait on SQLite, as statements run in order in one transaction (which excludes every
+/// other writer): the counter grows unless the latest entry is this waiting with the same
+/// condition; then that entry is updated in place, or the entry to repeat is moved to the new
+/// last position, or else a new entry is written there. "The run's row matched the fence" reads
+/// as in [`commit_sqlite`] (`FENCED` is then the counter after the UPDATE).
+fn wait_sqlite() -> String {
+    const FENCED: &str =
+        "SELECT events FROM engine_runs WHERE id = $14 AND lease_generation = $15 AND updated_at = $12";
+    format!(
+        "UPDATE engine_runs SET {SET_ALL}, \
+           events = events + CASE WHEN EXISTS ( \
+             SELECT 1 FROM engine_events e WHERE e.run_id = engine_runs.id AND e.n = engine_runs.events \
+               AND e.kind = 'waiting' AND e.step = $31 AND e.message = $32) THEN 0 ELSE 1 END \
+         WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16; \
+         UPDATE engine_events SET at = $12, count = count + 1 \
+         WHERE run_id = $14 AND n = ({FENCED}) AND kind = 'waiting' AND step = $31 AND message = $32; \
+         UPDATE engine_events SET n = ({FENCED}), at = $12, message = $32, count = count + 1, \
+           first_at = coalesce(first_at, at) \
+         WHERE run_id = $14 AND kind = 'waiting' AND step = $31 \
+           AND NOT EXISTS (SELECT 1 FROM engine_events WHERE run_id = $14 AND n = ({FENCED})) \
+           AND (n = ({FENCED}) - 1 OR (n = ({FENCED}) - 2 AND EXISTS ( \
+             SELECT 1 FROM engine_events c WHERE c.run_id = $14 AND c.n = ({FENCED}) - 1 AND c.kind = 'claimed'))); \
+         INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+         SELECT $14, r.events, $12, 'waiting', $31, $32 FROM engine_runs r \
+         WHERE r.id = $14 AND r.lease_generation = $15 AND r.updated_at = $12 \
+           AND NOT EXISTS (SELECT 1 FROM engine_events WHERE run_id = $14 AND n = r.events); \
+         SELECT cancel_requested FROM engine_runs WHERE id = $14 AND lease_generation = $15 AND updated_at = $12"
+    )
+}
+
+/// A SQLite commit as one self-contained batch (`BEGIN IMMEDIATE; ...; COMMIT`), by
+/// [`CommitShape`]: one round trip to the connection's worker thread instead of three, for a
+/// checkpoint that has the writer to itself.
+pub(super) static SQLITE_SELF_COMMIT: LazyLock<[String; 3]> = LazyLock::new(|| {
+    [commit_sqlite(SET_ALL), commit_sqlite(SET_ADVANCE), wait_sqlite()]
+        .map(|sql| format!("BEGIN IMMEDIATE; {sql}; COMMIT"))
+});
+
+/// The commit statements, built once: [postgres, sqlite] × [`CommitShape`].
+static COMMIT_SQL: LazyLock<[[String; 3]; 2]> = LazyLock::new(|| {
+    [
+        [commit_postgres(SET_ALL), commit_postgres(SET_ADVANCE), wait_postgres()],
+        [commit_sqlite(SET_ALL), commit_sqlite(SET_ADVANCE), wait_sqlite()],
+    ]
 });
 
 impl Store {
     /// Writes the run's new state, its finished step and its events atomically, if the caller
     /// still holds the lease generation it claimed.
     pub(crate) async fn commit(&self, commit: &Commit<'_>) -> Result<CommitOutcome, sqlx::Error> {
-        let sql = COMMIT_SQL[usize::from(!self.is_postgres())][usize::from(commit.advance)].as_str();
+        let sql = COMMIT_SQL[usize::from(!self.is_postgres())][commit.shape.index()].as_str();
         let args = CommitArgs::new(sql, commit);
         let cancel_requested = match (&self.pool, &self.group_commit) {
             (Pool::Postgres(pool), _) => bind_commit!(args).fetch_optional(pool).await?,
-            (Pool::Sqlite(_), Some(group)) => group.commit(args, commit.advance).await?,
+            (Pool::Sqlite(_), Some(group)) => group.commit(args, commit.shape).await?,
             (Pool::Sqlite(pool), None) => {
                 let mut tx = pool.begin_write().await?;
                 let cancel_requested = bind_commit!(args).fetch_optional(&mut *tx).await?;

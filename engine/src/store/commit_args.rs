@@ -4,10 +4,11 @@
 use super::commit::Commit;
 use super::records::{NEVER, to_json};
 use crate::status::Phase;
-use crate::timeline::StepStatus;
+use crate::timeline::{EventKind, StepStatus};
 
 /// Everything a commit statement binds: run state $1-$13 and $30, fence $14-$16, step $17-$26
-/// ($17: whether there is one), events $27, timeline entries $28-$29.
+/// ($17: whether there is one), events $27, timeline entries $28-$29, and for a wait its
+/// entry's step and message $31-$32.
 pub(crate) struct CommitArgs {
     pub(crate) sql: &'static str,
     pub(crate) status: &'static str,
@@ -42,6 +43,9 @@ pub(crate) struct CommitArgs {
     /// The step row is a timeline entry: a forward step that succeeded.
     pub(crate) step_entry: bool,
     pub(crate) unwind_reason: Option<String>,
+    /// A wait's `waiting` entry: its step and message.
+    pub(crate) waiting_step: Option<String>,
+    pub(crate) waiting_message: Option<String>,
 }
 
 impl CommitArgs {
@@ -55,6 +59,7 @@ impl CommitArgs {
                 serde_json::json!({ "kind": event.kind.as_str(), "step": event.step, "message": event.message })
             })
             .collect();
+        let waiting = commit.events.iter().find(|event| event.kind == EventKind::Waiting);
         let step_entry = step.is_some_and(|step| step.phase == Phase::Forward && step.status == StepStatus::Succeeded);
         Self {
             sql,
@@ -88,6 +93,8 @@ impl CommitArgs {
             entries: events.len() as i64 + i64::from(step_entry),
             step_entry,
             unwind_reason: run.unwind_reason.clone(),
+            waiting_step: waiting.and_then(|event| event.step.clone()),
+            waiting_message: waiting.map(|event| event.message.clone()),
         }
     }
 }
@@ -129,6 +136,8 @@ macro_rules! bind_commit {
             .bind(args.entries)
             .bind(args.step_entry)
             .bind(args.unwind_reason.as_deref())
+            .bind(args.waiting_step.as_deref())
+            .bind(args.waiting_message.as_deref())
     }};
 }
 pub(crate) use bind_commit;

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sqlx::SqlitePool;
 use tokio::sync::{mpsc, oneshot};
 
-use super::commit::SQLITE_SELF_COMMIT;
+use super::commit::{CommitShape, SQLITE_SELF_COMMIT};
 use super::commit_args::{CommitArgs, bind_commit};
 use super::connect::BeginWrite;
 use super::self_commit::self_commit;
@@ -59,10 +59,10 @@ impl GroupCommit {
 
     /// Commits a checkpoint: at once when no other is being committed (no queue to wait
     /// for, no hand-off to the task), else through the queue. Returns after COMMIT.
-    pub(crate) async fn commit(&self, args: CommitArgs, advance: bool) -> Answer {
+    pub(crate) async fn commit(&self, args: CommitArgs, shape: CommitShape) -> Answer {
         let _in_flight = InFlight::enter(&self.in_flight);
         if _in_flight.alone {
-            return self.commit_alone(args, advance).await;
+            return self.commit_alone(args, shape).await;
         }
         let (answer, answered) = oneshot::channel();
         self.jobs.send(Job { args, answer }).map_err(|_| stopped())?;
@@ -72,8 +72,8 @@ impl GroupCommit {
 
 impl GroupCommit {
     /// The whole transaction as one batch, in one round trip.
-    async fn commit_alone(&self, mut args: CommitArgs, advance: bool) -> Answer {
-        args.sql = SQLITE_SELF_COMMIT[usize::from(advance)].as_str();
+    async fn commit_alone(&self, mut args: CommitArgs, shape: CommitShape) -> Answer {
+        args.sql = SQLITE_SELF_COMMIT[shape.index()].as_str();
         self_commit(&self.pool, move |conn| {
             Box::pin(async move { Ok(bind_commit!(args).fetch_all(conn).await?.into_iter().next()) })
         })

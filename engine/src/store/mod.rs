@@ -30,7 +30,7 @@ mod records;
 mod self_commit;
 mod submit;
 
-pub(crate) use commit::{Commit, CommitOutcome};
+pub(crate) use commit::{Commit, CommitOutcome, CommitShape};
 pub use connect::{Pool, WriteTx};
 pub(crate) use operator::{ActionOutcome, Wake};
 pub(crate) use owner::OwnerLock;

@@ -77,10 +77,10 @@ impl Store {
     pub async fn events(&self, id: Uuid, after: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
         let rows: Vec<EventRow> = crate::with_pool!(&self.reader, |pool| {
             sqlx::query_as(
-                "SELECT n, at, kind, step, message, NULL AS attempts, NULL AS took FROM engine_events \
-                 WHERE run_id = $1 AND n > $2 \
+                "SELECT n, at, kind, step, message, count, first_at, NULL AS attempts, NULL AS took \
+                 FROM engine_events WHERE run_id = $1 AND n > $2 \
                  UNION ALL \
-                 SELECT n, finished_at, 'step-succeeded', name, NULL, attempts, finished_at - started_at \
+                 SELECT n, finished_at, 'step-succeeded', name, NULL, 1, NULL, attempts, finished_at - started_at \
                  FROM engine_steps WHERE run_id = $1 AND n > $2 \
                  ORDER BY 1",
             )

@@ -43,6 +43,9 @@ pub struct RunRecord {
     pub attempt: u32,
     /// When the current step was first attempted.
     pub step_started_at: Option<Millis>,
+    /// When the attempt in hand began, while one runs (the run is leased and not waiting).
+    #[serde(default)]
+    pub attempt_started_at: Option<Millis>,
     /// When the run is next runnable (`None`: only an operator can wake it).
     pub next_at: Option<Millis>,
     /// Why the run waits or is parked, in words.
@@ -98,21 +101,33 @@ pub struct StepRecord {
     pub finished_at: Millis,
 }
 
-/// One entry of a run's append-only timeline.
+/// One entry of a run's timeline.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EventRecord {
-    /// Position in the run's timeline: 1 for `submitted`, then 2, 3, ...
+    /// Position in the run's timeline: 1 for `submitted`, then higher. A repeated `waiting`
+    /// entry keeps its position while only its count and time change, and moves to the next
+    /// position when its condition (`message`) changes, so `after=seq` never misses a change.
     pub seq: i64,
     /// The run.
     pub run_id: Uuid,
-    /// When.
+    /// When; for a repeated entry, the latest time.
     pub at: Millis,
+    /// How many times it happened in a row (the checks of a waiting poll); 1 for most entries.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// For an entry that happened more than once, the first time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_at: Option<Millis>,
     /// What happened.
     pub kind: EventKind,
     /// The step it concerns.
     pub step: Option<String>,
     /// Details in words.
     pub message: String,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// An event to append.
@@ -170,6 +185,7 @@ pub(crate) struct RunRow {
     current_step: Option<String>,
     attempt: i64,
     step_started_at: Option<i64>,
+    attempt_started_at: Option<i64>,
     next_at: i64,
     status_reason: Option<String>,
     error: Option<String>,
@@ -184,7 +200,7 @@ pub(crate) struct RunRow {
 }
 
 pub(crate) const RUN_COLUMNS: &str = "seq, id, kind, version, resource_key, input, output, status, phase, \
-     step_index, current_step, attempt, step_started_at, next_at, status_reason, error, unwind_reason, \
+     step_index, current_step, attempt, step_started_at, attempt_started_at, next_at, status_reason, error, unwind_reason, \
      cancel_requested, lease_owner, lease_expires_at, lease_generation, created_at, updated_at, finished_at";
 
 impl TryFrom<RunRow> for RunRecord {
@@ -205,6 +221,7 @@ impl TryFrom<RunRow> for RunRecord {
             current_step: row.current_step,
             attempt: row.attempt as u32,
             step_started_at: row.step_started_at,
+            attempt_started_at: row.attempt_started_at,
             next_at: (row.next_at != NEVER).then_some(row.next_at),
             status_reason: row.status_reason,
             error: row.error.as_deref().map(parse_json).transpose()?,
@@ -259,6 +276,8 @@ pub(crate) struct EventRow {
     kind: String,
     step: Option<String>,
     message: Option<String>,
+    count: i64,
+    first_at: Option<i64>,
     attempts: Option<i64>,
     took: Option<i64>,
 }
@@ -268,7 +287,16 @@ impl EventRow {
         let message = self.message.unwrap_or_else(|| {
             format!("attempt {} succeeded after {} ms", self.attempts.unwrap_or(1), self.took.unwrap_or(0))
         });
-        Ok(EventRecord { seq: self.n, run_id, at: self.at, kind: parse_text(&self.kind)?, step: self.step, message })
+        Ok(EventRecord {
+            seq: self.n,
+            run_id,
+            at: self.at,
+            count: self.count.max(1) as u32,
+            first_at: self.first_at,
+            kind: parse_text(&self.kind)?,
+            step: self.step,
+            message,
+        })
     }
 }
 

@@ -31,8 +31,9 @@ static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
     format!(
         "INSERT INTO engine_runs (id, kind, version, resource_key, input, status, phase, step_index, \
            current_step, attempt, next_at, lease_owner, lease_expires_at, lease_generation, \
-           created_at, updated_at, events) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'forward', 0, $7, 0, $8, $9, $10, $11, $8, $8, 1) \
+           created_at, updated_at, events, attempt_started_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'forward', 0, $7, 0, $8, $9, $10, $11, $8, $8, 1, \
+           CASE WHEN $11 = 1 THEN $8 END) \
          RETURNING {RUN_COLUMNS}"
     )
 });
