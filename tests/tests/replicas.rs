@@ -34,7 +34,7 @@ use uuid::Uuid;
 
 /// Each replica's lease: short, so that a takeover is quick, and long enough that heartbeats
 /// (every third of it) keep up on a loaded 2-core machine running a debug build.
-const LEASE: Duration = Duration::from_secs(3);
+const LEASE: Duration = Duration::from_secs(4);
 /// The replicas' claim poll (`replica_child` sets it).
 const POLL: Duration = Duration::from_millis(100);
 /// Slack for scheduling on a loaded machine, on top of the lease and the poll.
