@@ -2,13 +2,15 @@
 //!
 //! The library holds what a test and the child processes it starts must agree on; the tests
 //! themselves live in `tests/`, the child processes in `src/bin/`. [`e2e`] holds what the
-//! end-to-end tests of the `anycloud` binary (`tests/api_*.rs`) share.
+//! end-to-end tests of the `anycloud` binary (`tests/api_*.rs`) share; [`replicas`] what the
+//! tests of several engine processes on one PostgreSQL share.
 
 pub mod e2e;
 pub mod fake_gce;
 pub mod fake_gcs;
 pub mod fake_google;
 pub mod gcp_test_key;
+pub mod replicas;
 pub mod rfc3339;
 pub mod simulated_kube;
 pub mod vm_runner;
