@@ -8,7 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Step, StepCtx, StepError, StepKey, Steps, Workflow};
+use anycloud_engine::{
+    Engine, EngineConfig, Registry, RunStatus, Step, StepCtx, StepError, StepKey, Steps, Store, Workflow,
+};
 use support::{TestDb, WAIT};
 use tokio::sync::Notify;
 
@@ -194,4 +196,16 @@ async fn two_engines_on_one_postgres_run_1000_workflows_once_each() {
             engine.shutdown(WAIT).await;
         }
     }
+}
+
+/// A replica frozen inside a transaction cannot hold its row locks past the server's limit: every
+/// connection of the store carries `idle_in_transaction_session_timeout`, and the server ends a
+/// transaction left idle that long (the claim of a live replica skips locked rows).
+#[tokio::test]
+async fn postgres_ends_a_transaction_left_idle() {
+    let db = TestDb::postgres().await;
+    let store = db.store().await;
+    let anycloud_engine::Pool::Postgres(pool) = store.pool() else { panic!("a PostgreSQL store") };
+    let shown: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout").fetch_one(pool).await.unwrap();
+    assert_eq!(shown, Store::IDLE_IN_TRANSACTION);
 }

@@ -171,13 +171,19 @@ impl Store {
         Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader), group_commit, sqlite_path })
     }
 
+    /// How long the server lets a transaction sit idle before it ends the session. A process
+    /// frozen (SIGSTOP, a stalled VM) inside a claim's transaction would otherwise keep the rows
+    /// it locked, and every other replica's claim skips locked rows, until it resumed; the
+    /// engine's transactions never wait on anything but the database.
+    pub const IDLE_IN_TRANSACTION: &'static str = "10s";
+
     /// Opens PostgreSQL with these options and a pool of `max_connections`.
     pub async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> Result<Self, EngineError> {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .test_before_acquire(false)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
+            .connect_with(options.options([("idle_in_transaction_session_timeout", Self::IDLE_IN_TRANSACTION)]))
             .await?;
         let mut migrator = sqlx::migrate!("./migrations/postgres");
         migrator.set_ignore_missing(true);
