@@ -119,6 +119,9 @@ fn refuse_foreign_flags(args: &NewArgs, provider: ProviderKind) -> Result<(), Cl
     if provider != ProviderKind::Gcp && args.service_account_file.is_some() {
         foreign.push(("--service-account-file", "gcp"));
     }
+    if provider == ProviderKind::Sim && args.endpoint.is_some() {
+        foreign.push(("--endpoint", "aws or gcp"));
+    }
     if foreign.is_empty() {
         return Ok(());
     }

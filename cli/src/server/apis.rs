@@ -2,7 +2,7 @@
 //! list, show, the access a CLI stores, remove.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
 use anycloud_workflows::api::{
@@ -10,7 +10,7 @@ use anycloud_workflows::api::{
 };
 
 use super::AppState;
-use super::error::{ApiError, JsonBody};
+use super::error::{ApiError, JsonBody, PathParam, QueryParams};
 
 /// Stores the hosted API's intent and starts `api.deploy`.
 pub async fn deploy(
@@ -26,14 +26,17 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<HostedApiList>, 
 }
 
 /// One hosted API (never its token).
-pub async fn show(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<HostedApiView>, ApiError> {
+pub async fn show(
+    State(state): State<AppState>,
+    PathParam(name): PathParam<String>,
+) -> Result<Json<HostedApiView>, ApiError> {
     Ok(Json(state.ops.show_api(&name).await?))
 }
 
 /// The URL, token and CA of a ready hosted API.
 pub async fn access(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<String>,
 ) -> Result<Json<HostedApiAccess>, ApiError> {
     Ok(Json(state.ops.api_access(&name).await?))
 }
@@ -41,8 +44,8 @@ pub async fn access(
 /// Starts `api.remove` (`?delete_bucket=true`: the bucket too).
 pub async fn remove(
     State(state): State<AppState>,
-    Path(name): Path<String>,
-    Query(request): Query<RemoveHostedApi>,
+    PathParam(name): PathParam<String>,
+    QueryParams(request): QueryParams<RemoveHostedApi>,
 ) -> Result<(StatusCode, Json<HostedApiStarted>), ApiError> {
     Ok((StatusCode::ACCEPTED, Json(state.ops.remove_api(&name, request).await?)))
 }

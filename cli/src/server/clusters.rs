@@ -1,13 +1,13 @@
 //! `/v1/clusters`: create (hosted APIs only), list, status, delete, kubeconfig.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
 use anycloud_workflows::api::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
 
 use super::AppState;
-use super::error::{ApiError, JsonBody};
+use super::error::{ApiError, JsonBody, PathParam};
 
 /// Stores the cluster's intent and starts its creation.
 pub async fn create(
@@ -23,19 +23,25 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<ClusterList>, Ap
 }
 
 /// One cluster: spec, phase, VMs, endpoint, the workflow on it and what went wrong.
-pub async fn show(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<ClusterDetail>, ApiError> {
+pub async fn show(
+    State(state): State<AppState>,
+    PathParam(name): PathParam<String>,
+) -> Result<Json<ClusterDetail>, ApiError> {
     Ok(Json(state.ops.cluster_status(&name).await?))
 }
 
 /// Starts `cluster.delete`, unless a deployment still references the cluster.
 pub async fn delete(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<String>,
 ) -> Result<(StatusCode, Json<ClusterDetail>), ApiError> {
     Ok((StatusCode::ACCEPTED, Json(state.ops.delete_cluster(&name).await?)))
 }
 
 /// A kubeconfig for the ready cluster: its server, CA and admin token.
-pub async fn kubeconfig(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Kubeconfig>, ApiError> {
+pub async fn kubeconfig(
+    State(state): State<AppState>,
+    PathParam(name): PathParam<String>,
+) -> Result<Json<Kubeconfig>, ApiError> {
     Ok(Json(state.ops.cluster_kubeconfig(&name).await?))
 }

@@ -1,13 +1,13 @@
 //! `/v1/credentials`: save (and verify), list, show, delete.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
 use anycloud_workflows::api::{CredentialDeleted, CredentialList, CredentialSaved, CredentialShown, NewCredential};
 
 use super::AppState;
-use super::error::{ApiError, JsonBody};
+use super::error::{ApiError, JsonBody, PathParam};
 
 /// Saves a credential and starts its verification.
 pub async fn create(
@@ -23,14 +23,17 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<CredentialList>,
 }
 
 /// One credential, without its secret.
-pub async fn show(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<CredentialShown>, ApiError> {
+pub async fn show(
+    State(state): State<AppState>,
+    PathParam(name): PathParam<String>,
+) -> Result<Json<CredentialShown>, ApiError> {
     Ok(Json(state.ops.credential(&name).await?))
 }
 
 /// Deletes a credential that nothing uses.
 pub async fn delete(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<String>,
 ) -> Result<Json<CredentialDeleted>, ApiError> {
     Ok(Json(state.ops.delete_credential(&name).await?))
 }

@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -12,7 +12,7 @@ use anycloud_workflows::api::{
 };
 
 use super::AppState;
-use super::error::{ApiError, JsonBody};
+use super::error::{ApiError, JsonBody, PathParam, QueryParams};
 
 /// Stores a job on a ready cluster and starts its first attempt.
 pub async fn submit_job(
@@ -33,7 +33,7 @@ pub async fn deploy_service(
 /// Records a service's next revision and starts rolling it out.
 pub async fn upgrade(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<UpgradeRequest>,
 ) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
     Ok((StatusCode::ACCEPTED, Json(state.ops.upgrade_service(&id, request).await?)))
@@ -42,20 +42,23 @@ pub async fn upgrade(
 /// Deployments, newest first.
 pub async fn list(
     State(state): State<AppState>,
-    Query(query): Query<DeploymentQuery>,
+    QueryParams(query): QueryParams<DeploymentQuery>,
 ) -> Result<Json<DeploymentList>, ApiError> {
     Ok(Json(state.ops.list_deployments(&query).await?))
 }
 
 /// One deployment, by id or name.
-pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<DeploymentDetail>, ApiError> {
+pub async fn show(
+    State(state): State<AppState>,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<DeploymentDetail>, ApiError> {
     Ok(Json(state.ops.deployment_status(&id).await?))
 }
 
 /// Ends a deployment: its objects are deleted, the record stays `terminated`.
 pub async fn terminate(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
     Ok((StatusCode::ACCEPTED, Json(state.ops.terminate_deployment(&id).await?)))
 }
@@ -63,7 +66,7 @@ pub async fn terminate(
 /// Runs an ended job again, as its next attempt.
 pub async fn resubmit(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<(StatusCode, Json<DeploymentDetail>), ApiError> {
     Ok((StatusCode::CREATED, Json(state.ops.resubmit_deployment(&id).await?)))
 }
@@ -71,8 +74,8 @@ pub async fn resubmit(
 /// The job's output as `text/plain`, chunk by chunk as the cluster sends it.
 pub async fn logs(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<LogsQuery>,
+    PathParam(id): PathParam<String>,
+    QueryParams(query): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
     let stream = state.ops.deployment_logs(&id, query.follow).await?;
     let headers = [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")];

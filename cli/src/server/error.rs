@@ -3,9 +3,10 @@
 //! domain refusal becomes an HTTP status, and where the transport's own failures (a malformed
 //! body, no token, no route) get their codes.
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::RETRY_AFTER;
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -122,6 +123,48 @@ where
                 ),
                 other => ApiError::bad_request("INVALID_REQUEST", other.body_text()),
             }),
+        }
+    }
+}
+
+/// A query string whose rejections (an unknown field, a value of the wrong type) are API errors.
+pub struct QueryParams<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for QueryParams<T>
+where
+    axum::extract::Query<T>: FromRequestParts<S, Rejection = QueryRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::bad_request(
+                "INVALID_REQUEST",
+                format!("the query string is not valid: {}", rejection.body_text()),
+            )),
+        }
+    }
+}
+
+/// A path parameter whose rejections (percent-encoding that is not UTF-8) are API errors.
+pub struct PathParam<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathParam<T>
+where
+    axum::extract::Path<T>: FromRequestParts<S, Rejection = PathRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::bad_request(
+                "INVALID_REQUEST",
+                format!("the request's path is not valid: {}", rejection.body_text()),
+            )),
         }
     }
 }

@@ -3,9 +3,10 @@
 //! byte, then data; see `anycloud_workflows::api::exec_channel`). The first client message is
 //! the `ExecRequest` as JSON text.
 
+use axum::extract::State;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -13,11 +14,28 @@ use anycloud_workflows::api::{ErrorDetail, ExecExit, ExecRequest, exec_channel};
 use anycloud_workflows::refusal::OperationError;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, PathParam};
 
-/// Upgrades to a WebSocket and runs the session on it.
-pub async fn exec(State(state): State<AppState>, Path(id): Path<String>, upgrade: WebSocketUpgrade) -> Response {
-    upgrade.on_upgrade(move |socket| session(state, id, socket))
+/// Upgrades to a WebSocket and runs the session on it. A request that is not a WebSocket
+/// upgrade is refused as any other bad request, as JSON.
+pub async fn exec(
+    State(state): State<AppState>,
+    PathParam(id): PathParam<String>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    match upgrade {
+        Ok(upgrade) => upgrade.on_upgrade(move |socket| session(state, id, socket)),
+        Err(rejection) => ApiError::new(
+            rejection.status(),
+            "WEBSOCKET_REQUIRED",
+            format!(
+                "exec is a WebSocket ({}); run `anycloud job exec {}` rather than a plain request",
+                rejection.body_text(),
+                anycloud_workflows::names::shown(&id)
+            ),
+        )
+        .into_response(),
+    }
 }
 
 async fn session(state: AppState, id: String, mut socket: WebSocket) {

@@ -363,6 +363,7 @@ fn router(state: AppState, kube_routes: Router) -> Router {
         .route("/v1/health", get(health))
         .merge(authenticated)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn(timing::server_timing))
         .with_state(state)
@@ -413,6 +414,18 @@ async fn not_found(State(state): State<AppState>, headers: axum::http::HeaderMap
         axum::http::StatusCode::NOT_FOUND,
         "NOT_FOUND",
         "no such route; the API's routes are listed in docs/cli.md",
+    )
+}
+
+/// A known route with another method: 405 as a JSON error, again only to a caller with the token.
+async fn method_not_allowed(State(state): State<AppState>, headers: axum::http::HeaderMap) -> error::ApiError {
+    if !auth::has_token(&state, &headers) {
+        return auth::unauthorized();
+    }
+    error::ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        "this route does not take that method; the API's routes and their methods are listed in docs/cli.md",
     )
 }
 

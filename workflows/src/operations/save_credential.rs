@@ -50,6 +50,18 @@ fn check(request: NewCredential) -> Result<NewRecord, String> {
         request;
     check_dns_label("credential", &name)?;
     let provider: ProviderKind = provider.parse()?;
+    refuse_foreign_fields(
+        &name,
+        provider,
+        &[
+            ("access_key_id", access_key_id.is_some(), &[ProviderKind::Aws]),
+            ("secret_access_key", secret_access_key.is_some(), &[ProviderKind::Aws]),
+            ("region", region.is_some(), &[ProviderKind::Aws]),
+            ("service_account_json", service_account_json.is_some(), &[ProviderKind::Gcp]),
+            ("endpoint", endpoint.is_some(), &[ProviderKind::Aws, ProviderKind::Gcp]),
+            ("sim", sim.is_some(), &[ProviderKind::Sim]),
+        ],
+    )?;
     if let Some(endpoint) = &endpoint {
         check_endpoint(&name, endpoint)?;
     }
@@ -63,7 +75,6 @@ fn check(request: NewCredential) -> Result<NewRecord, String> {
             // The simulated cloud takes any token; one is sealed like a real secret would be.
             (public, format!("sim-token-{}", uuid::Uuid::new_v4().simple()))
         }
-        _ if sim.is_some() => return Err(format!("credential `{name}`: sim settings apply only to --provider sim")),
         ProviderKind::Aws => {
             if !present(&access_key_id) {
                 return Err(format!(
@@ -101,6 +112,32 @@ fn check(request: NewCredential) -> Result<NewRecord, String> {
     Ok(NewRecord { name, provider, public, secret })
 }
 
+/// Refuses the fields of another provider: ignoring them would let the caller believe they took
+/// effect (an AWS key sent with `provider: gcp` is not a GCP credential). `fields` are each
+/// field's name, whether it was given and the providers it applies to.
+fn refuse_foreign_fields(
+    name: &str,
+    provider: ProviderKind,
+    fields: &[(&str, bool, &[ProviderKind])],
+) -> Result<(), String> {
+    let foreign: Vec<&str> = fields
+        .iter()
+        .filter(|(_, given, owners)| *given && !owners.contains(&provider))
+        .map(|(field, _, _)| *field)
+        .collect();
+    match foreign.as_slice() {
+        [] => Ok(()),
+        [one] => {
+            Err(format!("credential `{name}`: `{one}` does not apply to provider {}; remove it", provider.as_str()))
+        }
+        many => Err(format!(
+            "credential `{name}`: `{}` do not apply to provider {}; remove them",
+            many.join("`, `"),
+            provider.as_str()
+        )),
+    }
+}
+
 /// An endpoint override must be an http(s) URL with a host, or every later call fails.
 fn check_endpoint(name: &str, endpoint: &str) -> Result<(), String> {
     let rest = endpoint.strip_prefix("https://").or_else(|| endpoint.strip_prefix("http://"));
@@ -111,5 +148,51 @@ fn check_endpoint(name: &str, endpoint: &str) -> Result<(), String> {
             "credential `{name}`: endpoint `{endpoint}` is not an http(s) URL; pass one such as \
              https://ec2.eu-west-1.amazonaws.com, or leave --endpoint out to use the provider's own"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+    use crate::api::NewCredential;
+
+    fn request(provider: &str) -> NewCredential {
+        NewCredential { name: "team".to_owned(), provider: provider.to_owned(), ..NewCredential::default() }
+    }
+
+    fn aws() -> NewCredential {
+        NewCredential {
+            access_key_id: Some("AKIAEXAMPLE".to_owned()),
+            secret_access_key: Some("secret".to_owned()),
+            ..request("aws")
+        }
+    }
+
+    #[test]
+    fn fields_of_another_provider_are_refused_not_ignored() {
+        let refused = |request: NewCredential| check(request).map(|_| ()).unwrap_err();
+        assert_eq!(
+            refused(NewCredential { service_account_json: Some("{}".to_owned()), ..aws() }),
+            "credential `team`: `service_account_json` does not apply to provider aws; remove it"
+        );
+        assert_eq!(
+            refused(NewCredential { sim: Some(Default::default()), ..aws() }),
+            "credential `team`: `sim` does not apply to provider aws; remove it"
+        );
+        let gcp = NewCredential {
+            access_key_id: Some("AKIAEXAMPLE".to_owned()),
+            region: Some("us-east-1".to_owned()),
+            service_account_json: Some("{}".to_owned()),
+            ..request("gcp")
+        };
+        assert_eq!(
+            refused(gcp),
+            "credential `team`: `access_key_id`, `region` do not apply to provider gcp; remove them"
+        );
+        let sim = NewCredential { endpoint: Some("https://example.com".to_owned()), ..request("sim") };
+        assert_eq!(refused(sim), "credential `team`: `endpoint` does not apply to provider sim; remove it");
+        // What belongs is accepted.
+        assert!(check(NewCredential { region: Some("eu-west-1".to_owned()), ..aws() }).is_ok());
+        assert!(check(request("sim")).is_ok());
     }
 }
