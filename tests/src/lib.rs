@@ -8,6 +8,7 @@ pub mod e2e;
 pub mod fake_gce;
 pub mod fake_gcs;
 pub mod fake_google;
+pub mod fault_proxy;
 pub mod gcp_test_key;
 pub mod rfc3339;
 pub mod simulated_kube;
