@@ -455,6 +455,35 @@ fn vm_of(instance: &Instance, fallback: (&str, Role)) -> Vm {
     }
 }
 
+/// The oldest live instance of the cluster named `name`, if any; any younger ones of that name are
+/// duplicates of a launch sent twice (a VM name is one VM), and are terminated.
+async fn keep_one_named(client: &Client, cluster_id: &str, name: &str) -> Result<Option<Instance>, CloudError> {
+    let live = instances(
+        client,
+        vec![
+            cluster_filter(cluster_id),
+            filter(&format!("tag:{NAME_TAG}"), [name]),
+            filter("instance-state-name", LIVE_STATES.iter().copied()),
+        ],
+    )
+    .await?;
+    let Some((oldest, younger)) = live.split_first() else { return Ok(None) };
+    let duplicates: Vec<String> = younger.iter().filter_map(|i| i.instance_id().map(str::to_owned)).collect();
+    if !duplicates.is_empty() {
+        tracing::warn!(
+            cluster = %cluster_id, vm = %name, kept = ?oldest.instance_id(), ?duplicates,
+            "terminating duplicate instances of one VM (a launch was sent twice)"
+        );
+        client
+            .terminate_instances()
+            .set_instance_ids(Some(duplicates))
+            .send()
+            .await
+            .map_err(|err| ec2_failure("TerminateInstances", &err))?;
+    }
+    Ok(Some(oldest.clone()))
+}
+
 /// What an EC2 failure means for the step: refused keys and requests that cannot succeed as
 /// asked are terminal; throttling, 5xx, network failures and eventual consistency are worth
 /// another attempt. Any other client error (4xx) is terminal.
@@ -594,23 +623,15 @@ impl Cloud for AwsCloud {
         Ok(!security_groups(&client, vec![cluster_filter(&placement.cluster_id)]).await?.is_empty())
     }
 
-    /// Returns the oldest live instance tagged with the cluster and `spec.name`, or runs one:
+    /// Returns the oldest live instance tagged with the cluster and `spec.name` (terminating any
+    /// younger duplicates of it), or runs one:
     /// the placement's image and type, the user-data, the cluster's group, the step's token as
     /// `ClientToken`, and the cluster's, name and role tags on the instance and its volume.
     async fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Vm, CloudError> {
         let placement = spec.placement;
         let client = self.client_in(&placement.region);
-        let live = instances(
-            &client,
-            vec![
-                cluster_filter(&placement.cluster_id),
-                filter(&format!("tag:{NAME_TAG}"), [spec.name.as_str()]),
-                filter("instance-state-name", LIVE_STATES.iter().copied()),
-            ],
-        )
-        .await?;
-        if let Some(instance) = live.first() {
-            return Ok(vm_of(instance, (&spec.name, spec.role)));
+        if let Some(instance) = keep_one_named(&client, &placement.cluster_id, &spec.name).await? {
+            return Ok(vm_of(&instance, (&spec.name, spec.role)));
         }
         let image = placement.image.as_deref().ok_or_else(|| {
             CloudError::Terminal(format!("cluster {} has no boot image: its placement picks one", placement.cluster_id))
@@ -645,7 +666,13 @@ impl Cloud for AwsCloud {
             .instances()
             .first()
             .ok_or_else(|| CloudError::Retryable("EC2 RunInstances answered without an instance".to_owned()))?;
-        Ok(vm_of(instance, (&spec.name, spec.role)))
+        // The SDK sends RunInstances again when an attempt's answer is lost (a reset, a timeout).
+        // EC2 answers a repeated ClientToken with the first instance, but an endpoint that ignores
+        // the token (moto; found by tests/tests/provider_faults.rs) runs another: keep one.
+        match keep_one_named(&client, &placement.cluster_id, &spec.name).await? {
+            Some(kept) => Ok(vm_of(&kept, (&spec.name, spec.role))),
+            None => Ok(vm_of(instance, (&spec.name, spec.role))),
+        }
     }
 
     /// Every instance tagged with the cluster that is not terminated, by name.

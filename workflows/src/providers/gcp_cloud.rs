@@ -662,17 +662,33 @@ fn classify(context: &str, err: &google_cloud_compute_v1::Error) -> CloudError {
         let reasons = reasons(err);
         let message = err.status().map(|s| s.message.clone()).unwrap_or_else(|| err.to_string());
         let text = format!("{context}: Compute Engine answered HTTP {code}: {message}");
-        let retryable = code == 429
-            || code >= 500
-            || (code == 403 && (reasons.contains("rateLimitExceeded") || reasons.contains("RateLimitExceeded")))
-            || (code == 400 && reasons.contains("resourceNotReady"));
-        let quota = reasons.contains("quotaExceeded") || message.to_ascii_lowercase().contains("quota");
-        return if retryable && !quota { CloudError::Retryable(text) } else { CloudError::Terminal(text) };
+        return if answer_is_retryable(code, &reasons, &message) {
+            CloudError::Retryable(text)
+        } else {
+            CloudError::Terminal(text)
+        };
     }
     if err.is_binding() || err.is_serialization() || err.is_authentication() {
         return CloudError::terminal(context, err);
     }
     CloudError::retryable(context, err)
+}
+
+/// Whether an HTTP error answer of Compute Engine is worth another attempt: 5xx, a rate limit, a
+/// resource busy with another operation, but not a resource quota.
+///
+/// A rate limit is HTTP 429 (or 403 `rateLimitExceeded`), and its message speaks of a quota too
+/// ("Quota exceeded for quota metric 'Queries' and limit 'Queries per minute'"): it passes within
+/// the minute, so the word "quota" does not make it final. A resource quota (CPUs, addresses) is
+/// 403 `quotaExceeded`, or an operation's `QUOTA_EXCEEDED` ([`check_operation`]), and is final.
+fn answer_is_retryable(code: u16, reasons: &str, message: &str) -> bool {
+    let rate_limited = code == 429
+        || (code == 403 && (reasons.contains("rateLimitExceeded") || reasons.contains("RateLimitExceeded")));
+    if rate_limited {
+        return true;
+    }
+    let quota = reasons.contains("quotaExceeded") || message.to_ascii_lowercase().contains("quota");
+    !quota && (code >= 500 || (code == 400 && reasons.contains("resourceNotReady")))
 }
 
 /// The error a `DONE` operation carries, if any, as a [`CloudError`].
@@ -709,5 +725,22 @@ mod tests {
         assert!(valid_label_value(id));
         assert_eq!(request_id(id, "x"), request_id(id, "x"));
         assert_ne!(request_id(id, "x"), request_id(id, "y"));
+    }
+
+    /// The fault proxy's 429 (tests/tests/provider_faults.rs) was once final because its message,
+    /// as Compute Engine words a rate limit, says "Quota exceeded": a create unwound on a
+    /// throttled call.
+    #[test]
+    fn a_rate_limit_is_retried_and_a_resource_quota_is_not() {
+        let rate_limit = "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service \
+                          'compute.googleapis.com' for consumer 'project_number:1'.";
+        assert!(answer_is_retryable(429, "", rate_limit));
+        assert!(answer_is_retryable(403, "[ErrorInfo { reason: \"rateLimitExceeded\" }]", "Rate Limit Exceeded"));
+        assert!(answer_is_retryable(503, "", "Internal error. Please try again."));
+        assert!(answer_is_retryable(400, "resourceNotReady", "The resource is not ready"));
+        assert!(!answer_is_retryable(403, "quotaExceeded", "Quota 'CPUS' exceeded. Limit: 8.0 in region us-central1."));
+        assert!(!answer_is_retryable(503, "", "Quota 'CPUS' exceeded. Limit: 8.0 in region us-central1."));
+        assert!(!answer_is_retryable(400, "", "Invalid value for field 'resource.name'"));
+        assert!(!answer_is_retryable(403, "", "Required 'compute.instances.create' permission"));
     }
 }
