@@ -176,11 +176,28 @@ async fn until_steps_run(ledger: &Ledger, steps: usize) {
     }
 }
 
+/// `engine.wait` for `run`, asked again when it fails: a pooled connection the cut killed answers
+/// its next query with the cut's error once (the pool does not test a connection before use),
+/// as an API request would get a 503 and ask again.
+async fn wait_asking_again(engine: &Engine, run: Uuid) -> anycloud_engine::RunRecord {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match engine.wait(run, Duration::from_secs(60)).await {
+            Ok(record) => return record,
+            Err(err) if Instant::now() < deadline => {
+                eprintln!("waiting for {run}: {err}; asking again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => panic!("waiting for {run}: {err}"),
+        }
+    }
+}
+
 /// Every run succeeded, with every step's action run once, but for at most `repeats` steps per
 /// run (those in flight at a cut). Returns when the last run ended.
 async fn every_run_finished(engine: &Engine, ledger: &Ledger, runs: &[Uuid], repeats: usize) -> Instant {
     for &run in runs {
-        let record = engine.wait(run, Duration::from_secs(60)).await.unwrap();
+        let record = wait_asking_again(engine, run).await;
         assert_eq!(record.status, RunStatus::Succeeded, "{run}: {:?}", record.error);
     }
     let ended = Instant::now();
@@ -190,7 +207,11 @@ async fn every_run_finished(engine: &Engine, ledger: &Ledger, runs: &[Uuid], rep
         assert!(counts.iter().all(|&count| count >= 1), "{run}: a step never ran: {counts:?}");
         let repeated = counts.iter().filter(|&&count| count > 1).count();
         assert!(repeated <= repeats, "{run}: {repeated} steps ran more than once: {counts:?}");
-        let events = engine.events(run, 0).await.unwrap();
+        let events = match engine.events(run, 0).await {
+            Ok(events) => events,
+            // A second connection the cut killed, as above.
+            Err(_) => engine.events(run, 0).await.unwrap(),
+        };
         let succeeded = events.iter().filter(|event| event.kind == "step-succeeded").count();
         assert_eq!(succeeded, STEPS, "{run}: every step succeeded once in the timeline");
         let positions: Vec<i64> = events.iter().map(|event| event.seq).collect();
