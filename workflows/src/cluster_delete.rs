@@ -19,7 +19,7 @@ use anycloud_engine::{Check, Step, StepCtx, StepError, StepKey, Steps, Workflow}
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Placement, Role};
-use crate::cluster_sides::Sides;
+use crate::cluster_sides::{Sides, every_vm_once};
 use crate::db::clusters::{self, Phase};
 use crate::db::vms;
 use crate::deps::Deps;
@@ -145,21 +145,16 @@ async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemove
 async fn terminate_vms(ctx: StepCtx<DeleteCluster>) -> Result<Vec<String>, StepError> {
     let sides = sides(&ctx).await?;
     // A sweep by tag, not the recorded ids: a half-finished create's VMs are found too.
-    let mut ids = Vec::new();
-    for side in sides.all() {
-        let live = side.cloud.list_vms(&side.placement).await?;
-        for vm in &live {
-            vms::upsert(&deps(&ctx).db, &side.placement.cluster_id, vm).await?;
-        }
-        let on_side: Vec<String> = live.iter().map(|vm| vm.provider_id.clone()).collect();
-        side.cloud.terminate(&side.placement, &on_side).await?;
-        for id in on_side {
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
+    let listed = sides.vms_by_side().await?;
+    let live = every_vm_once(&listed);
+    for vm in &live {
+        vms::upsert(&deps(&ctx).db, &ctx.input().cluster_id, vm).await?;
     }
-    Ok(ids)
+    for (side, on_side) in &listed {
+        let ids: Vec<String> = on_side.iter().map(|vm| vm.provider_id.clone()).collect();
+        side.cloud.terminate(&side.placement, &ids).await?;
+    }
+    Ok(live.into_iter().map(|vm| vm.provider_id).collect())
 }
 
 async fn delete_network(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
@@ -171,11 +166,11 @@ async fn delete_network(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
 
 async fn wait_gone(ctx: StepCtx<DeleteCluster>) -> Result<Check<()>, StepError> {
     let sides = sides(&ctx).await?;
-    let live = sides.list_vms().await?;
+    let listed = sides.vms_by_side().await?;
+    let live = every_vm_once(&listed);
     vms::mark_gone(&deps(&ctx).db, &ctx.input().cluster_id, &live).await?;
     let mut network = false;
-    for side in sides.all() {
-        let on_side = side.cloud.list_vms(&side.placement).await?;
+    for (side, on_side) in &listed {
         let rules = side.cloud.network_exists(&side.placement).await?;
         network |= rules;
         if !on_side.is_empty() {

@@ -81,24 +81,26 @@ impl Sides {
         std::iter::once(&self.capacity).chain(self.control_plane.as_ref())
     }
 
+    /// The VMs with the cluster's tag, as each side lists them.
+    pub async fn vms_by_side(&self) -> Result<Vec<(&Side, Vec<Vm>)>, CloudError> {
+        let mut listed = Vec::new();
+        for side in self.all() {
+            listed.push((side, side.cloud.list_vms(&side.placement).await?));
+        }
+        Ok(listed)
+    }
+
     /// Every VM with the cluster's tag, on every side (a VM two sides both list, once).
     pub async fn list_vms(&self) -> Result<Vec<Vm>, CloudError> {
-        let mut all: Vec<Vm> = Vec::new();
-        for side in self.all() {
-            for vm in side.cloud.list_vms(&side.placement).await? {
-                if !all.iter().any(|seen| seen.provider_id == vm.provider_id) {
-                    all.push(vm);
-                }
-            }
-        }
-        Ok(all)
+        Ok(every_vm_once(&self.vms_by_side().await?))
     }
 
     /// Terminates every VM with the cluster's tag on every side and succeeds once none is
     /// listed; until then it fails (retryably) with how many are left. Records what it sees.
     pub async fn sweep(&self, deps: &Deps) -> Result<(), StepError> {
         let cluster_id = &self.capacity.placement.cluster_id;
-        let live = self.list_vms().await?;
+        let listed = self.vms_by_side().await?;
+        let live = every_vm_once(&listed);
         for vm in &live {
             vms::upsert(&deps.db, cluster_id, vm).await?;
         }
@@ -106,10 +108,9 @@ impl Sides {
         if live.is_empty() {
             return Ok(());
         }
-        for side in self.all() {
-            let ids: Vec<String> =
-                side.cloud.list_vms(&side.placement).await?.into_iter().map(|vm| vm.provider_id).collect();
-            if !ids.is_empty() {
+        for (side, on_side) in &listed {
+            if !on_side.is_empty() {
+                let ids: Vec<String> = on_side.iter().map(|vm| vm.provider_id.clone()).collect();
                 side.cloud.terminate(&side.placement, &ids).await?;
             }
         }
@@ -125,6 +126,17 @@ impl Sides {
             ids.join(", ")
         )))
     }
+}
+
+/// Every VM of a listing by side, once (on one account and region both sides list the same).
+pub fn every_vm_once(listed: &[(&Side, Vec<Vm>)]) -> Vec<Vm> {
+    let mut all: Vec<Vm> = Vec::new();
+    for vm in listed.iter().flat_map(|(_, on_side)| on_side) {
+        if !all.iter().any(|seen| seen.provider_id == vm.provider_id) {
+            all.push(vm.clone());
+        }
+    }
+    all
 }
 
 /// The control plane's placement, from what the record says of it.
