@@ -14,7 +14,11 @@
 //! - the same holds for `wait cluster/NAME`: a cluster's delete is made to park (its provider
 //!   starts failing every call, by changing the simulated account's settings in the API's
 //!   database), `wait` exits 5 naming the commands, and once the provider answers again
-//!   `workflow resume` finishes the delete and leaves nothing at the provider.
+//!   `workflow resume` finishes the delete and leaves nothing at the provider;
+//! - a create whose check of the region and VM type meets two passing faults (the account's next
+//!   two calls fail transiently) is accepted, not refused with `PROVIDER_UNAVAILABLE`: the API
+//!   asks the provider again before it answers; three faults in a row are refused, writing
+//!   nothing.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
@@ -247,4 +251,60 @@ fn wait_cluster_returns_as_soon_as_the_delete_needs_a_person() {
     assert!(live.is_empty(), "{live:?}");
     let networks = api.query_strings("SELECT id FROM sim_networks WHERE deleted_at IS NULL");
     assert!(networks.is_empty(), "{networks:?}");
+}
+
+/// How many calls the (one) simulated account has answered or failed so far.
+fn sim_calls(api: &Api) -> i64 {
+    api.query_strings("SELECT CAST(calls AS TEXT) FROM sim_api_calls").pop().map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[test]
+fn a_create_asks_the_provider_again_after_a_passing_fault() {
+    let api = Api::start_hosted("placement-asked-again");
+    api.cli(&["credentials", "new", "p", "--provider", "sim", "--wait"]).expect_code(0);
+
+    // The check makes one call per ask: the next two fail, the third is answered.
+    set_sim_setting(&api, "p", "fail_first", sim_calls(&api) + 2);
+    let created = api.cli(&[
+        "--json",
+        "cluster",
+        "create",
+        "two-faults",
+        "--credentials",
+        "p",
+        "--region",
+        "sim-east-1",
+        "--vm-type",
+        "sim.small",
+        "--min-vms",
+        "1",
+        "--max-vms",
+        "1",
+        "--wait",
+    ]);
+    created.expect_code(0);
+    let status = api.cli(&["--json", "cluster", "status", "two-faults"]);
+    assert_eq!(status.json()["cluster"]["phase"], "ready", "{status}");
+
+    // Three in a row: refused, nothing stored.
+    set_sim_setting(&api, "p", "fail_first", sim_calls(&api) + 3);
+    let refused = api.cli(&[
+        "cluster",
+        "create",
+        "three-faults",
+        "--credentials",
+        "p",
+        "--region",
+        "sim-east-1",
+        "--vm-type",
+        "sim.small",
+        "--min-vms",
+        "1",
+        "--max-vms",
+        "1",
+    ]);
+    refused.expect_code(1).expect_stderr("PROVIDER_UNAVAILABLE").expect_stderr("try again");
+    assert!(api.query_strings("SELECT id FROM clusters WHERE name = 'three-faults'").is_empty());
+    set_sim_setting(&api, "p", "fail_first", 0);
+    api.cli(&["cluster", "delete", "two-faults", "--wait"]).expect_code(0);
 }

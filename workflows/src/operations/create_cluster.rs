@@ -1,10 +1,12 @@
 //! Creating a cluster: its record (the durable intent) and its `cluster.create` run, in one
 //! transaction that holds the credential, once the provider has said the placement exists.
 
+use std::time::Duration;
+
 use uuid::Uuid;
 
 use crate::api::{ClusterCreated, NewCluster};
-use crate::cloud::CloudError;
+use crate::cloud::{Cloud, CloudError, Placement};
 use crate::cluster_create::{CreateCluster, CreateInput};
 use crate::cluster_sides::ControlPlaneHost;
 use crate::db::clusters::{self, Cluster, ControlPlanePlacement, Phase};
@@ -18,6 +20,13 @@ use super::Operations;
 
 /// Largest fixed capacity accepted.
 pub const MAX_VMS: i64 = 100;
+
+/// How many times the provider is asked about the region and VM type before a passing fault
+/// (throttling, a 5xx, a reset) refuses the create, and the pause before the second ask (doubled
+/// for each later one): a throttled provider usually answers within a second, and the caller
+/// waits for the answer.
+const PLACEMENT_ASKS: u32 = 3;
+const PLACEMENT_PAUSE: Duration = Duration::from_millis(250);
 
 impl Operations {
     /// Stores the cluster's intent and starts its creation. Refused on a local API, for a spec
@@ -42,8 +51,7 @@ impl Operations {
         let cluster_id = Uuid::new_v4().to_string();
         let cloud =
             self.deps.cloud(&request.credentials, &request.region).await.map_err(|err| account_refusal(name, err))?;
-        cloud
-            .placement(&cluster_id, &request.region, &request.vm_type)
+        check_placement(cloud.as_ref(), &cluster_id, &request)
             .await
             .map_err(|err| account_refusal(name, err.into()))?;
 
@@ -146,6 +154,23 @@ impl Operations {
             None => Err(unusable("this API does not hold".to_owned())),
         }
     }
+}
+
+/// Asks the provider whether the request's region and VM type exist, asking again after a
+/// passing fault (up to [`PLACEMENT_ASKS`] times in all).
+async fn check_placement(cloud: &dyn Cloud, cluster_id: &str, request: &NewCluster) -> Result<Placement, CloudError> {
+    let mut pause = PLACEMENT_PAUSE;
+    for _ in 1..PLACEMENT_ASKS {
+        match cloud.placement(cluster_id, &request.region, &request.vm_type).await {
+            Err(CloudError::Retryable(why)) => {
+                tracing::debug!(cluster = %request.name, %why, "the placement check met a passing fault; asking again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            answer => return answer,
+        }
+    }
+    cloud.placement(cluster_id, &request.region, &request.vm_type).await
 }
 
 /// What can be checked without the database or the provider.
