@@ -21,11 +21,13 @@ use std::time::{Duration, Instant};
 use anycloud_tests::e2e::{self, Api, ApiOptions, CliChild, Moto, Output};
 use anycloud_tests::fake_gce::FakeGce;
 use anycloud_tests::fault_proxy::{Dialect, FaultKind, FaultPlan, FaultProxy};
-use anycloud_tests::gcp_test_key::{PROJECT, service_account_json};
+use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use anycloud_tests::simulated_kube::{GceMachines, MotoMachines, SimulatedKube};
+use anycloud_workflows::cloud::CloudError;
 use anycloud_workflows::cloud::{CLUSTER_TAG, Cloud, LaunchSpec, NAME_TAG, Role};
 use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::aws_cloud::AwsCloud;
+use anycloud_workflows::providers::gcp_cloud::GcpCloud;
 use serde_json::Value;
 
 /// The VMs of a two-worker cluster, by name.
@@ -456,4 +458,44 @@ fn a_launch_whose_answers_are_lost_leaves_one_instance_at_moto() {
     });
     // Each lost answer was a RunInstances that ran an instance.
     assert_eq!(proxy.counts()[&FaultKind::LostAnswer], u64::try_from(sent).unwrap(), "{:?}", proxy.counts());
+}
+
+/// A call to Compute Engine that hangs is abandoned after the client's attempt timeout (30 s),
+/// not held until the step's deadline: the proxy holds every request for 90 s, then lets the
+/// next ones through. The placement check answers (or fails, to be retried) well before the
+/// hold ends.
+#[test]
+fn a_compute_call_that_hangs_is_abandoned_after_the_attempt_timeout() {
+    let fake = FakeGce::start();
+    let plan = FaultPlan {
+        seed: 1,
+        rates: BTreeMap::from([(FaultKind::Timeout, 1.0)]),
+        hold: Duration::from_secs(90),
+        latency: Duration::ZERO,
+    };
+    let proxy = FaultProxy::start(&fake.url(), Dialect::Compute, plan);
+    let public = PublicPart {
+        identity: CLIENT_EMAIL.into(),
+        project: Some(PROJECT.into()),
+        endpoint: Some(proxy.url()),
+        ..PublicPart::default()
+    };
+    let (elapsed, answer) = e2e::block_on(async {
+        let cloud = GcpCloud::new(&public, &service_account_json()).await.unwrap();
+        proxy.set_enabled(true);
+        let started = Instant::now();
+        let asked = cloud.placement("hang-test", "us-central1", "e2-standard-2");
+        let lift = async {
+            // Held calls stay held; the ones after this go through.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            proxy.set_enabled(false);
+        };
+        let (answer, ()) = tokio::join!(asked, lift);
+        (started.elapsed(), answer)
+    });
+    eprintln!("a hung call ended after {elapsed:?}: {answer:?}");
+    assert!(proxy.counts()[&FaultKind::Timeout] >= 1, "{:?}", proxy.counts());
+    assert!(elapsed >= Duration::from_secs(29), "answered before the attempt timeout: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(60), "the hung call was held for {elapsed:?}");
+    assert!(matches!(answer, Ok(_) | Err(CloudError::Retryable(_))), "{answer:?}");
 }

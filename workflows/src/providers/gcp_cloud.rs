@@ -26,6 +26,7 @@ use google_cloud_compute_v1::model::{
     AccessConfig, AttachedDisk, AttachedDiskInitializeParams, Firewall, Instance, Metadata, NetworkInterface,
     Operation, ServiceAccount, Tags, access_config, firewall, metadata, operation,
 };
+use google_cloud_gax::options::RequestOptionsBuilder as _;
 
 use super::{Verdict, gcp};
 use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
@@ -43,6 +44,13 @@ const EXAMPLE_VM_TYPE: &str = "e2-standard-2";
 /// How long one call waits for an operation to finish (GCE's `wait` returns after at most about
 /// two minutes, not necessarily `DONE`, and is asked again until this deadline).
 const OPERATION_DEADLINE: Duration = Duration::from_secs(600);
+/// How long one call to Compute Engine may take before the client abandons it (and asks again
+/// when the call may be repeated): its answers take seconds, and a call that hangs (a connection
+/// lost without a reset, a stalled proxy) would otherwise hold its step until the step's own
+/// deadline.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// `operations.wait` is a long poll that the server ends within two minutes.
+const WAIT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(150);
 
 /// Instance states in which an instance serves (or is about to): `launch` returns such an instance
 /// rather than creating another.
@@ -87,7 +95,8 @@ impl GcpCloud {
         let endpoint = public.endpoint.clone().filter(|e| !e.trim().is_empty());
         macro_rules! client {
             ($client:ty) => {{
-                let mut builder = <$client>::builder().with_credentials(credentials.clone());
+                let mut builder =
+                    <$client>::builder().with_credentials(credentials.clone()).with_attempt_timeout(ATTEMPT_TIMEOUT);
                 if let Some(endpoint) = &endpoint {
                     builder = builder.with_endpoint(endpoint.clone());
                 }
@@ -167,6 +176,7 @@ impl GcpCloud {
             op = self
                 .zone_operations
                 .wait()
+                .with_attempt_timeout(WAIT_ATTEMPT_TIMEOUT)
                 .set_project(&self.project)
                 .set_zone(zone)
                 .set_operation(&name)
@@ -188,6 +198,7 @@ impl GcpCloud {
             op = self
                 .global_operations
                 .wait()
+                .with_attempt_timeout(WAIT_ATTEMPT_TIMEOUT)
                 .set_project(&self.project)
                 .set_operation(&name)
                 .send()
