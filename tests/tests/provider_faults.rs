@@ -12,6 +12,8 @@
 //!
 //! Two or three clusters per provider by default; `scripts/faults` (or `ANYCLOUD_FAULTS_CLUSTERS`,
 //! `ANYCLOUD_FAULTS_SEED`, `ANYCLOUD_FAULTS_RATE`) runs a longer soak and prints the tally table.
+//! Two faults alone: answers lost after EC2 acted (one instance is left), and a Compute Engine
+//! call held for 90 s (abandoned after the client's 30 s attempt timeout).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
