@@ -445,7 +445,8 @@ pub(crate) struct ServeArgs {
     /// The checkpoint bucket's region (S3) [default: the SDK's, else us-east-1].
     #[arg(long, requires = "checkpoint_bucket")]
     pub(crate) checkpoint_region: Option<String>,
-    /// AWS/GCP hosting: the credential of the checkpoint bucket [default: the hosting one].
+    /// AWS/GCP hosting: the credential of the checkpoint bucket [default: the hosting one]; of the
+    /// other provider, its key reaches the VM through the hosting provider's secret store.
     #[arg(long, requires = "credentials")]
     pub(crate) checkpoint_storage_credentials: Option<String>,
     /// A hosted API whose checkpoint bucket is on another provider: the secret, in its own

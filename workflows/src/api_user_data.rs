@@ -219,6 +219,28 @@ mod tests {
     }
 
     #[test]
+    fn a_bucket_on_another_provider_is_reached_through_the_secret_the_unit_names() {
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:anycloud/api-1/checkpoint-storage-AbCdEf";
+        let cross = HostedApi {
+            bucket: "gs://team-api-state/",
+            bucket_region: None,
+            storage_secret: Some(arn),
+            storage_secret_endpoint: Some("https://secretsmanager.example.internal"),
+            ..api()
+        };
+        let args = parse_serve_command(&hosted_api(&cross)).unwrap_or_default();
+        let after = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+        assert_eq!(after("--checkpoint-storage-secret").as_deref(), Some(arn));
+        assert_eq!(
+            after("--checkpoint-storage-secret-endpoint").as_deref(),
+            Some("https://secretsmanager.example.internal")
+        );
+        assert_eq!(after("--checkpoint-bucket").as_deref(), Some("gs://team-api-state/"));
+        let without = parse_serve_command(&hosted_api(&HostedApi { storage_secret_endpoint: Some("x"), ..api() }));
+        assert!(!without.unwrap_or_default().iter().any(|a| a.starts_with("--checkpoint-storage-secret")));
+    }
+
+    #[test]
     fn nothing_secret_is_in_the_script() {
         let script = hosted_api(&api());
         for secret in ["PRIVATE KEY", "CERTIFICATE", "AWS_SECRET"] {
