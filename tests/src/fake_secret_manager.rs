@@ -76,6 +76,14 @@ impl FakeSecretManager {
         self.lock().get(name).map(|s| s.policy.clone())
     }
 
+    /// Replaces the bindings of secret `name`'s policy, as another administrator's
+    /// `setIamPolicy` would.
+    pub fn set_bindings(&self, name: &str, bindings: Value) {
+        if let Some(secret) = self.lock().get_mut(name) {
+            secret.policy["bindings"] = bindings;
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Secret>> {
         self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }

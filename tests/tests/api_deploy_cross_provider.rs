@@ -393,9 +393,16 @@ fn an_api_on_gcp_keeps_its_state_in_an_s3_bucket_through_a_secret_only_its_vm_re
     out.expect_code(2).expect_stderr("CHECKPOINT_SECRET_UNREADABLE");
     assert!(out.stderr.contains(secret.as_str()) && out.stderr.contains("secretAccessor"), "{out}");
 
-    // 5. Again on the same bucket, then deleted with it.
+    // 5. Again on the same bucket (a new secret); a VM whose account lost the accessor binding
+    // on it starts nothing either; then deleted with the bucket.
     deploy(&local, "gcp-host", "aws-state", "e2-medium", REGION, &port).expect_code(0);
     local.cli(&["--json", "cluster", "status", "training"]).expect_code(0);
+    let secret = google.secrets().names().pop().unwrap();
+    let vm_args = runner.args(&runner.one(Duration::from_secs(30)).0);
+    google.secrets().set_bindings(&secret, json!([]));
+    let out = start_vm_process_again(vm_args, &vm_env, &local.scratch());
+    out.expect_code(2).expect_stderr("CHECKPOINT_SECRET_UNREADABLE");
+    assert!(out.stderr.contains("HTTP 403") && out.stderr.contains("secretmanager.versions.access"), "{out}");
     local.spawn_cli(&["api", "delete", "team-api", "--delete-bucket"]).wait(Duration::from_secs(120)).expect_code(0);
     assert!(google.secrets().names().is_empty(), "the secret is deleted");
     assert_eq!(at_moto(&moto)["buckets"], json!([]), "the bucket is deleted, as asked");
