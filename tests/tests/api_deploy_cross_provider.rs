@@ -291,6 +291,10 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
     let out = local.spawn_cli(&["api", "stop", "team-api"]).wait(Duration::from_secs(120));
     out.expect_code(0);
     assert!(out.stdout.contains("its bucket gs://team-api-state/ stays"), "{out}");
+    assert!(
+        out.stdout.contains("--credentials aws-host --checkpoint-storage-credentials gcp-state --checkpoint-bucket"),
+        "the command that brings it back names the bucket's credential: {out}"
+    );
     let state = at_moto(&moto);
     assert!(state["secrets"].as_object().unwrap().is_empty(), "the secret is deleted: {state:#}");
     assert!(state["policies"].as_object().unwrap().is_empty() && state["instances"] == json!([]), "{state:#}");
