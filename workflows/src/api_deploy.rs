@@ -10,13 +10,12 @@
 //! bucket restores the same API), then the API's identity is put in it: its token and the CA its
 //! TLS certificate is issued from. The VM reads them from the bucket as itself (an instance
 //! profile, a service account), so its user-data carries nothing secret. A bucket on another
-//! provider than the VM is reached with the storage credential's key, which the VM reads as itself
-//! from its own provider's secret store (`store_storage_secret`, [`crate::api_storage_key`]). The
-//! last step waits
-//! until the API answers over HTTPS through the pinned CA. On a terminal failure or a cancel the
-//! undos run in reverse: the VM, the VM identity, the storage secret and the network rules go, and
-//! a bucket this run
-//! created is deleted with everything in it (an adopted one is kept); the record stays `failed`.
+//! provider than the VM is reached with the storage credential's key, which the VM reads as
+//! itself from its own provider's secret store (`store_storage_secret`, [`crate::api_storage_key`]).
+//! The last step waits until the API answers over HTTPS through the pinned CA. On a terminal
+//! failure or a cancel the undos run in reverse: the VM, the VM identity, the storage secret and
+//! the network rules go, and a bucket this run created is deleted with everything in it (an
+//! adopted one is kept); the record stays `failed`.
 
 use std::time::Duration;
 
@@ -210,8 +209,8 @@ async fn pin_placement_undo(ctx: StepCtx<DeployApi>, _placement: Effect<Placemen
         (false, None) => "the deploy failed".to_owned(),
     };
     let reason = format!(
-        "{what} and was unwound: no VM, network rule, VM identity or storage secret is left (a bucket it created is deleted, one it \
-         found is kept); `anycloud workflow inspect {}` shows every step",
+        "{what} and was unwound: no VM, network rule, VM identity or storage secret is left (a bucket it created is \
+         deleted, one it found is kept); `anycloud workflow inspect {}` shows every step",
         ctx.run_id()
     );
     hosted_apis::set_phase(&deps(&ctx).db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
