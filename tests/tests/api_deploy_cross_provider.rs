@@ -15,8 +15,8 @@
 //! other provider: the cluster ready, no VM launched twice), stops it (the secret is gone, the
 //! bucket stays), deploys it again on the same bucket and deletes it with its bucket (nothing
 //! left). Also: the hosted binary refuses to start, exit 2, when it cannot read its secret; a
-//! cancelled deploy deletes the secret it stored; the key appears in no log, output, user-data
-//! or `inspect`. What the providers hold is asked of moto (boto3) and of the fakes, never of
+//! cancelled deploy deletes the secret it stored; each store takes a secret twice and deletes it
+//! twice; the key appears in no log, output, user-data or `inspect`. What the providers hold is asked of moto (boto3) and of the fakes, never of
 //! anycloud.
 #![allow(clippy::unwrap_used)]
 
@@ -466,4 +466,57 @@ fn a_cancelled_cross_provider_deploy_deletes_the_secret_it_stored() {
     assert!(!inspected.contains(private_key_line()), "the key in inspect");
     let out = follower.wait(Duration::from_secs(60));
     assert_ne!(out.code, 0, "the follower says the deploy did not succeed: {out}");
+}
+
+/// Both stores take the same secret twice (a step run again after a crash) and delete it twice
+/// (an unwind retried, a removal after it): one secret, its latest value, nothing left.
+#[test]
+fn a_vm_secret_is_stored_and_deleted_idempotently_on_each_provider() {
+    use anycloud_workflows::cloud::Cloud;
+    use anycloud_workflows::db::credentials::PublicPart;
+    use anycloud_workflows::providers::{aws_cloud::AwsCloud, gcp_cloud::GcpCloud};
+
+    let moto = Moto::start();
+    let google = FakeGoogle::start();
+    let aws_public = PublicPart {
+        identity: AWS_KEYS[0].1.to_owned(),
+        region: Some("us-east-1".to_owned()),
+        endpoint: Some(moto.endpoint.clone()),
+        ..PublicPart::default()
+    };
+    let gcp_public = PublicPart {
+        identity: CLIENT_EMAIL.to_owned(),
+        project: Some(PROJECT.to_owned()),
+        endpoint: Some(google.endpoint()),
+        ..PublicPart::default()
+    };
+    let (owner, name) = ("api-0123456789ab", "anycloud-api-0123456789ab-checkpoint-storage");
+    e2e::block_on(async {
+        let aws = AwsCloud::new(&aws_public, AWS_KEYS[1].1, "us-east-1");
+        let aws_name = "anycloud/api-0123456789ab/checkpoint-storage";
+        let first = aws.store_vm_secret(owner, aws_name, "one").await.unwrap();
+        let again = aws.store_vm_secret(owner, aws_name, "two").await.unwrap();
+        assert_eq!(first, again, "the same secret, a new version");
+        assert!(first.starts_with("arn:aws:secretsmanager:us-east-1:"), "{first}");
+        let held = at_moto(&moto)["secrets"].clone();
+        assert_eq!(held, json!({aws_name: {"arn": first, "value": "two"}}));
+        aws.delete_vm_secret(aws_name).await.unwrap();
+        aws.delete_vm_secret(aws_name).await.unwrap();
+        assert_eq!(at_moto(&moto)["secrets"], json!({}));
+
+        let gcp = GcpCloud::new(&gcp_public, &service_account_json()).await.unwrap();
+        let first = gcp.store_vm_secret(owner, name, "one").await.unwrap();
+        let again = gcp.store_vm_secret(owner, name, "two").await.unwrap();
+        assert_eq!(
+            (first.as_str(), again.as_str()),
+            (format!("projects/{PROJECT}/secrets/{name}").as_str(), first.as_str())
+        );
+        assert_eq!(google.secrets().latest(&first).as_deref(), Some("two"));
+        assert_eq!(google.secrets().version_count(&first), 2, "old versions stay until the secret goes");
+        let bindings = google.secrets().policy(&first).unwrap()["bindings"].clone();
+        assert_eq!(bindings.as_array().unwrap().len(), 1, "one binding however often: {bindings}");
+        gcp.delete_vm_secret(name).await.unwrap();
+        gcp.delete_vm_secret(name).await.unwrap();
+        assert!(google.secrets().names().is_empty());
+    });
 }
