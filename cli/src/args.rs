@@ -445,9 +445,19 @@ pub(crate) struct ServeArgs {
     /// The checkpoint bucket's region (S3) [default: the SDK's, else us-east-1].
     #[arg(long, requires = "checkpoint_bucket")]
     pub(crate) checkpoint_region: Option<String>,
-    /// AWS/GCP hosting: the credential of the checkpoint bucket [default: the hosting one].
+    /// AWS/GCP hosting: the credential of the checkpoint bucket [default: the hosting one]; of the
+    /// other provider, its key reaches the VM through the hosting provider's secret store.
     #[arg(long, requires = "credentials")]
     pub(crate) checkpoint_storage_credentials: Option<String>,
+    /// A hosted API whose checkpoint bucket is on another provider: the secret, in its own
+    /// provider's secret store, holding the bucket's key (an ARN, `projects/P/secrets/NAME`),
+    /// read at start as the VM's identity. `api.deploy`'s boot script passes it.
+    #[arg(long, hide = true, requires_all = ["hosted_by", "checkpoint_bucket"])]
+    pub(crate) checkpoint_storage_secret: Option<String>,
+    /// The secret store's endpoint, when not the provider's public one (the hosting credential's
+    /// private endpoint).
+    #[arg(long, hide = true, requires = "checkpoint_storage_secret")]
+    pub(crate) checkpoint_storage_secret_endpoint: Option<String>,
     /// Runs as the hosted API process itself (what `--credentials sim` starts).
     #[arg(long, hide = true, conflicts_with = "credentials")]
     pub(crate) hosted_by: Option<String>,

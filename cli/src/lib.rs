@@ -145,11 +145,20 @@ async fn run(cli: Cli) -> CliResult {
                 {
                     return Err(CliError::bad_input(format!("--hosted-by {host}: use sim, aws or gcp")));
                 }
+                let storage_secret = match (&args.checkpoint_storage_secret, &args.hosted_by) {
+                    (Some(secret), Some(host)) => Some(server::StorageSecret {
+                        store: host.parse().map_err(CliError::bad_input)?,
+                        secret: secret.clone(),
+                        endpoint: args.checkpoint_storage_secret_endpoint,
+                    }),
+                    _ => None,
+                };
                 let checkpoint = match &args.checkpoint_bucket {
                     Some(url) => Some(server::CheckpointOptions {
                         url: anycloud_checkpoint::BucketUrl::parse(url).map_err(CliError::bad_input)?,
                         endpoint: args.checkpoint_endpoint,
                         region: args.checkpoint_region,
+                        storage_secret,
                     }),
                     None => None,
                 };

@@ -1,13 +1,16 @@
-//! One endpoint for the fake Compute Engine ([`FakeGce`]) and the fake Cloud Storage
-//! ([`FakeGcs`]), as Google fronts its APIs: `www.googleapis.com`, or a Private Service Connect
-//! endpoint for all Google APIs, serves Compute's `/compute/v1/...` and Storage's
-//! `/storage/v1/...` and `/upload/storage/v1/...` on one host. A GCP credential's single
+//! One endpoint for the fake Compute Engine ([`FakeGce`]), the fake Cloud Storage ([`FakeGcs`])
+//! and the fake Secret Manager ([`FakeSecretManager`]), as Google fronts its APIs: a Private
+//! Service Connect endpoint for all Google APIs serves Compute's `/compute/v1/...`, Storage's
+//! `/storage/v1/...` and `/upload/storage/v1/...`, and Secret Manager's `/v1/projects/...` on one
+//! host. A GCP credential's single
 //! `--endpoint` override is therefore enough for a hosted API's VM and its bucket, and a test of
 //! GCP hosting gives that credential this front.
 //!
 //! The front forwards each request, method, path, query, headers and body, to the fake that
 //! serves its path, and answers with that fake's response: it adds nothing and decides nothing.
-//! Each fake keeps its own inspection helpers ([`FakeGoogle::gce`], [`FakeGoogle::gcs`]).
+//! (Secret Manager is served in the front's own process: it has no server of its own.) Each fake
+//! keeps its own inspection helpers ([`FakeGoogle::gce`], [`FakeGoogle::gcs`],
+//! [`FakeGoogle::secrets`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::fake_gce::FakeGce;
 use crate::fake_gcs::FakeGcs;
+use crate::fake_secret_manager::FakeSecretManager;
 
 /// Headers that belong to one hop, not to the request or response the front forwards.
 const HOP: [header::HeaderName; 4] =
@@ -29,6 +33,7 @@ const HOP: [header::HeaderName; 4] =
 pub struct FakeGoogle {
     gce: Arc<FakeGce>,
     gcs: FakeGcs,
+    secrets: Arc<FakeSecretManager>,
     addr: SocketAddr,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -36,6 +41,7 @@ pub struct FakeGoogle {
 struct Targets {
     gce: String,
     gcs: String,
+    secrets: Arc<FakeSecretManager>,
     client: reqwest::Client,
 }
 
@@ -51,7 +57,13 @@ impl FakeGoogle {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("binding the fake Google front");
         listener.set_nonblocking(true).expect("a non-blocking listener");
         let addr = listener.local_addr().expect("the front's address");
-        let targets = Arc::new(Targets { gce: gce.url(), gcs: gcs.endpoint(), client: reqwest::Client::new() });
+        let secrets = FakeSecretManager::new();
+        let targets = Arc::new(Targets {
+            gce: gce.url(),
+            gcs: gcs.endpoint(),
+            secrets: secrets.clone(),
+            client: reqwest::Client::new(),
+        });
         let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
         let (ready, serving) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
@@ -75,7 +87,7 @@ impl FakeGoogle {
             })
             .expect("spawning the fake Google front");
         serving.recv().expect("the fake Google front started");
-        Self { gce, gcs, addr, shutdown: Some(shutdown) }
+        Self { gce, gcs, secrets, addr, shutdown: Some(shutdown) }
     }
 
     /// The endpoint to give a GCP credential (`http://127.0.0.1:PORT`).
@@ -92,6 +104,11 @@ impl FakeGoogle {
     pub fn gcs(&self) -> &FakeGcs {
         &self.gcs
     }
+
+    /// The fake Secret Manager behind the front.
+    pub fn secrets(&self) -> &FakeSecretManager {
+        &self.secrets
+    }
 }
 
 impl Drop for FakeGoogle {
@@ -105,11 +122,15 @@ impl Drop for FakeGoogle {
 /// Forwards one request to the fake whose path it is.
 async fn forward(State(targets): State<Arc<Targets>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let base = if parts.uri.path().starts_with("/compute/") { &targets.gce } else { &targets.gcs };
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
         return (StatusCode::BAD_REQUEST, "the request's body could not be read").into_response();
     };
+    if parts.uri.path().starts_with("/v1/") {
+        let query = parts.uri.query().unwrap_or_default();
+        return targets.secrets.handle(&parts.method, parts.uri.path(), query, &parts.headers, &body);
+    }
+    let base = if parts.uri.path().starts_with("/compute/") { &targets.gce } else { &targets.gcs };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut forwarded = targets.client.request(parts.method, format!("{base}{path}")).body(body);
     for (name, value) in parts.headers.iter().filter(|(name, _)| !HOP.contains(name)) {
         forwarded = forwarded.header(name, value);

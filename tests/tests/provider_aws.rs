@@ -91,6 +91,7 @@ fn spec<'a>(placement: &'a Placement, network: &'a Network, name: &str, role: Ro
         token: uuid::Uuid::new_v4(),
         network,
         vm_identity: None,
+        reads_secret: false,
     }
 }
 

@@ -442,6 +442,7 @@ fn a_launch_whose_answers_are_lost_leaves_one_instance_at_moto() {
             token: uuid::Uuid::new_v4(),
             network: &network,
             vm_identity: None,
+            reads_secret: false,
         };
         proxy.set_enabled(true);
         let lost = cloud.launch(&spec).await;

@@ -45,6 +45,7 @@ fn spec<'a>(placement: &'a Placement, network: &'a Network, name: &str, token: u
         token,
         network,
         vm_identity: None,
+        reads_secret: false,
     }
 }
 
@@ -345,7 +346,7 @@ fn a_hosted_apis_vm_gets_its_port_and_acts_as_the_credentials_service_account() 
         assert_eq!(rules[0]["allowed"], serde_json::json!([{"IPProtocol": "tcp", "ports": ["8443"]}]));
         assert_eq!(rules[0]["targetTags"], serde_json::json!([prefix]));
 
-        let identity = cloud.ensure_vm_identity(owner, "gs://team-api-state/").await.unwrap();
+        let identity = cloud.ensure_vm_identity(owner, "gs://team-api-state/", None).await.unwrap();
         assert_eq!(identity, CLIENT_EMAIL);
         let mut launch = spec(&placement, &network, "api", uuid::Uuid::new_v4());
         launch.role = Role::HostedApi;

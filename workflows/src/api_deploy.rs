@@ -1,18 +1,21 @@
 //! `api.deploy`: puts an API on a cloud VM that keeps its state in a bucket.
 //!
 //! ```text
-//! pin_placement -> ensure_bucket -> store_identity -> ensure_network -> ensure_vm_identity
-//!   -> launch -> wait_until_answers -> save_hosting_credential -> mark_ready
+//! pin_placement -> ensure_bucket -> store_identity -> ensure_network -> store_storage_secret
+//!   -> ensure_vm_identity -> launch -> wait_until_answers -> save_hosting_credential -> mark_ready
 //! ```
 //!
 //! The `deploy_api` operation writes the record and this run in one transaction. The bucket is
 //! made first (created, or adopted when the storage credential owns it: a redeploy on the same
 //! bucket restores the same API), then the API's identity is put in it: its token and the CA its
 //! TLS certificate is issued from. The VM reads them from the bucket as itself (an instance
-//! profile, a service account), so its user-data carries nothing secret. The last step waits
-//! until the API answers over HTTPS through the pinned CA. On a terminal failure or a cancel the
-//! undos run in reverse: the VM, the VM identity and the network rules go, and a bucket this run
-//! created is deleted with everything in it (an adopted one is kept); the record stays `failed`.
+//! profile, a service account), so its user-data carries nothing secret. A bucket on another
+//! provider than the VM is reached with the storage credential's key, which the VM reads as
+//! itself from its own provider's secret store (`store_storage_secret`, [`crate::api_storage_key`]).
+//! The last step waits until the API answers over HTTPS through the pinned CA. On a terminal
+//! failure or a cancel the undos run in reverse: the VM, the VM identity, the storage secret and
+//! the network rules go, and a bucket this run created is deleted with everything in it (an
+//! adopted one is kept); the record stays `failed`.
 
 use std::time::Duration;
 
@@ -23,10 +26,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::api_bucket::{ApiBucket, step_error};
 use crate::api_identity::{ApiIdentity, CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
+use crate::api_storage_key::{self, StorageKey};
 use crate::api_user_data::{self, HostedApi as Script};
 use crate::cloud::{Cloud, LaunchSpec, Network, Placement, Role, Vm};
+use crate::db::credentials;
 use crate::db::hosted_apis::{self, HostedApi, Phase};
-use crate::deps::Deps;
+use crate::deps::{AccountError, Deps};
 use crate::retry;
 
 /// The workflow, with what its steps need.
@@ -69,6 +74,9 @@ const ENSURE_BUCKET: StepKey<Made> = StepKey::new("ensure_bucket");
 const STORE_IDENTITY: StepKey<IdentityStored> = StepKey::new("store_identity");
 /// The API's network rules.
 const ENSURE_NETWORK: StepKey<Network> = StepKey::new("ensure_network");
+/// The secret holding the storage credential's key (its ARN or resource name), when the bucket is
+/// on another provider than the VM; `None` otherwise.
+const STORE_STORAGE_SECRET: StepKey<Option<String>> = StepKey::new("store_storage_secret");
 /// Who the VM acts as.
 const ENSURE_VM_IDENTITY: StepKey<String> = StepKey::new("ensure_vm_identity");
 /// The VM as launched.
@@ -82,8 +90,10 @@ const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
 
 impl Workflow for DeployApi {
     const KIND: &'static str = "api.deploy";
-    /// v2: `save_hosting_credential`.
-    const VERSION: u32 = 2;
+    /// v2: `save_hosting_credential`; v3: `store_storage_secret`. A run of an older version is
+    /// not registered any more: the engine parks it (`needs-attention`, naming the version)
+    /// rather than run another step list under it; cancel it and deploy again.
+    const VERSION: u32 = 3;
     type Input = DeployInput;
     type Output = DeployOutput;
 
@@ -114,6 +124,13 @@ impl Workflow for DeployApi {
                     .retry(cloud())
                     .attempt_timeout(retry::CLOUD_ATTEMPT)
                     .undo(ensure_network_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::action(STORE_STORAGE_SECRET, store_storage_secret)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(store_storage_secret_undo)
                     .undo_retry(retry::sweeps()),
             )
             .then(
@@ -192,8 +209,8 @@ async fn pin_placement_undo(ctx: StepCtx<DeployApi>, _placement: Effect<Placemen
         (false, None) => "the deploy failed".to_owned(),
     };
     let reason = format!(
-        "{what} and was unwound: no VM, network rule or VM identity is left (a bucket it created is deleted, one it \
-         found is kept); `anycloud workflow inspect {}` shows every step",
+        "{what} and was unwound: no VM, network rule, VM identity or storage secret is left (a bucket it created is \
+         deleted, one it found is kept); `anycloud workflow inspect {}` shows every step",
         ctx.run_id()
     );
     hosted_apis::set_phase(&deps(&ctx).db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
@@ -274,9 +291,38 @@ async fn ensure_network_undo(ctx: StepCtx<DeployApi>, _network: Effect<Network>)
     deps(&ctx).remove_network(cloud.as_ref(), &placement, "the API's").await
 }
 
+/// When the bucket is on another provider: puts the storage credential's key in the hosting
+/// provider's secret store, readable by the VM's identity alone (created, or a new version).
+async fn store_storage_secret(ctx: StepCtx<DeployApi>) -> Result<Option<String>, StepError> {
+    let (api, cloud, _) = hosting(&ctx).await?;
+    if !api_storage_key::travels(&api) {
+        return Ok(None);
+    }
+    let name = &api.storage_credential;
+    let (credential, secret) = match credentials::open(&deps(&ctx).db, &deps(&ctx).sealer, name).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Err(AccountError::NoCredential(name.clone()).into()),
+        Err(err) => return Err(AccountError::Unreadable(name.clone(), err).into()),
+    };
+    let key =
+        StorageKey::of(credential.provider, &credential.public.identity, secret).map_err(StepError::terminal_msg)?;
+    let secret_name = api_storage_key::secret_name(api.provider, &api.owner());
+    Ok(Some(cloud.store_vm_secret(&api.owner(), &secret_name, &key.to_json()).await?))
+}
+
+/// Deletes the secret (nothing there is success).
+async fn store_storage_secret_undo(ctx: StepCtx<DeployApi>, _stored: Effect<Option<String>>) -> Result<(), StepError> {
+    let (api, cloud, _) = hosting(&ctx).await?;
+    if api_storage_key::travels(&api) {
+        cloud.delete_vm_secret(&api_storage_key::secret_name(api.provider, &api.owner())).await?;
+    }
+    Ok(())
+}
+
 async fn ensure_vm_identity(ctx: StepCtx<DeployApi>) -> Result<String, StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
-    Ok(cloud.ensure_vm_identity(&api.owner(), &api.bucket).await?)
+    let secret = ctx.output(STORE_STORAGE_SECRET)?;
+    Ok(cloud.ensure_vm_identity(&api.owner(), &api.bucket, secret.as_deref()).await?)
 }
 
 async fn ensure_vm_identity_undo(ctx: StepCtx<DeployApi>, _identity: Effect<String>) -> Result<(), StepError> {
@@ -292,6 +338,12 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
     let (_, access) = ApiBucket::open(deps(&ctx), &api).await?;
     let port = api.public_port().map_err(StepError::terminal_msg)?;
+    let storage_secret = ctx.output(STORE_STORAGE_SECRET)?;
+    // The VM reads the secret from its own provider, at the hosting credential's endpoint.
+    let secret_endpoint = match &storage_secret {
+        Some(_) => credentials::get(&deps(&ctx).db, &api.credential).await?.and_then(|c| c.public.endpoint),
+        None => None,
+    };
     let script = api_user_data::hosted_api(&Script {
         id: &api.name,
         provider: api.provider,
@@ -299,6 +351,8 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         bucket: &api.bucket,
         bucket_region: access.region.as_deref(),
         bucket_endpoint: access.endpoint.as_deref(),
+        storage_secret: storage_secret.as_deref(),
+        storage_secret_endpoint: secret_endpoint.as_deref(),
         binary_url: &api.binary_url,
         binary_sha256: api.binary_sha256.as_deref(),
         hosting_credential: &api.credential,
@@ -314,6 +368,7 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         token: ctx.idempotency_key(),
         network: &network,
         vm_identity: Some(ctx.output(ENSURE_VM_IDENTITY)?),
+        reads_secret: storage_secret.is_some(),
     };
     let vm = cloud.launch(&spec).await?;
     deps(&ctx).after_launch().await;

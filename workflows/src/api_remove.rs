@@ -1,11 +1,13 @@
 //! `api.remove`: takes a deployed API off its cloud (`anycloud api stop|delete`).
 //!
 //! ```text
-//! terminate_vm -> delete_network -> delete_vm_identity -> delete_bucket -> mark_removed
+//! terminate_vm -> delete_network -> delete_vm_identity -> delete_storage_secret -> delete_bucket
+//!   -> mark_removed
 //! ```
 //!
 //! Everything is found by the API's owner tag or name, so a removal after a half-finished deploy
-//! finds what the deploy left. The bucket, and with it the API's state, is kept unless the
+//! finds what the deploy left. The secret holding the key of a bucket on another provider goes
+//! with the VM (its name derives from the API's owner id). The bucket, and with it the API's state, is kept unless the
 //! removal was asked to delete it (`--delete-bucket`): another `api serve` on the same bucket
 //! restores the same API. No step has an undo: a removal only goes forward, and each step is
 //! retried until the provider confirms.
@@ -14,6 +16,7 @@ use anycloud_engine::{Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
 use crate::api_bucket::{ApiBucket, step_error};
+use crate::api_storage_key;
 use crate::cloud::{Cloud, Placement};
 use crate::db::hosted_apis::{self, HostedApi, Phase};
 use crate::deps::Deps;
@@ -48,13 +51,17 @@ pub struct RemoveOutput {
 const TERMINATE_VM: StepKey<()> = StepKey::new("terminate_vm");
 const DELETE_NETWORK: StepKey<()> = StepKey::new("delete_network");
 const DELETE_VM_IDENTITY: StepKey<()> = StepKey::new("delete_vm_identity");
+const DELETE_STORAGE_SECRET: StepKey<()> = StepKey::new("delete_storage_secret");
 /// How many object versions were deleted with the bucket (`None`: the bucket was kept).
 const DELETE_BUCKET: StepKey<Option<usize>> = StepKey::new("delete_bucket");
 const MARK_REMOVED: StepKey<()> = StepKey::new("mark_removed");
 
 impl Workflow for RemoveApi {
     const KIND: &'static str = "api.remove";
-    const VERSION: u32 = 1;
+    /// v2: `delete_storage_secret`. A v1 run is not registered any more: the engine parks it
+    /// (`needs-attention`) rather than run another step list under it; cancel it and stop the
+    /// API again.
+    const VERSION: u32 = 2;
     type Input = RemoveInput;
     type Output = RemoveOutput;
 
@@ -68,6 +75,11 @@ impl Workflow for RemoveApi {
             )
             .then(
                 Step::action(DELETE_VM_IDENTITY, delete_vm_identity)
+                    .retry(retry::sweeps())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
+            )
+            .then(
+                Step::action(DELETE_STORAGE_SECRET, delete_storage_secret)
                     .retry(retry::sweeps())
                     .attempt_timeout(retry::CLOUD_ATTEMPT),
             )
@@ -109,6 +121,15 @@ async fn delete_network(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
 async fn delete_vm_identity(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
     Ok(cloud.delete_vm_identity(&api.owner()).await?)
+}
+
+/// Deletes the secret holding the key of a bucket on another provider (gone is success).
+async fn delete_storage_secret(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
+    let (api, cloud, _) = hosting(&ctx).await?;
+    if api_storage_key::travels(&api) {
+        cloud.delete_vm_secret(&api_storage_key::secret_name(api.provider, &api.owner())).await?;
+    }
+    Ok(())
 }
 
 async fn delete_bucket(ctx: StepCtx<RemoveApi>) -> Result<Option<usize>, StepError> {

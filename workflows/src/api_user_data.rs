@@ -3,7 +3,9 @@
 //!
 //! Nothing secret is in it: the token and the TLS CA reach the VM through the bucket, which the
 //! VM reads as itself (an EC2 instance profile over IMDSv2, a GCE service account through the
-//! metadata server). What it does, in order:
+//! metadata server); a bucket on another provider is reached with a key the VM reads, as itself,
+//! from its own provider's secret store, which the script names but does not hold. What it does,
+//! in order:
 //!
 //! 1. reads the VM's public address from its metadata service (as the cluster scripts do), which
 //!    the API's serving certificate is issued for;
@@ -46,6 +48,11 @@ pub struct HostedApi<'a> {
     pub bucket_region: Option<&'a str>,
     /// Another endpoint than the store's public one (the storage credential's override).
     pub bucket_endpoint: Option<&'a str>,
+    /// The secret in the VM's own provider's store that holds the bucket's key, when the bucket
+    /// is on another provider (an ARN, `projects/P/secrets/NAME`): its name, never its value.
+    pub storage_secret: Option<&'a str>,
+    /// Another endpoint than the secret store's public one (the hosting credential's override).
+    pub storage_secret_endpoint: Option<&'a str>,
     /// Where the binary comes from (`{arch}` is replaced).
     pub binary_url: &'a str,
     /// Its sha256, hex, when known.
@@ -83,6 +90,12 @@ fn serve_arguments(api: &HostedApi<'_>) -> Vec<String> {
     }
     if let Some(endpoint) = api.bucket_endpoint {
         args.extend(["--checkpoint-endpoint".into(), endpoint.into()]);
+    }
+    if let Some(secret) = api.storage_secret {
+        args.extend(["--checkpoint-storage-secret".into(), secret.into()]);
+        if let Some(endpoint) = api.storage_secret_endpoint {
+            args.extend(["--checkpoint-storage-secret-endpoint".into(), endpoint.into()]);
+        }
     }
     args.extend([
         "--control-plane-credentials".into(),
@@ -183,6 +196,8 @@ mod tests {
             bucket: "s3://team-api-state",
             bucket_region: Some("eu-west-1"),
             bucket_endpoint: None,
+            storage_secret: None,
+            storage_secret_endpoint: None,
             binary_url: DEFAULT_BINARY_URL,
             binary_sha256: Some("ab12"),
             hosting_credential: "aws-host",
@@ -201,6 +216,28 @@ mod tests {
         assert!(script.contains("X-aws-ec2-metadata-token"), "IMDSv2 on EC2");
         assert!(script.contains("'ab12'"), "the sum is checked");
         assert_eq!(parse_serve_command("#!/bin/sh\necho hi\n"), None);
+    }
+
+    #[test]
+    fn a_bucket_on_another_provider_is_reached_through_the_secret_the_unit_names() {
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:anycloud/api-1/checkpoint-storage-AbCdEf";
+        let cross = HostedApi {
+            bucket: "gs://team-api-state/",
+            bucket_region: None,
+            storage_secret: Some(arn),
+            storage_secret_endpoint: Some("https://secretsmanager.example.internal"),
+            ..api()
+        };
+        let args = parse_serve_command(&hosted_api(&cross)).unwrap_or_default();
+        let after = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+        assert_eq!(after("--checkpoint-storage-secret").as_deref(), Some(arn));
+        assert_eq!(
+            after("--checkpoint-storage-secret-endpoint").as_deref(),
+            Some("https://secretsmanager.example.internal")
+        );
+        assert_eq!(after("--checkpoint-bucket").as_deref(), Some("gs://team-api-state/"));
+        let without = parse_serve_command(&hosted_api(&HostedApi { storage_secret_endpoint: Some("x"), ..api() }));
+        assert!(!without.unwrap_or_default().iter().any(|a| a.starts_with("--checkpoint-storage-secret")));
     }
 
     #[test]

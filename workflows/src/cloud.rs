@@ -91,6 +91,9 @@ pub struct LaunchSpec<'a> {
     /// Who the VM acts as at its provider (an AWS instance profile's name, a GCP service
     /// account's e-mail), as [`Cloud::ensure_vm_identity`] returned it; `None`: nobody.
     pub vm_identity: Option<String>,
+    /// Whether the VM reads a secret of its own provider's secret store (the key of a
+    /// checkpoint bucket on another provider): a GCE VM then needs the `cloud-platform` scope.
+    pub reads_secret: bool,
 }
 
 /// A VM as the cloud reports it.
@@ -206,15 +209,32 @@ pub trait Cloud: Send + Sync {
     }
 
     /// Finds or makes who a hosted API's VM acts as, allowed to read and write `bucket` (an
-    /// `s3://` or `gs://` URL) and nothing else it does not already have; `owner` names it.
-    async fn ensure_vm_identity(&self, owner: &str, bucket: &str) -> Result<String, CloudError> {
-        let _ = (owner, bucket);
+    /// `s3://` or `gs://` URL) when it is on this provider's store, to read `secret` (as
+    /// [`Cloud::store_vm_secret`] answered it) when given, and nothing else it does not already
+    /// have; `owner` names it.
+    async fn ensure_vm_identity(&self, owner: &str, bucket: &str, secret: Option<&str>) -> Result<String, CloudError> {
+        let _ = (owner, bucket, secret);
         Err(CloudError::Terminal("this provider cannot host an API; host it on aws or gcp".to_owned()))
     }
 
     /// Removes what [`Cloud::ensure_vm_identity`] made. Nothing to remove is success.
     async fn delete_vm_identity(&self, owner: &str) -> Result<(), CloudError> {
         let _ = owner;
+        Ok(())
+    }
+
+    /// Puts `value` in this account's secret store as secret `name` of the hosted API `owner`
+    /// (created, or given a new current version), for its VM to read as itself: on AWS once
+    /// [`Cloud::ensure_vm_identity`] names it in the VM's policy, on GCP through the secret's
+    /// own IAM binding, set here. Answers the secret's reference (an ARN, a resource name).
+    async fn store_vm_secret(&self, owner: &str, name: &str, value: &str) -> Result<String, CloudError> {
+        let _ = (owner, name, value);
+        Err(CloudError::Terminal("this provider has no secret store; host the API on aws or gcp".to_owned()))
+    }
+
+    /// Deletes secret `name`, every version of it. Nothing to delete is success.
+    async fn delete_vm_secret(&self, name: &str) -> Result<(), CloudError> {
+        let _ = name;
         Ok(())
     }
 

@@ -289,6 +289,7 @@ async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepErr
         token: ctx.idempotency_key(),
         network: &network,
         vm_identity: None,
+        reads_secret: false,
     };
     let vm = cloud.launch(&spec).await?;
     deps(&ctx).after_launch().await;
@@ -367,6 +368,7 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
             token: uuid::Uuid::new_v5(&ctx.idempotency_key(), &index.to_le_bytes()),
             network: &network,
             vm_identity: None,
+            reads_secret: false,
         };
         let vm = cloud.launch(&spec).await?;
         deps(&ctx).after_launch().await;

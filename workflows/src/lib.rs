@@ -24,6 +24,7 @@ pub mod api_deploy;
 pub mod api_hosting_credential;
 pub mod api_identity;
 pub mod api_remove;
+pub mod api_storage_key;
 pub mod api_user_data;
 pub mod cloud;
 pub mod cluster_create;

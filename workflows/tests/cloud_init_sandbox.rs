@@ -455,6 +455,8 @@ fn hosted_api(provider: ProviderKind, sum: Option<&str>) -> String {
         bucket: "s3://team-api-state/",
         bucket_region: Some("eu-west-1"),
         bucket_endpoint: None,
+        storage_secret: None,
+        storage_secret_endpoint: None,
         binary_url: ANYCLOUD_URL,
         binary_sha256: sum,
         hosting_credential: "aws-host",

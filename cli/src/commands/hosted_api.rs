@@ -119,8 +119,14 @@ pub async fn remove(deployer: Client, name: &str, delete_bucket: bool, json: boo
     let stays = if delete_bucket {
         "nothing stays: the bucket and the API's state in it were deleted".to_owned()
     } else {
+        // A bucket on another provider's store is reached with its own credential again.
+        let storage = if shown.storage_credential == shown.credential {
+            String::new()
+        } else {
+            format!(" --checkpoint-storage-credentials {}", shown.storage_credential)
+        };
         format!(
-            "its bucket {} stays, with the API's state: `anycloud api serve --id {name} --credentials {} \
+            "its bucket {} stays, with the API's state: `anycloud api serve --id {name} --credentials {}{storage} \
              --checkpoint-bucket {}` brings the same API back; `anycloud api delete {name} --delete-bucket` deletes it",
             shown.bucket, shown.credential, shown.bucket
         )
@@ -128,7 +134,7 @@ pub async fn remove(deployer: Client, name: &str, delete_bucket: bool, json: boo
     if json {
         print_json(&serde_json::json!({ "removed": name, "bucket": shown.bucket, "bucket_deleted": delete_bucket }));
     } else {
-        say!("removed API `{name}`: its VM, network rules and VM identity are gone; {stays}");
+        say!("removed API `{name}`: its VM, network rules, VM identity and any storage secret are gone; {stays}");
         if was_active {
             say!("active API: {} (which deployed it)", deployer.name());
         }

@@ -15,6 +15,9 @@ use anycloud_checkpoint::{
     Bucket, BucketUrl, Checkpointer, Layout, LocalFiles, Restored, S3Access, S3Bucket, StoreKind,
 };
 
+use anycloud_workflows::api_storage_key::StorageKey;
+use anycloud_workflows::providers::ProviderKind;
+
 use super::AppState;
 use super::error::ApiError;
 use crate::exit::{CliError, NOT_OBSERVED};
@@ -31,6 +34,20 @@ pub struct CheckpointOptions {
     pub endpoint: Option<String>,
     /// The S3 region.
     pub region: Option<String>,
+    /// Where the bucket's key is, when the bucket is on another provider than this VM.
+    pub storage_secret: Option<StorageSecret>,
+}
+
+/// The secret holding the key of a bucket on another provider, in this VM's own provider's
+/// secret store (`api.deploy` put it there, readable by the VM's identity alone).
+#[derive(Clone, Debug)]
+pub struct StorageSecret {
+    /// The provider whose store holds it: the VM's.
+    pub store: ProviderKind,
+    /// An ARN (AWS), `projects/P/secrets/NAME` (GCP).
+    pub secret: String,
+    /// The store's endpoint, when not the public one.
+    pub endpoint: Option<String>,
 }
 
 /// A bucket taken over: its state is on the local disk, ready for the store to open.
@@ -55,16 +72,32 @@ fn failed(code: &str, url: &BucketUrl, err: impl std::fmt::Display) -> CliError 
 /// generation it came from.
 pub async fn restore(options: &CheckpointOptions, api: &str, data_dir: &Path) -> Result<TakenOver, CliError> {
     let url = &options.url;
-    let bucket: Arc<dyn Bucket> = match url.store {
-        StoreKind::S3 => {
-            let access = S3Access { keys: None, region: options.region.clone(), endpoint: options.endpoint.clone() };
+    let key = match &options.storage_secret {
+        Some(secret) => Some(storage_key(secret, url).await?),
+        None => None,
+    };
+    let bucket: Arc<dyn Bucket> = match (url.store, key) {
+        (StoreKind::S3, key) => {
+            let keys = match key {
+                Some(StorageKey::Aws { access_key_id, secret_access_key }) => Some((access_key_id, secret_access_key)),
+                Some(other) => return Err(mismatched(url, &other)),
+                None => None,
+            };
+            let access = S3Access { keys, region: options.region.clone(), endpoint: options.endpoint.clone() };
             Arc::new(S3Bucket::new(url, &access).await)
         }
-        StoreKind::Gcs => Arc::new(
-            anycloud_checkpoint::GcsBucket::new(url, None, options.endpoint.as_deref())
-                .await
-                .map_err(|err| failed("CHECKPOINT_UNAVAILABLE", url, err))?,
-        ),
+        (StoreKind::Gcs, key) => {
+            let json = match key {
+                Some(StorageKey::Gcp { service_account_json }) => Some(service_account_json),
+                Some(other) => return Err(mismatched(url, &other)),
+                None => None,
+            };
+            Arc::new(
+                anycloud_checkpoint::GcsBucket::new(url, json.as_deref(), options.endpoint.as_deref())
+                    .await
+                    .map_err(|err| failed("CHECKPOINT_UNAVAILABLE", url, err))?,
+            )
+        }
     };
     let layout = Layout::new(&url.prefix);
     let files = LocalFiles {
@@ -86,6 +119,49 @@ pub async fn restore(options: &CheckpointOptions, api: &str, data_dir: &Path) ->
         None => println!("checkpoint bucket {url} holds no state yet: starting afresh"),
     }
     Ok(TakenOver { bucket, layout, files, restored })
+}
+
+/// Reads the bucket's key from the VM's own provider's secret store, as the VM; nothing is
+/// restored or started without it.
+async fn storage_key(secret: &StorageSecret, url: &BucketUrl) -> Result<StorageKey, CliError> {
+    let started = std::time::Instant::now();
+    let (store, grant) = match secret.store {
+        ProviderKind::Aws => {
+            ("AWS Secrets Manager", "the VM's instance profile allows secretsmanager:GetSecretValue on it")
+        }
+        _ => (
+            "GCP Secret Manager",
+            "the VM's service account has roles/secretmanager.secretAccessor on it and the VM the cloud-platform scope",
+        ),
+    };
+    let key = anycloud_workflows::api_storage_key::read(secret.store, &secret.secret, secret.endpoint.as_deref())
+        .await
+        .map_err(|why| {
+            CliError::new(
+                NOT_OBSERVED,
+                "CHECKPOINT_SECRET_UNREADABLE",
+                format!(
+                    "checkpoint bucket {url}: the key to it, in {store} secret {}, could not be read as this VM: \
+                     {why}; check that the secret exists (`anycloud api serve` with the same flags puts it back) and \
+                     that {grant}; nothing was restored or started",
+                    secret.secret
+                ),
+            )
+        })?;
+    println!(
+        "checkpoint bucket {url}: its key read from {store} secret {} in {} ms",
+        secret.secret,
+        started.elapsed().as_millis()
+    );
+    Ok(key)
+}
+
+fn mismatched(url: &BucketUrl, key: &StorageKey) -> CliError {
+    CliError::new(
+        NOT_OBSERVED,
+        "CHECKPOINT_SECRET_UNREADABLE",
+        format!("checkpoint bucket {url}: the secret holds a key of another store ({key:?}); deploy the API again"),
+    )
 }
 
 /// Begins this API's generation in the bucket and starts shipping; then watches for a fence.

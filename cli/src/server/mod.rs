@@ -46,7 +46,7 @@ use anycloud_workflows::secrets::SecretBox;
 use crate::config::{ApiEntry, Config, data_home};
 use crate::exit::{CliError, CliResult, NOT_OBSERVED, OK};
 use crate::seams::Seams;
-pub use checkpoint::CheckpointOptions;
+pub use checkpoint::{CheckpointOptions, StorageSecret};
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;

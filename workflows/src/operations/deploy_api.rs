@@ -68,15 +68,6 @@ impl Operations {
                 hosting.name
             )));
         }
-        if storage.provider != hosting.provider {
-            return Err(bad(format!(
-                "the checkpoint bucket's credential `{}` is of {} and the hosting one `{}` of {}: this version gives \
-                 the VM only its own provider's identity (an instance profile, a service account), so the bucket \
-                 must be on {} too; a storage key of another provider would have to travel to the VM, which it does \
-                 not do",
-                storage.name, storage.provider, hosting.name, hosting.provider, hosting.provider
-            )));
-        }
         let bucket = bucket_url(&request.checkpoint_bucket, storage.provider).map_err(bad)?;
         let region = request.region.clone().or_else(|| hosting.public.region.clone()).unwrap_or_else(|| match hosting
             .provider

@@ -18,7 +18,7 @@ use aws_sdk_ec2::types::{
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::{Verdict, aws, aws_iam};
+use super::{Verdict, aws, aws_iam, aws_secrets};
 use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
 use crate::db::credentials::PublicPart;
 
@@ -108,6 +108,8 @@ pub struct AwsCloud {
     region: String,
     /// IAM (global): the role a hosted API's VM acts as.
     iam: aws_sdk_iam::Client,
+    /// Secrets Manager in the cluster's region: what a hosted API's VM reads as itself.
+    secrets: aws_sdk_secretsmanager::Client,
 }
 
 impl AwsCloud {
@@ -123,7 +125,8 @@ impl AwsCloud {
             aws::ec2_client(public, secret_access_key).config().to_builder().timeout_config(timeouts.clone());
         let regional = Client::from_conf(home_config.clone().region(Region::new(region.to_owned())).build());
         let iam = aws::iam_client(public, secret_access_key, timeouts);
-        Self { home: Client::from_conf(home_config.build()), regional, region: region.to_owned(), iam }
+        let secrets = aws_secrets::client(public, secret_access_key, region);
+        Self { home: Client::from_conf(home_config.build()), regional, region: region.to_owned(), iam, secrets }
     }
 
     /// The client for `region`: the cluster's, or one made for a placement elsewhere.
@@ -587,12 +590,20 @@ impl Cloud for AwsCloud {
         Ok(Network { id })
     }
 
-    async fn ensure_vm_identity(&self, owner: &str, bucket: &str) -> Result<String, CloudError> {
-        aws_iam::ensure_instance_profile(&self.iam, owner, bucket).await
+    async fn ensure_vm_identity(&self, owner: &str, bucket: &str, secret: Option<&str>) -> Result<String, CloudError> {
+        aws_iam::ensure_instance_profile(&self.iam, owner, bucket, secret).await
     }
 
     async fn delete_vm_identity(&self, owner: &str) -> Result<(), CloudError> {
         aws_iam::delete_instance_profile(&self.iam, owner).await
+    }
+
+    async fn store_vm_secret(&self, owner: &str, name: &str, value: &str) -> Result<String, CloudError> {
+        aws_secrets::store(&self.secrets, owner, name, value).await
+    }
+
+    async fn delete_vm_secret(&self, name: &str) -> Result<(), CloudError> {
+        aws_secrets::delete(&self.secrets, name).await
     }
 
     /// Deletes every security group tagged with the cluster, in any VPC. One still used by

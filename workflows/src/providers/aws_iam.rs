@@ -1,6 +1,7 @@
 //! Who a hosted API's EC2 VM acts as: an IAM role `anycloud-<owner>` that EC2 may assume, with
 //! one inline policy (read, write and delete objects under the checkpoint bucket's prefix, list
-//! the bucket), in an instance profile of the same name. The SDK on the VM finds it through
+//! the bucket; or, for a bucket on another provider, read the one secret holding its key), in an
+//! instance profile of the same name. The SDK on the VM finds it through
 //! IMDSv2, so no key is ever in the VM's user-data. Every call tolerates "already exists" and
 //! "already gone", so a retried step finishes what an earlier attempt began.
 
@@ -21,19 +22,31 @@ pub fn profile_name(owner: &str) -> String {
     format!("anycloud-{owner}")
 }
 
-/// The policy that lets the VM use `bucket` (`s3://B[/PREFIX]`) and nothing else.
-fn bucket_policy(bucket: &str) -> Result<String, CloudError> {
+/// The policy that lets the VM use `bucket` (`s3://B[/PREFIX]`; one on another provider's store
+/// gets no statement) and read `secret` (an ARN: the key of a bucket on another provider), and
+/// nothing else.
+fn vm_policy(bucket: &str, secret: Option<&str>) -> Result<String, CloudError> {
     let url = anycloud_checkpoint::BucketUrl::parse(bucket).map_err(CloudError::Terminal)?;
-    let objects = format!("arn:aws:s3:::{}/{}*", url.bucket, url.prefix);
-    let listing = format!("arn:aws:s3:::{}", url.bucket);
-    Ok(serde_json::json!({
-        "Version": "2012-10-17",
-        "Statement": [
-            { "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], "Resource": objects },
-            { "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": listing },
-        ],
-    })
-    .to_string())
+    let mut statements = Vec::new();
+    if url.store == anycloud_checkpoint::StoreKind::S3 {
+        let objects = format!("arn:aws:s3:::{}/{}*", url.bucket, url.prefix);
+        let listing = format!("arn:aws:s3:::{}", url.bucket);
+        statements.push(serde_json::json!(
+            { "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], "Resource": objects }
+        ));
+        statements.push(serde_json::json!({ "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": listing }));
+    }
+    if let Some(arn) = secret {
+        statements.push(
+            serde_json::json!({ "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"], "Resource": arn }),
+        );
+    }
+    if statements.is_empty() {
+        return Err(CloudError::Terminal(format!(
+            "checkpoint bucket {bucket} is not on S3 and no secret holds its key: the VM would be given nothing"
+        )));
+    }
+    Ok(serde_json::json!({ "Version": "2012-10-17", "Statement": statements }).to_string())
 }
 
 fn iam_failure<E: ProvideErrorMetadata + std::error::Error + 'static>(call: &str, err: &SdkError<E>) -> CloudError {
@@ -68,7 +81,12 @@ fn gone<E: ProvideErrorMetadata>(err: &SdkError<E>) -> bool {
 
 /// Makes (or finds) the role, its policy and the instance profile holding it; answers the
 /// profile's name.
-pub async fn ensure_instance_profile(iam: &Client, owner: &str, bucket: &str) -> Result<String, CloudError> {
+pub async fn ensure_instance_profile(
+    iam: &Client,
+    owner: &str,
+    bucket: &str,
+    secret: Option<&str>,
+) -> Result<String, CloudError> {
     let name = profile_name(owner);
     let tag = Tag::builder()
         .key(CLUSTER_TAG)
@@ -91,7 +109,7 @@ pub async fn ensure_instance_profile(iam: &Client, owner: &str, bucket: &str) ->
     iam.put_role_policy()
         .role_name(&name)
         .policy_name(POLICY)
-        .policy_document(bucket_policy(bucket)?)
+        .policy_document(vm_policy(bucket, secret)?)
         .send()
         .await
         .map_err(|err| iam_failure("PutRolePolicy", &err))?;
@@ -148,9 +166,18 @@ mod tests {
 
     #[test]
     fn the_policy_names_only_the_bucket_and_its_prefix() {
-        let policy = bucket_policy("s3://team-api-state/apis/team/").unwrap_or_else(|err| panic!("{err}"));
+        let policy = vm_policy("s3://team-api-state/apis/team/", None).unwrap_or_else(|err| panic!("{err}"));
         assert!(policy.contains("arn:aws:s3:::team-api-state/apis/team/*"), "{policy}");
         assert!(policy.contains("\"arn:aws:s3:::team-api-state\""), "{policy}");
-        assert!(!policy.contains("s3:*"), "{policy}");
+        assert!(!policy.contains("s3:*") && !policy.contains("secretsmanager"), "{policy}");
+    }
+
+    #[test]
+    fn a_bucket_on_gcs_gives_the_vm_its_one_secret_and_no_s3() {
+        let arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:anycloud/api-1/checkpoint-storage-AbCdEf";
+        let policy = vm_policy("gs://team-api-state/", Some(arn)).unwrap_or_else(|err| panic!("{err}"));
+        assert!(policy.contains(&format!("\"Resource\":\"{arn}\"")), "{policy}");
+        assert!(policy.contains("secretsmanager:GetSecretValue") && !policy.contains("s3:"), "{policy}");
+        assert!(vm_policy("gs://team-api-state/", None).is_err());
     }
 }

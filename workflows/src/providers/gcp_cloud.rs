@@ -28,7 +28,7 @@ use google_cloud_compute_v1::model::{
 };
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 
-use super::{Verdict, gcp};
+use super::{Verdict, gcp, gcp_secrets};
 use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
 use crate::db::credentials::PublicPart;
 
@@ -64,6 +64,10 @@ pub struct GcpCloud {
     project: String,
     /// The key's service account: who a hosted API's VM acts as.
     client_email: String,
+    /// The key's credentials and the endpoint override, for the Secret Manager client a hosted
+    /// API's deploy makes when it needs one.
+    credentials: google_cloud_auth::credentials::Credentials,
+    endpoint: Option<String>,
     instances: Instances,
     firewalls: Firewalls,
     zone_operations: ZoneOperations,
@@ -106,6 +110,8 @@ impl GcpCloud {
         Ok(Self {
             project,
             client_email,
+            credentials: credentials.clone(),
+            endpoint: endpoint.clone(),
             instances: client!(Instances),
             firewalls: client!(Firewalls),
             zone_operations: client!(ZoneOperations),
@@ -470,8 +476,28 @@ impl Cloud for GcpCloud {
 
     /// The credential's own service account (it made the bucket, so it may use it), which the
     /// VM acts as through its metadata server; nothing is created.
-    async fn ensure_vm_identity(&self, _owner: &str, _bucket: &str) -> Result<String, CloudError> {
+    async fn ensure_vm_identity(
+        &self,
+        _owner: &str,
+        _bucket: &str,
+        _secret: Option<&str>,
+    ) -> Result<String, CloudError> {
         Ok(self.client_email.clone())
+    }
+
+    /// The secret, readable by the service account the VM acts as ([`Cloud::ensure_vm_identity`]).
+    async fn store_vm_secret(&self, owner: &str, name: &str, value: &str) -> Result<String, CloudError> {
+        let client = gcp_secrets::client(Some(self.credentials.clone()), self.endpoint.as_deref())
+            .await
+            .map_err(CloudError::Terminal)?;
+        gcp_secrets::store(&client, &self.project, owner, name, value, &self.client_email).await
+    }
+
+    async fn delete_vm_secret(&self, name: &str) -> Result<(), CloudError> {
+        let client = gcp_secrets::client(Some(self.credentials.clone()), self.endpoint.as_deref())
+            .await
+            .map_err(CloudError::Terminal)?;
+        gcp_secrets::delete(&client, &self.project, name).await
     }
 
     async fn delete_network(&self, placement: &Placement) -> Result<(), CloudError> {
@@ -524,9 +550,11 @@ impl Cloud for GcpCloud {
             .set_machine_type(format!("zones/{zone}/machineTypes/{}", placement.vm_type))
             .set_labels(labels.clone())
             .set_tags(Tags::new().set_items([spec.network.id.clone()]))
-            .set_service_accounts(
-                spec.vm_identity.iter().map(|email| ServiceAccount::new().set_email(email).set_scopes([STORAGE_SCOPE])),
-            )
+            .set_service_accounts(spec.vm_identity.iter().map(|email| {
+                // Secret Manager has no narrower scope; the secret's own IAM binding limits it.
+                let scope = if spec.reads_secret { CLOUD_PLATFORM_SCOPE } else { STORAGE_SCOPE };
+                ServiceAccount::new().set_email(email).set_scopes([scope])
+            }))
             .set_disks([AttachedDisk::new().set_boot(true).set_auto_delete(true).set_initialize_params(
                 // The boot disk carries the cluster's labels too (it is deleted with the VM).
                 AttachedDiskInitializeParams::new().set_source_image(image).set_labels(labels),
@@ -634,6 +662,9 @@ fn firewall_names(prefix: &str) -> [String; 3] {
 
 /// What a hosted API's VM may do as its service account: read and write Cloud Storage.
 const STORAGE_SCOPE: &str = "https://www.googleapis.com/auth/devstorage.read_write";
+/// What a hosted API's VM that reads a Secret Manager secret is given instead (it has no own
+/// scope); its service account's IAM, and the secret's binding, decide what it may do.
+const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
 /// A deterministic request id: UUID v5 of `key` and `what`.
 fn request_id(key: &str, what: &str) -> String {

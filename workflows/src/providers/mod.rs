@@ -6,8 +6,10 @@
 pub mod aws;
 pub mod aws_cloud;
 pub mod aws_iam;
+pub mod aws_secrets;
 pub mod gcp;
 pub mod gcp_cloud;
+pub mod gcp_secrets;
 pub mod sim_settings;
 
 use std::sync::Arc;
