@@ -11,27 +11,31 @@ use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A tmpfs mounted on a temporary directory.
+/// A tmpfs mounted on a directory (a temporary one, or one the test names).
 pub struct Tmpfs {
-    dir: tempfile::TempDir,
+    path: PathBuf,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Tmpfs {
-    /// Mounts a tmpfs of `size_bytes` (read-write).
+    /// Mounts a tmpfs of `size_bytes` on a new temporary directory.
     pub fn mount(size_bytes: u64) -> Self {
-        Self::mount_with(&format!("size={size_bytes}"))
+        let dir = tempfile::tempdir().expect("a temporary directory to mount on");
+        let mut disk = Self::mount_on(dir.path(), size_bytes);
+        disk._dir = Some(dir);
+        disk
     }
 
-    /// Mounts a tmpfs with these `-o` options (`size=…,ro`, for example).
-    pub fn mount_with(options: &str) -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory to mount on");
-        run("mount", &["-t", "tmpfs", "-o", options, "tmpfs", &dir.path().display().to_string()]);
-        Self { dir }
+    /// Mounts a tmpfs of `size_bytes` on the existing directory `path`, hiding what it holds.
+    pub fn mount_on(path: &Path, size_bytes: u64) -> Self {
+        let options = format!("size={size_bytes}");
+        run("mount", &["-t", "tmpfs", "-o", &options, "tmpfs", &path.display().to_string()]);
+        Self { path: path.to_owned(), _dir: None }
     }
 
     /// Where it is mounted.
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.path
     }
 
     /// Writes a ballast file until the disk is full, to the last byte.
