@@ -103,6 +103,16 @@ pub enum EngineError {
     /// The database failed or could not be reached.
     #[error("workflow store")]
     Store(#[source] sqlx::Error),
+    /// The database refused a write because its disk is full or read-only; it answers reads,
+    /// and nothing was written.
+    #[error("workflow store: {fault}")]
+    Storage {
+        /// Which of the two.
+        fault: crate::store::StoreFault,
+        /// What SQLite said.
+        #[source]
+        source: sqlx::Error,
+    },
     /// The schema could not be brought up to date.
     #[error("migrating the workflow store")]
     Migrate(#[source] sqlx::migrate::MigrateError),
@@ -144,7 +154,10 @@ pub enum EngineError {
 
 impl From<sqlx::Error> for EngineError {
     fn from(err: sqlx::Error) -> Self {
-        Self::Store(err)
+        match crate::store::StoreFault::of_sqlx(&err) {
+            Some(fault) => Self::Storage { fault, source: err },
+            None => Self::Store(err),
+        }
     }
 }
 

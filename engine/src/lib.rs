@@ -101,5 +101,7 @@ pub use error::{EngineError, ErrorKind, StepError, error_chain};
 pub use registry::Registry;
 pub use retry::{OnExhausted, RetryPolicy};
 pub use status::{Phase, RunStatus, StepLimits, StepShape};
-pub use store::{EventRecord, Lease, Millis, Pool, RunFilter, RunRecord, StepRecord, Store, WriteTx};
+pub use store::{
+    DiskSpace, EventRecord, Lease, Millis, Pool, RunFilter, RunRecord, StepRecord, Store, StoreFault, WriteTx,
+};
 pub use timeline::{EventKind, StepStatus};

@@ -68,6 +68,10 @@ stored_enum! {
         Claimed = "claimed",
         /// An engine took the run over from a holder whose lease lapsed (it died or stalled).
         Recovered = "recovered",
+        /// A process whose lease had lapsed (it stalled past it, and another claim took the run)
+        /// finished a step and tried to commit it: refused by the fence, nothing of it landed.
+        /// The step may have run twice: here and under the claim that took the run over.
+        LateCommitRefused = "late-commit-refused",
         /// A forward step completed; read from the step's own row.
         StepSucceeded = "step-succeeded",
         /// An attempt of a forward step failed (it will be retried, or the run turns back).

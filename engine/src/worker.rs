@@ -647,6 +647,11 @@ async fn commit(
         }
         CommitOutcome::Fenced => {
             warn!(generation = run.lease_generation, "lease was taken over by another engine; dropping the run");
+            // The timeline says so, for whoever wonders why a step ran twice. Best effort: the
+            // run is another claim's now, and this entry changes none of its state.
+            if let Err(err) = inner.store.late_commit_refused(&commit).await {
+                debug!(error = %error_chain(&err), "could not add the late-commit-refused entry");
+            }
             Ok(false)
         }
     }

@@ -66,12 +66,28 @@ async fn a_worker_whose_lease_was_taken_over_cannot_commit(db: TestDb) {
     assert_eq!(run.output, Some(serde_json::json!("B")));
     assert!(run.lease_generation > held.lease_generation);
 
-    // A wakes up and tries to checkpoint its step: the fencing generation refuses it.
+    // A wakes up and tries to checkpoint its step: the fencing generation refuses it, and the
+    // timeline says so.
     gate.notify_one();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut events = b.events(id, 0).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !events.iter().any(|e| e.kind == "late-commit-refused") {
+        assert!(tokio::time::Instant::now() < deadline, "no late-commit-refused entry: {events:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        events = b.events(id, 0).await.unwrap();
+    }
     let run = b.run(id).await.unwrap();
     assert_eq!(run.output, Some(serde_json::json!("B")), "A's late commit must not land");
-    let events = b.events(id, 0).await.unwrap();
+    assert_eq!(run.status, RunStatus::Succeeded);
+    let late = events.iter().find(|e| e.kind == "late-commit-refused").unwrap();
+    assert_eq!(late.step.as_deref(), Some("work"));
+    assert!(
+        late.message.contains("engine-a finished step `work` after its lease")
+            && late.message.contains("its commit was refused"),
+        "{}",
+        late.message
+    );
+    assert_eq!(events.last().unwrap().kind, "late-commit-refused", "{events:?}");
     assert_eq!(events.iter().filter(|e| e.kind == "step-succeeded").count(), 1);
     let recovered = events.iter().find(|e| e.kind == "recovered").expect("a recovered event");
     assert!(recovered.message.contains("after the lease of engine-a lapsed"), "{}", recovered.message);

@@ -15,6 +15,9 @@ pub mod gcp_test_key;
 pub mod replicas;
 pub mod rfc3339;
 pub mod simulated_kube;
+/// A small tmpfs of a test's own, to fill; the one copy is the engine tests' (`support/tmpfs.rs`).
+#[path = "../../engine/tests/support/tmpfs.rs"]
+pub mod tmpfs;
 pub mod vm_runner;
 
 /// What the crash test (`tests/crash.rs`) and its child process (`src/bin/crash_child.rs`)

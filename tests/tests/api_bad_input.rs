@@ -400,7 +400,11 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
 
     // ---- Raw HTTP.
     let health = e2e::http(&api.url, "GET", "/v1/health", &[], b"");
-    assert_eq!((health.status, health.json()), (200, json!({"status": "ok", "database": "reachable"})), "{health:?}");
+    assert_eq!(
+        (health.status, health.json()),
+        (200, json!({"status": "ok", "database": "reachable", "storage": "writable"})),
+        "{health:?}"
+    );
     let bearer = format!("Bearer {token}");
     let wrong = format!("Bearer {}", "f".repeat(token.len()));
     let auth = [("Authorization", bearer.as_str())];

@@ -139,9 +139,28 @@ fn a_frozen_replicas_late_commit_is_refused() {
         // Time for any late write to land, were one let through.
         tokio::time::sleep(Duration::from_millis(500)).await;
 
-        let after = cluster.histories(&held).await;
-        assert_eq!(before, after, "a run's timeline or checkpoints changed after the frozen replica resumed");
+        // Each refused commit is one `late-commit-refused` entry in its run's timeline, naming the
+        // replica and the step; nothing else changed.
         let victim_owner = cluster.owner(victim);
+        let mut after = cluster.histories(&held).await;
+        let late_kind = EventKind::LateCommitRefused.to_string();
+        let mut refused_entries = Vec::new();
+        for (run, history) in &mut after {
+            for (_, message) in history.events.iter().filter(|(kind, _)| kind == &late_kind) {
+                assert!(message.contains(&format!("{victim_owner} finished step `")), "run {run}: {message}");
+                refused_entries.push((run.clone(), message.clone()));
+            }
+            history.events.retain(|(kind, _)| kind != &late_kind);
+        }
+        assert_eq!(before, after, "a run's timeline or checkpoints changed after the frozen replica resumed");
+        for (run, step) in &in_flight {
+            assert!(
+                refused_entries.iter().any(|(late, message)| late == run && message.contains(&format!("`{step}`"))),
+                "run {run}: no late-commit-refused entry for step `{step}`: {refused_entries:?}"
+            );
+        }
+        let dropped = cluster.replicas[victim].log().matches("lease was taken over by another engine").count();
+        assert_eq!(refused_entries.len(), dropped, "one timeline entry per refused commit: {refused_entries:?}");
         for (run, step) in &in_flight {
             let history = &after[run];
             let kept = history.steps.iter().find(|(name, _)| name == step).map(|(_, owner)| owner.as_str());

@@ -3,7 +3,7 @@
 //! a failure of the API itself. The HTTP server turns a code's [`Class`] into a status, in one
 //! place.
 
-use anycloud_engine::{EngineError, Store};
+use anycloud_engine::{EngineError, Store, StoreFault};
 
 /// What kind of no a refusal is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +112,10 @@ codes! {
     /// The API's database cannot be reached or written now (restarting, connections cut, disk
     /// read-only); the request changed nothing.
     DatabaseUnavailable = "DATABASE_UNAVAILABLE", Unavailable;
+    /// The disk under the API's SQLite database is full: writes are refused, reads answer.
+    StorageFull = "STORAGE_FULL", Unavailable;
+    /// The API's SQLite database is on a read-only disk: writes are refused, reads answer.
+    StorageReadOnly = "STORAGE_READ_ONLY", Unavailable;
     /// The hosted API's spec is wrong as given (name, bucket, port, credentials).
     InvalidHostedApi = "INVALID_HOSTED_API", BadInput;
     /// A live hosted API has that name.
@@ -153,6 +157,26 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// The API's database refused a write because its disk is full or read-only
+    /// (`STORAGE_FULL`, `STORAGE_READ_ONLY`).
+    pub fn storage(fault: StoreFault) -> Self {
+        match fault {
+            StoreFault::DiskFull => Self::new(
+                Code::StorageFull,
+                "the disk holding the API's database is full, so this request changed nothing (reads still answer); \
+                 free space on it (`anycloud api status` and the API's log name the data directory): runs in flight \
+                 wait and continue once there is room",
+            ),
+            StoreFault::ReadOnly => Self::new(
+                Code::StorageReadOnly,
+                "the API's database is on a read-only disk, so this request changed nothing (reads still answer); \
+                 make its data directory writable again: runs in flight wait and continue once it is",
+            ),
+        }
+    }
+}
+
 /// Why an operation did not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum OperationError {
@@ -171,11 +195,15 @@ impl From<Refusal> for OperationError {
 }
 
 impl OperationError {
-    /// The API failed because of `err`; a database that cannot be reached is a refusal
-    /// (`DATABASE_UNAVAILABLE`: try again), not the API's own failure.
+    /// The API failed because of `err`; a database that cannot be reached or written is a
+    /// refusal (`DATABASE_UNAVAILABLE`, `STORAGE_FULL`, `STORAGE_READ_ONLY`: try again), not the
+    /// API's own failure.
     pub fn failed(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         let err = err.into();
-        if Store::is_unreachable(&*err) {
+        if let Some(fault) = StoreFault::of(&*err) {
+            tracing::warn!(error = %anycloud_engine::error_chain(&*err), "the database refused a write: {}", fault.as_str());
+            Self::Refused(Refusal::storage(fault))
+        } else if Store::is_unreachable(&*err) {
             tracing::warn!(error = %anycloud_engine::error_chain(&*err), "the database is unreachable");
             Self::Refused(Refusal::database_unavailable())
         } else {

@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use anycloud_engine::Store;
+use anycloud_engine::{Store, StoreFault};
 use anycloud_workflows::api::{ErrorBody, ErrorDetail};
 use anycloud_workflows::refusal::{Class, Code, OperationError, Refusal};
 
@@ -30,6 +30,10 @@ pub struct ApiError {
 /// `Retry-After` of a `DATABASE_UNAVAILABLE` answer: a restarting PostgreSQL is usually back
 /// within a few seconds.
 const DATABASE_RETRY_AFTER: u32 = 2;
+
+/// `Retry-After` of a `STORAGE_FULL` or `STORAGE_READ_ONLY` answer: a person has to make room
+/// on the disk, which takes longer than a database restart.
+const STORAGE_RETRY_AFTER: u32 = 10;
 
 impl ApiError {
     /// An error with this status, code and message.
@@ -61,7 +65,11 @@ impl From<Refusal> for ApiError {
             Class::Conflict => StatusCode::CONFLICT,
             Class::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         };
-        let retry_after = (refusal.code == Code::DatabaseUnavailable).then_some(DATABASE_RETRY_AFTER);
+        let retry_after = match refusal.code {
+            Code::DatabaseUnavailable => Some(DATABASE_RETRY_AFTER),
+            Code::StorageFull | Code::StorageReadOnly => Some(STORAGE_RETRY_AFTER),
+            _ => None,
+        };
         Self { retry_after, ..Self::new(status, refusal.code.as_str(), refusal.message) }
     }
 }
@@ -71,6 +79,7 @@ impl From<OperationError> for ApiError {
         match err {
             OperationError::Refused(refusal) => refusal.into(),
             // A failure built without `OperationError::failed` may still be the database's.
+            OperationError::Failed(cause) if StoreFault::of(&*cause).is_some() => OperationError::failed(cause).into(),
             OperationError::Failed(cause) if Store::is_unreachable(&*cause) => {
                 tracing::warn!(error = %anycloud_engine::error_chain(&*cause), "the database is unreachable");
                 Refusal::database_unavailable().into()
@@ -193,5 +202,24 @@ mod tests {
         }
         let other = ApiError::from(OperationError::from(sqlx::Error::RowNotFound));
         assert_eq!(other.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn a_full_or_read_only_disk_is_503_with_its_own_code() {
+        let io = |kind| sqlx::Error::Io(std::io::Error::from(kind));
+        for (err, code) in [
+            (OperationError::from(io(std::io::ErrorKind::StorageFull)), "STORAGE_FULL"),
+            (
+                OperationError::Failed(Box::new(anycloud_engine::EngineError::from(io(
+                    std::io::ErrorKind::ReadOnlyFilesystem,
+                )))),
+                "STORAGE_READ_ONLY",
+            ),
+        ] {
+            let error = ApiError::from(err);
+            assert_eq!((error.status, error.code), (StatusCode::SERVICE_UNAVAILABLE, code));
+            assert!(error.message.contains("changed nothing"), "{}", error.message);
+            assert_eq!(error.into_response().headers()["retry-after"], "10");
+        }
     }
 }

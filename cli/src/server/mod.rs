@@ -17,6 +17,7 @@ mod credentials;
 mod deployments;
 pub mod error;
 mod exec;
+mod storage;
 mod timing;
 pub mod tls;
 mod workflows;
@@ -34,7 +35,7 @@ use axum::{Json, Router, middleware};
 use rand::RngCore;
 use serde_json::{Value, json};
 
-use anycloud_engine::{Engine, EngineConfig, EngineError, Store};
+use anycloud_engine::{Engine, EngineConfig, EngineError, Store, StoreFault};
 use anycloud_sim::SimCloud;
 use anycloud_workflows::api::ApiStatus;
 use anycloud_workflows::db::{Db, sealing_key};
@@ -113,6 +114,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     let io = |what: &str, err: std::io::Error| {
         CliError::new(NOT_OBSERVED, "DATA_DIR", format!("{what} {}: {err}", data_dir.display()))
     };
+    storage::check(&data_dir)?;
     std::fs::create_dir_all(&data_dir).map_err(|err| io("creating the data directory", err))?;
     std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|err| io("restricting the data directory", err))?;
@@ -378,14 +380,27 @@ const HEALTH_DATABASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// (`reachable`) or not (`unreachable`, and `status` is `degraded`). A 503 would get a healthy
 /// process restarted by a supervisor or dropped by a load balancer for a fault outside it; while
 /// the database is away the API still answers, with `DATABASE_UNAVAILABLE` where it needs it.
+/// On SQLite, `storage` says whether the disk under it takes writes (`writable`) or not
+/// (`disk-full`, `read-only`, and `status` is `degraded`): reads answer, writes are refused with
+/// `STORAGE_FULL` or `STORAGE_READ_ONLY`.
 async fn health(State(state): State<AppState>) -> Json<Value> {
-    match state.store.ping(HEALTH_DATABASE_TIMEOUT).await {
-        Ok(()) => Json(json!({ "status": "ok", "database": "reachable" })),
+    let database = match state.store.ping(HEALTH_DATABASE_TIMEOUT).await {
+        Ok(()) => "reachable",
         Err(err) => {
             tracing::warn!(error = %anycloud_engine::error_chain(&err), "health: the database did not answer");
-            Json(json!({ "status": "degraded", "database": "unreachable" }))
+            "unreachable"
         }
+    };
+    let storage = match state.store.backend() {
+        "sqlite" => Some(state.store.storage_fault().map_or("writable", StoreFault::as_str)),
+        _ => None,
+    };
+    let healthy = database == "reachable" && storage.is_none_or(|storage| storage == "writable");
+    let mut body = json!({ "status": if healthy { "ok" } else { "degraded" }, "database": database });
+    if let Some(storage) = storage {
+        body["storage"] = json!(storage);
     }
+    Json(body)
 }
 
 async fn status(State(state): State<AppState>) -> Json<ApiStatus> {

@@ -8,8 +8,10 @@ use std::sync::LazyLock;
 
 use super::commit_args::{CommitArgs, bind_commit};
 use super::connect::BeginWrite;
+use super::events::{Entry, insert_event};
 use super::records::{Millis, NewEvent, RunRecord, StepRecord};
 use super::{Pool, Store};
+use crate::timeline::EventKind;
 
 /// A commit of a run's state at the end of an attempt, fenced by the claim's generation.
 pub(crate) struct Commit<'a> {
@@ -206,6 +208,25 @@ static COMMIT_SQL: LazyLock<[[String; 3]; 2]> = LazyLock::new(|| {
 });
 
 impl Store {
+    /// Adds a `late-commit-refused` entry to a run whose commit by `commit.owner` was fenced:
+    /// only the timeline, never the run's state, which belongs to the claim that holds it.
+    pub(crate) async fn late_commit_refused(&self, commit: &Commit<'_>) -> Result<(), sqlx::Error> {
+        let run = commit.run;
+        let step = commit.step.map(|step| step.name.as_str()).or(run.current_step.as_deref());
+        let what = step.map_or_else(|| "its progress".to_owned(), |step| format!("step `{step}`"));
+        let message = format!(
+            "{} finished {what} after its lease (claim {}) had lapsed and the run was claimed again: its commit was \
+             refused and nothing of it was written; the step may have run twice",
+            commit.owner, run.lease_generation
+        );
+        let event = NewEvent::new(EventKind::LateCommitRefused, step, message);
+        crate::with_pool!(&self.pool, |pool| {
+            let mut tx = pool.begin_write().await?;
+            insert_event(&mut tx, run.id, Entry::Next, commit.now, &event).await?;
+            tx.commit().await
+        })
+    }
+
     /// Writes the run's new state, its finished step and its events atomically, if the caller
     /// still holds the lease generation it claimed.
     pub(crate) async fn commit(&self, commit: &Commit<'_>) -> Result<CommitOutcome, sqlx::Error> {

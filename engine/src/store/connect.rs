@@ -13,6 +13,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{Postgres, Sqlite, Transaction};
 
 use super::Store;
+use super::fault::{DiskSpace, StoreFault};
 use super::group_commit::GroupCommit;
 use crate::error::EngineError;
 
@@ -151,11 +152,21 @@ impl Store {
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
         let path = options.get_filename().to_owned();
+        // SQLite would open a database on a read-only mount read-only, without a word, and
+        // refuse every write after; say so now.
+        if DiskSpace::of(&directory_of(&path)).is_ok_and(|disk| disk.read_only) {
+            let err = std::io::Error::new(
+                std::io::ErrorKind::ReadOnlyFilesystem,
+                format!("{} is on a file system mounted read-only", path.display()),
+            );
+            return Err(EngineError::Storage { fault: StoreFault::ReadOnly, source: sqlx::Error::Io(err) });
+        }
         // One connection: SQLite has one writer at a time anyway, and queueing writers in the
         // pool (first come, first served) beats SQLite's busy handler, which sleeps up to 100 ms.
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .test_before_acquire(false)
+            .after_release(|conn, _| Box::pin(still_usable(conn)))
             .connect_with(options.clone())
             .await?;
         let mut migrator = sqlx::migrate!("./migrations/sqlite");
@@ -251,11 +262,47 @@ impl Store {
         false
     }
 
+    /// On SQLite, whether the disk under the database is full or read-only now (see
+    /// [`DiskSpace`]): what a write would meet, without waiting for one to fail. `None` on
+    /// PostgreSQL, whose disk is the server's (it reports its own).
+    pub fn storage_fault(&self) -> Option<StoreFault> {
+        DiskSpace::of(&directory_of(self.sqlite_path.as_deref()?)).ok()?.fault()
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         crate::with_pool!(&self.pool, |pool| pool.close().await);
         crate::with_pool!(&self.reader, |pool| pool.close().await)
     }
+}
+
+/// The directory holding a database file.
+fn directory_of(path: &Path) -> std::path::PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => ".".into(),
+    }
+}
+
+/// Whether the writer connection can go back to the pool: not if it is still inside a
+/// transaction. A write that fails on a full disk (`SQLITE_FULL`) may make SQLite roll the
+/// whole transaction back by itself; the `ROLLBACK` that sqlx sends for the dropped
+/// transaction then fails ("no transaction is active"), sqlx keeps counting the transaction as
+/// open, and every later `BEGIN` on the connection was refused ("attempted to call begin_with
+/// at non-zero transaction depth") until the process restarted. Such a connection is closed
+/// and the pool opens a new one.
+async fn still_usable(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    // A transaction dropped unfinished has queued its ROLLBACK on the connection's worker: a
+    // round trip behind it lets it run, then the count says whether it ended the transaction.
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::debug!("closing the database's writer connection, left inside a transaction by a failed write");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// See [`Store::is_unreachable`].

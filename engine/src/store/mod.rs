@@ -14,6 +14,7 @@
 //! | `commit.rs` | checkpoints: a run's new state, its finished step and its events in one round trip (with `commit_args.rs`, `group_commit.rs`, `self_commit.rs`) |
 //! | `read.rs` | runs, steps, timelines, outputs and signals, as inspection and the worker read them |
 //! | `operator.rs` | cancel, signal, retry, resume |
+//! | `fault.rs` | a full or read-only disk under SQLite: [`StoreFault`] names it in an error, [`DiskSpace`] on the disk itself |
 //! | `events.rs` | appends an entry to a run's timeline |
 //! | `records.rs` | the typed rows |
 
@@ -22,6 +23,7 @@ mod commit;
 mod commit_args;
 mod connect;
 mod events;
+mod fault;
 mod group_commit;
 mod operator;
 mod owner;
@@ -32,6 +34,7 @@ mod submit;
 
 pub(crate) use commit::{Commit, CommitOutcome, CommitShape};
 pub use connect::{Pool, WriteTx};
+pub use fault::{DiskSpace, StoreFault};
 pub(crate) use operator::{ActionOutcome, Wake};
 pub(crate) use owner::OwnerLock;
 pub(crate) use records::{Claimed, NewEvent};

@@ -20,9 +20,11 @@ where
     let task = tokio::spawn(async move {
         let mut conn = pool.acquire().await?;
         let result = batch(&mut conn).await;
-        if result.is_err() {
-            // The batch stopped at a failing statement: end its transaction, if it began.
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        if result.is_err() && sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+            // The batch stopped at a failing statement and its transaction could not be ended
+            // here: it never began, or SQLite rolled it back itself (as on a full disk), or the
+            // connection is broken. Not knowing which, the pool opens a new connection.
+            conn.close_on_drop();
         }
         result
     });

@@ -2,6 +2,8 @@
 //! workflows whose steps write what they did to a journal the test reads.
 #![allow(dead_code, missing_docs)]
 
+pub mod tmpfs;
+
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
