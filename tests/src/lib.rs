@@ -11,6 +11,7 @@ pub mod fake_gcs;
 pub mod fake_google;
 pub mod fault_proxy;
 pub mod gcp_test_key;
+pub mod provider_state;
 pub mod replicas;
 pub mod rfc3339;
 pub mod simulated_kube;
