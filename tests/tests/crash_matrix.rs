@@ -514,7 +514,7 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
 
     // 7. A cancelled create's unwind: the cancel at a random moment of the create, the kill at
     // a random moment after it.
-    let cancel_delay = delays.within(windows.create);
+    let cancel_delay = delays.within(windows.cancel);
     let delay = delays.within(windows.unwind);
     let kind = Kind::Unwind;
     let (doomed_id, run) = cell.create_cluster(&doomed, &credential);
@@ -564,7 +564,8 @@ fn one_server(marker: &str) -> Verdict {
 }
 
 /// How long after a request its kill may come, per workflow, in ms: about as long as the
-/// workflow takes uncut on that provider, so that kills spread over its steps.
+/// workflow takes uncut on that provider (while six cells share two cores), so that kills spread
+/// over its steps; `cancel` is how long after a create its cancel may come.
 struct Windows {
     verify: u64,
     create: u64,
@@ -572,16 +573,43 @@ struct Windows {
     deploy: u64,
     upgrade: u64,
     delete: u64,
+    cancel: u64,
     unwind: u64,
 }
 
 impl Windows {
     fn of(provider: &str) -> Self {
         match provider {
-            "sim" => {
-                Self { verify: 100, create: 4000, job: 2500, deploy: 2500, upgrade: 2500, delete: 1500, unwind: 1500 }
-            }
-            _ => Self { verify: 300, create: 4000, job: 2500, deploy: 2500, upgrade: 2500, delete: 2000, unwind: 2000 },
+            "sim" => Self {
+                verify: 50,
+                create: 2500,
+                job: 1500,
+                deploy: 1500,
+                upgrade: 1500,
+                delete: 1200,
+                cancel: 1500,
+                unwind: 1000,
+            },
+            "aws" => Self {
+                verify: 250,
+                create: 1800,
+                job: 1200,
+                deploy: 1200,
+                upgrade: 1200,
+                delete: 900,
+                cancel: 1200,
+                unwind: 1000,
+            },
+            _ => Self {
+                verify: 250,
+                create: 2500,
+                job: 1200,
+                deploy: 1500,
+                upgrade: 1500,
+                delete: 1200,
+                cancel: 1500,
+                unwind: 1000,
+            },
         }
     }
 }
