@@ -50,6 +50,8 @@ use serde_json::Value;
 
 /// How long the test waits for a workflow to end after the restart.
 const END: Duration = Duration::from_secs(180);
+/// The seam's pause between a launch's answer and its step's checkpoint.
+const PAUSE_AFTER_LAUNCH_MS: &str = "400";
 /// The VMs of a one-worker cluster, by name.
 const VM_NAMES: [&str; 2] = ["cp", "w0"];
 
@@ -140,14 +142,15 @@ impl Provider {
         }
     }
 
-    /// The API's extra environment: the simulated Kubernetes for clusters whose VMs boot nothing.
+    /// The API's extra environment: the crash-test seam that holds each launch step between the
+    /// provider's answer and the step's checkpoint (the moment a kill leaves a VM the record does
+    /// not name), and the simulated Kubernetes for clusters whose VMs boot nothing.
     fn api_env(&self) -> Vec<(String, String)> {
-        match self {
-            Self::Sim => Vec::new(),
-            Self::Aws { _kube: kube, .. } | Self::Gcp { _kube: kube, .. } => {
-                vec![("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url())]
-            }
+        let mut env = vec![("ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS".to_owned(), PAUSE_AFTER_LAUNCH_MS.to_owned())];
+        if let Self::Aws { _kube: kube, .. } | Self::Gcp { _kube: kube, .. } = self {
+            env.push(("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url()));
         }
+        env
     }
 
     fn placement(&self) -> (&'static str, &'static str) {
@@ -582,32 +585,32 @@ impl Windows {
         match provider {
             "sim" => Self {
                 verify: 50,
-                create: 2500,
+                create: 3300,
                 job: 1500,
                 deploy: 1500,
                 upgrade: 1500,
                 delete: 1200,
-                cancel: 1500,
+                cancel: 2000,
                 unwind: 1000,
             },
             "aws" => Self {
                 verify: 250,
-                create: 1800,
+                create: 2600,
                 job: 1200,
                 deploy: 1200,
                 upgrade: 1200,
-                delete: 900,
-                cancel: 1200,
-                unwind: 1000,
+                delete: 600,
+                cancel: 1800,
+                unwind: 700,
             },
             _ => Self {
                 verify: 250,
-                create: 2500,
+                create: 3300,
                 job: 1200,
                 deploy: 1500,
                 upgrade: 1500,
                 delete: 1200,
-                cancel: 1500,
+                cancel: 2000,
                 unwind: 1000,
             },
         }
