@@ -487,10 +487,19 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
     let kind = Kind::Upgrade;
     cell.api.cli(&["deployment", "upgrade", &service, "-e", "VERSION=v2"]).expect_code(0);
     let landed = cell.kill(kind, delay);
+    // `status` reads the deployment and its revisions one after the other, not in one snapshot,
+    // so the upgrade has settled once both say so: revision 2 ended and the deployment on it, or
+    // revision 2 failed and the deployment back on revision 1.
     let ended = wait_until(END, "the upgrade to revision 2 to settle", || {
         let detail = cell.status(&service);
         let second = detail["revisions"].as_array()?.iter().find(|r| r["number"] == 2)?["result"].as_str()?.to_owned();
-        matches!(second.as_str(), "running" | "failed" | "rolled-back").then_some(detail)
+        let on = detail["deployment"]["revision"].as_i64()?;
+        let settled = match second.as_str() {
+            "running" => on == 2,
+            "failed" | "rolled-back" => on == 1,
+            _ => false,
+        };
+        (settled && detail["state"] == "running").then_some(detail)
     });
     assert_eq!(ended["state"], "running", "{ended:#}");
     let serving = ended["deployment"]["revision"].as_i64().unwrap();
