@@ -305,11 +305,13 @@ impl Engine {
     /// Cancels a run: it turns back and ends `cancelled`. A step running now is stopped (at
     /// once if this engine drives the run, at the driver's next heartbeat otherwise) and its undo
     /// runs first, then the undos of the completed steps in reverse order. A run that never
-    /// started and whose first step has no undo ends at once.
+    /// started and whose first step has no undo ends at once. A run whose every step is
+    /// checkpointed is ending: its cancel is refused, as if it had ended.
     pub async fn cancel(&self, id: Uuid) -> Result<RunStatus, EngineError> {
         let registry = &self.inner.registry;
         let nothing_to_undo = |kind: &str, version: u32| !registry.first_step_has_undo(kind, version);
-        let outcome = self.inner.store.cancel(id, now_ms(), nothing_to_undo).await?;
+        let step_count = |kind: &str, version: u32| registry.step_count(kind, version);
+        let outcome = self.inner.store.cancel(id, now_ms(), nothing_to_undo, step_count).await?;
         if matches!(outcome, ActionOutcome::Done(_)) {
             self.inner.tell_cancelled(id);
         }

@@ -77,6 +77,11 @@ impl Registry {
     pub(crate) fn first_step_has_undo(&self, kind: &str, version: u32) -> bool {
         self.get(kind, version).is_some_and(|definition| definition.first_step_has_undo())
     }
+
+    /// How many steps the workflow `kind` has at `version`, if it is registered.
+    pub(crate) fn step_count(&self, kind: &str, version: u32) -> Option<usize> {
+        self.get(kind, version).map(|definition| definition.step_names().len())
+    }
 }
 
 /// How a step waits, if it does.

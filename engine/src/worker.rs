@@ -28,8 +28,9 @@ use crate::timeline::{EventKind, StepStatus};
 
 /// What an attempt (or a cancel) changes in a run.
 enum Transition {
-    /// A forward step completed; the next one starts.
-    Advance { step: StepRecord, next: &'static str },
+    /// A forward step completed; the next one starts, or, after the last step (`next` `None`),
+    /// the run is finishing: every step is checkpointed and the run has yet to end.
+    Advance { step: StepRecord, next: Option<&'static str> },
     /// The last step completed (its record, unless there was none left to run) and the
     /// workflow built its output.
     Succeed { step: Option<StepRecord>, output: Value },
@@ -243,7 +244,7 @@ impl Driver<'_> {
                 // As if a cancel arrived while the step ran and the process died before its
                 // checkpoint: the cancel is recorded, the output is lost.
                 // Boxed: a rare path whose large future would otherwise swell every driver's.
-                if let Err(err) = Box::pin(self.inner.store.cancel(run.id, now_ms(), |_, _| false)).await {
+                if let Err(err) = Box::pin(self.inner.store.cancel(run.id, now_ms(), |_, _| false, |_, _| None)).await {
                     warn!(error = %error_chain(&err), "injecting a cancel failed");
                 }
                 Attempt::Cancelled
@@ -275,7 +276,7 @@ impl Driver<'_> {
         };
         self.instance.completed(index, output);
         if index + 1 < self.instance.step_count() {
-            Transition::Advance { step, next: self.instance.step_name(index + 1) }
+            Transition::Advance { step, next: Some(self.instance.step_name(index + 1)) }
         } else {
             self.finish(Some(step))
         }
@@ -451,9 +452,33 @@ impl Driver<'_> {
         }
     }
 
+    /// The last step completed: its checkpoint is committed on its own first, and the run ends
+    /// by a second commit. A cancel recorded before the first (through another engine, or as the
+    /// step's work ended) comes back with it and turns the run back, the last step undone with
+    /// its output; the store refuses a cancel once every step is checkpointed. So a cancel the
+    /// store accepted is never lost to the run's success. Returns `None` if the lease was taken
+    /// over, else the transition that replaces the success (`Some(None)`: none, succeed).
+    async fn finishing(
+        &self,
+        run: &mut RunRecord,
+        step: StepRecord,
+    ) -> Result<Option<Option<Transition>>, sqlx::Error> {
+        if matches!(apply(self.inner, run, Transition::Advance { step, next: None }).await?, Next::Stop) {
+            return Ok(None);
+        }
+        Ok(Some(run.cancel_requested.then(|| self.turn_back_for_cancel(run, false))))
+    }
+
     /// Applies the transition to the run and commits it (see [`apply`]), keeping the workflow's
     /// own view of the run in step.
     async fn apply(&mut self, run: &mut RunRecord, transition: Transition) -> Result<Next, sqlx::Error> {
+        let transition = match transition {
+            Transition::Succeed { step: Some(step), output } => match self.finishing(run, step).await? {
+                Some(transition) => transition.unwrap_or(Transition::Succeed { step: None, output }),
+                None => return Ok(Next::Stop),
+            },
+            other => other,
+        };
         if let Transition::Unwind { reason, .. } = &transition {
             self.instance.turned_back(reason, run.cancel_requested);
         }
@@ -481,8 +506,8 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
             // `next_at` stays as it is (already due): the checkpoint then changes no indexed
             // column, which keeps it cheap (a HOT update on PostgreSQL).
             run.status = RunStatus::Running;
-            run.current_step = Some(next.to_owned());
-            run.step_started_at = Some(now);
+            run.current_step = next.map(str::to_owned);
+            run.step_started_at = next.map(|_| now);
             // The step's row is its `step-succeeded` entry in the timeline: no event row.
             Ok(continue_unless_fenced(commit(inner, run, false, Some(&step), &[]).await?))
         }

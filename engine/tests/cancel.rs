@@ -231,6 +231,68 @@ async fn a_cancel_before_the_first_step(db: TestDb) {
     engine.shutdown(WAIT).await;
 }
 
+/// A cancel recorded through another engine while the last step runs, its driver deaf to it (no
+/// heartbeat), and the step then completes: the run turns back and ends `cancelled`, the last step
+/// undone with its output, instead of succeeding with the cancel accepted and dropped (what the
+/// crash matrix once saw of a `cluster.create` cancelled as `mark_ready` ended).
+async fn a_cancel_as_the_last_step_ends_turns_the_run_back(db: TestDb) {
+    struct Last {
+        journal: Journal,
+        release: Arc<tokio::sync::Notify>,
+    }
+    impl Workflow for Last {
+        const KIND: &'static str = "last";
+        const VERSION: u32 = 1;
+        type Input = ();
+        type Output = ();
+        fn steps() -> Steps<Self> {
+            Steps::new()
+                .then(
+                    Step::action("prepare", |ctx: StepCtx<Self>| async move {
+                        ctx.workflow().journal.push("prepare");
+                        Ok(())
+                    })
+                    .undo(|ctx: StepCtx<Self>, effect: Effect<()>| async move {
+                        ctx.workflow().journal.push(format!("undo prepare {}", known(&effect)));
+                        Ok(())
+                    }),
+                )
+                .then(
+                    Step::action("last", |ctx: StepCtx<Self>| async move {
+                        ctx.workflow().journal.push("last started");
+                        ctx.workflow().release.notified().await;
+                        Ok(())
+                    })
+                    .undo(|ctx: StepCtx<Self>, effect: Effect<()>| async move {
+                        ctx.workflow().journal.push(format!("undo last {}", known(&effect)));
+                        Ok(())
+                    }),
+                )
+        }
+        fn output(_: &StepCtx<Self>) -> Result<(), StepError> {
+            Ok(())
+        }
+    }
+    let store = db.store().await;
+    let journal = Journal::default();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let last = || Arc::new(Last { journal: journal.clone(), release: release.clone() });
+    let deaf = EngineConfig { heartbeats: false, ..config("last-driver") };
+    let driver = Engine::start(store.clone(), Registry::new().with(last()), deaf).await.unwrap();
+    let id = driver.submit::<Last>(&(), None).await.unwrap();
+    until_journal(&journal, "last started").await;
+    let operator = start(&store, Registry::new().with(last()), "last-operator").await;
+    assert_eq!(operator.cancel(id).await.unwrap(), RunStatus::Running);
+    release.notify_one();
+    let run = driver.wait(id, WAIT).await.unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled, "the accepted cancel was dropped: {run:?}");
+    assert_eq!(journal.entries(), ["prepare", "last started", "undo last done", "undo prepare done"]);
+    // Once it has ended, a cancel is refused.
+    assert!(matches!(operator.cancel(id).await, Err(EngineError::InvalidState { .. })));
+    operator.shutdown(WAIT).await;
+    driver.shutdown(WAIT).await;
+}
+
 /// Two engines can never hold one owner name at once; the name is free again once its holder
 /// stops (here: is dropped, as a crash drops it).
 async fn an_owner_name_has_one_live_holder(db: TestDb) {
@@ -275,5 +337,6 @@ on_both_stores!(
     a_cancel_through_another_engine_reaches_the_step,
     a_hung_attempt_meets_its_deadline,
     a_cancel_before_the_first_step,
+    a_cancel_as_the_last_step_ends_turns_the_run_back,
     an_owner_name_has_one_live_holder,
 );

@@ -3,7 +3,8 @@
 //! The library holds what a test and the child processes it starts must agree on; the tests
 //! themselves live in `tests/`, the child processes in `src/bin/`. [`e2e`] holds what the
 //! end-to-end tests of the `anycloud` binary (`tests/api_*.rs`) share; [`replicas`] what the
-//! tests of several engine processes on one PostgreSQL share.
+//! tests of several engine processes on one PostgreSQL share; [`provider_state`] what the tests
+//! that compare a workflow's end with the provider's own state share.
 
 pub mod e2e;
 pub mod fake_gce;
@@ -12,6 +13,7 @@ pub mod fake_google;
 pub mod fake_secret_manager;
 pub mod fault_proxy;
 pub mod gcp_test_key;
+pub mod provider_state;
 pub mod replicas;
 pub mod rfc3339;
 pub mod simulated_kube;

@@ -24,9 +24,10 @@ use anycloud_tests::e2e::{self, Api, ApiOptions, CliChild, Moto, Output};
 use anycloud_tests::fake_gce::FakeGce;
 use anycloud_tests::fault_proxy::{Dialect, FaultKind, FaultPlan, FaultProxy};
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
+use anycloud_tests::provider_state::{self, Holdings};
 use anycloud_tests::simulated_kube::{GceMachines, MotoMachines, SimulatedKube};
 use anycloud_workflows::cloud::CloudError;
-use anycloud_workflows::cloud::{CLUSTER_TAG, Cloud, LaunchSpec, NAME_TAG, Role};
+use anycloud_workflows::cloud::{Cloud, LaunchSpec, Role};
 use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::aws_cloud::AwsCloud;
 use anycloud_workflows::providers::gcp_cloud::GcpCloud;
@@ -56,27 +57,6 @@ impl Settings {
             clusters: read("ANYCLOUD_FAULTS_CLUSTERS").map_or(default_clusters, |v| v.parse().unwrap()),
             rate: read("ANYCLOUD_FAULTS_RATE").map_or(0.3, |v| v.parse().unwrap()),
         }
-    }
-}
-
-/// What the provider holds of one cluster: its live VMs' names and its network rules.
-#[derive(Debug, Default)]
-struct Holdings {
-    vm_names: Vec<String>,
-    rules: usize,
-}
-
-impl Holdings {
-    fn is_empty(&self) -> bool {
-        self.vm_names.is_empty() && self.rules == 0
-    }
-
-    /// Live VMs beyond one per name.
-    fn duplicates(&self) -> usize {
-        let mut names = self.vm_names.clone();
-        names.sort_unstable();
-        names.dedup();
-        self.vm_names.len() - names.len()
     }
 }
 
@@ -275,28 +255,7 @@ impl Provider for Ec2AtMoto {
     }
     /// Asked of moto itself, through boto3: instances not terminated, security groups.
     fn holdings(&self, cluster_id: &str) -> Holdings {
-        const SCRIPT: &str = r#"
-import json, os
-import boto3
-ec2 = boto3.client("ec2", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
-tag = [{"Name": "tag:" + os.environ["CLUSTER_TAG"], "Values": [os.environ["CLUSTER_ID"]]}]
-names = []
-for reservation in ec2.describe_instances(Filters=tag)["Reservations"]:
-    for instance in reservation["Instances"]:
-        if instance["State"]["Name"] != "terminated":
-            tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-            names.append(tags.get(os.environ["NAME_TAG"], instance["InstanceId"]))
-groups = ec2.describe_security_groups(Filters=tag)["SecurityGroups"]
-print(json.dumps({"vm_names": names, "rules": len(groups)}))
-"#;
-        let out = self
-            .moto
-            .python(SCRIPT, &[("CLUSTER_TAG", CLUSTER_TAG), ("NAME_TAG", NAME_TAG), ("CLUSTER_ID", cluster_id)]);
-        let held: Value = serde_json::from_str(out.trim()).unwrap();
-        Holdings {
-            vm_names: held["vm_names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_owned()).collect(),
-            rules: usize::try_from(held["rules"].as_u64().unwrap()).unwrap(),
-        }
+        provider_state::at_moto(&self.moto, cluster_id)
     }
 }
 
@@ -319,17 +278,7 @@ impl Provider for FakeCompute {
     }
     /// Asked of the fake's inspection API: its instances (in any state) and firewall rules.
     fn holdings(&self, cluster_id: &str) -> Holdings {
-        let prefix = format!("ac-{}-", &cluster_id.replace('-', "")[..12]);
-        let vm_names = self
-            .fake
-            .instances(PROJECT)
-            .iter()
-            .filter(|i| i["labels"][CLUSTER_TAG] == cluster_id)
-            .map(|i| i["labels"][NAME_TAG].as_str().unwrap_or("?").to_owned())
-            .collect();
-        let rules =
-            self.fake.firewalls(PROJECT).iter().filter(|r| r["name"].as_str().unwrap().starts_with(&prefix)).count();
-        Holdings { vm_names, rules }
+        provider_state::at_fake_compute(&self.fake, PROJECT, cluster_id)
     }
 }
 

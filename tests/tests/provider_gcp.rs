@@ -378,3 +378,24 @@ async fn until_no_vms(cloud: &GcpCloud, placement: &Placement) {
     }
     panic!("the VM was not gone");
 }
+
+/// A cluster whose create was cancelled before `pin_placement` pinned its zone has a record
+/// without one; its delete lists and terminates nothing instead of failing on the missing zone
+/// (the crash matrix saw such a delete fail terminally and the cluster stay `deleting`).
+#[test]
+fn a_placement_without_a_zone_has_no_instances_to_list_or_terminate() {
+    let fake = FakeGce::start();
+    block_on(async {
+        let cloud = cloud(&fake).await;
+        let placement = Placement {
+            cluster_id: cluster_id(),
+            region: "us-central1".into(),
+            zone: None,
+            vm_type: "e2-standard-2".into(),
+            image: None,
+        };
+        assert!(cloud.list_vms(&placement).await.unwrap().is_empty());
+        cloud.terminate(&placement, &[]).await.unwrap();
+        assert!(!cloud.network_exists(&placement).await.unwrap());
+    });
+}

@@ -46,12 +46,15 @@ struct ActionRow {
 impl Store {
     /// Asks the run to turn back: a run that never started ends `cancelled` at once when
     /// `ends_at_once(kind, version)` says it has nothing to undo; any other run is made due, so
-    /// that a worker unwinds it (a parked forward run included).
+    /// that a worker unwinds it (a parked forward run included). A forward run whose every step
+    /// is checkpointed (`step_count(kind, version)` of them) is ending: the cancel is refused as
+    /// for an ended run, because its driver has read the cancel flag for the last time.
     pub(crate) async fn cancel(
         &self,
         run: Uuid,
         now: Millis,
         ends_at_once: impl FnOnce(&str, u32) -> bool,
+        step_count: impl FnOnce(&str, u32) -> Option<usize>,
     ) -> Result<ActionOutcome, sqlx::Error> {
         let id = run.to_string();
         let lock = self.row_lock();
@@ -65,6 +68,10 @@ impl Store {
             let status = parse_status(&row.status)?;
             if status.is_final() {
                 return Ok(ActionOutcome::NotApplicable(status));
+            }
+            let steps = step_count(&row.kind, row.version as u32);
+            if Phase::parse(&row.phase) == Phase::Forward && steps.is_some_and(|n| row.step_index as usize >= n) {
+                return Ok(ActionOutcome::NotApplicable(RunStatus::Succeeded));
             }
             insert_signal(&mut tx, &id, "cancel", &Value::Null, now).await?;
             let unstarted = status == RunStatus::Pending && row.step_index == 0 && row.lease_owner.is_none();

@@ -275,9 +275,11 @@ impl GcpCloud {
         }
     }
 
-    /// Every instance of the cluster in the zone, in every state.
+    /// Every instance of the cluster in the zone, in every state. A placement without a zone has
+    /// none: no launch goes without one (a create cancelled before `pin_placement` pinned its zone
+    /// leaves such a record, and its delete must find nothing rather than fail).
     async fn cluster_instances(&self, placement: &Placement) -> Result<Vec<Instance>, CloudError> {
-        let zone = Self::zone(placement)?;
+        let Some(zone) = placement.zone.as_deref().filter(|zone| !zone.is_empty()) else { return Ok(Vec::new()) };
         let filter = format!("labels.{CLUSTER_TAG} = \"{}\"", placement.cluster_id);
         let mut instances = Vec::new();
         let mut page_token: Option<String> = None;
