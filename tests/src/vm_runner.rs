@@ -129,6 +129,38 @@ impl VmRunner {
         std::fs::remove_dir_all(&vm.disk).expect("wiping the VM's disk");
         std::fs::create_dir_all(&vm.disk).expect("a fresh disk");
     }
+
+    /// [`kill_and_wipe`](Self::kill_and_wipe)s `instance`, waits until the runner has started it
+    /// again (restoring from its bucket) and `local` (the CLI's API) shows `cluster` ready;
+    /// answers its `cluster status --json`. The engine's last second of step checkpoints may not
+    /// have shipped (docs/hosting.md): a step may run again and finds what it made by its tags.
+    /// A timeout shows the last status and the VM's log.
+    pub fn kill_wipe_and_await_ready(
+        &self,
+        local: &crate::e2e::Api,
+        instance: &str,
+        cluster: &str,
+    ) -> serde_json::Value {
+        self.kill_and_wipe(instance);
+        crate::e2e::wait_until(Duration::from_secs(60), "the hosted API to restart", || {
+            (self.starts(instance) == 2).then_some(())
+        });
+        let last = std::cell::RefCell::new(String::new());
+        let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::e2e::wait_until(Duration::from_secs(90), "the restored API to show the cluster ready", || {
+                let out = local.cli(&["--json", "cluster", "status", cluster]);
+                *last.borrow_mut() = out.to_string();
+                (out.code == 0 && out.json()["cluster"]["phase"] == "ready").then(|| out.json())
+            })
+        }));
+        waited.unwrap_or_else(|_| {
+            panic!(
+                "the cluster is not ready after the restore:\n{}\n--- the VM's log\n{}",
+                last.borrow(),
+                self.log(instance)
+            )
+        })
+    }
 }
 
 impl Drop for VmRunner {

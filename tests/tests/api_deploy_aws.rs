@@ -212,27 +212,7 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     out.wait(Duration::from_secs(120)).expect_code(0);
 
     // 3. The VM's disk is lost: a fresh one restores everything from the bucket.
-    runner.kill_and_wipe(&instance);
-    e2e::wait_until(Duration::from_secs(60), "the hosted API to restart", || {
-        (runner.starts(&instance) == 2).then_some(())
-    });
-    // The engine's last second of step checkpoints may not have shipped (docs/hosting.md): a
-    // step may run again, and finds what it made by its tags.
-    let last = std::cell::RefCell::new(String::new());
-    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        e2e::wait_until(Duration::from_secs(90), "the restored API to show the cluster ready", || {
-            let out = local.cli(&["--json", "cluster", "status", "training"]);
-            *last.borrow_mut() = out.to_string();
-            (out.code == 0 && out.json()["cluster"]["phase"] == "ready").then(|| out.json())
-        })
-    }));
-    let status = waited.unwrap_or_else(|_| {
-        panic!(
-            "the cluster is not ready after the restore:\n{}\n--- the VM's log\n{}",
-            last.borrow(),
-            runner.log(&instance)
-        )
-    });
+    let status = runner.kill_wipe_and_await_ready(&local, &instance, "training");
     let cluster_id = status["cluster"]["id"].as_str().unwrap();
     let count = moto.python(
         r#"

@@ -97,31 +97,6 @@ fn create_cluster(api: &Api, credential: &str, region: &str, vm_type: &str) {
     api.spawn_cli(&[&args[..], &rest[..]].concat()).wait(Duration::from_secs(120)).expect_code(0);
 }
 
-/// SIGKILLs the hosted API, wipes its disk, and waits until the restored one shows the cluster
-/// ready; answers the cluster's id.
-fn kill_wipe_and_restore(local: &Api, runner: &VmRunner, instance: &str) -> String {
-    runner.kill_and_wipe(instance);
-    e2e::wait_until(Duration::from_secs(60), "the hosted API to restart", || {
-        (runner.starts(instance) == 2).then_some(())
-    });
-    let last = std::cell::RefCell::new(String::new());
-    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        e2e::wait_until(Duration::from_secs(90), "the restored API to show the cluster ready", || {
-            let out = local.cli(&["--json", "cluster", "status", "training"]);
-            *last.borrow_mut() = out.to_string();
-            (out.code == 0 && out.json()["cluster"]["phase"] == "ready").then(|| out.json())
-        })
-    }));
-    let status = waited.unwrap_or_else(|_| {
-        panic!(
-            "the cluster is not ready after the restore:\n{}\n--- the VM's log\n{}",
-            last.borrow(),
-            runner.log(instance)
-        )
-    });
-    status["cluster"]["id"].as_str().unwrap().to_owned()
-}
-
 /// The milliseconds the hosted API took to read its key, from its log line.
 fn secret_read_ms(log: &str) -> Vec<u64> {
     log.lines()
@@ -277,7 +252,8 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
     // 2. A cluster on the hosted API, then the VM's disk is lost: the state comes back from GCS.
     aws_credential(&local, "moto-capacity", &moto, REGION);
     create_cluster(&local, "moto-capacity", REGION, "t3.large");
-    let cluster_id = kill_wipe_and_restore(&local, &runner, &instance);
+    let status = runner.kill_wipe_and_await_ready(&local, &instance, "training");
+    let cluster_id = status["cluster"]["id"].as_str().unwrap().to_owned();
     assert_eq!(
         cluster_vms_at_moto(&moto, &cluster_id),
         "t3.large worker\nt3.medium control-plane",
@@ -381,7 +357,8 @@ fn an_api_on_gcp_keeps_its_state_in_an_s3_bucket_through_a_secret_only_its_vm_re
 
     // 2. A cluster on the hosted API, its control plane and capacity at Google; the disk lost.
     create_cluster(&local, "gcp-host", REGION, "e2-standard-2");
-    let cluster_id = kill_wipe_and_restore(&local, &runner, &instance);
+    let status = runner.kill_wipe_and_await_ready(&local, &instance, "training");
+    let cluster_id = status["cluster"]["id"].as_str().unwrap().to_owned();
     assert_eq!(hosted_at_google(&google, CLUSTER_TAG, &cluster_id).len(), 2, "none launched twice");
     let log = runner.log(&instance);
     assert!(log.contains("restored from s3://team-api-state/"), "{log}");

@@ -242,14 +242,7 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(workers[0]["user_data"].as_str().unwrap().contains(&join), "joins over the public address: {join}");
 
     // 3. The VM's disk is lost: a fresh one restores everything from the bucket.
-    runner.kill_and_wipe(&instance);
-    e2e::wait_until(Duration::from_secs(60), "the hosted API to restart", || {
-        (runner.starts(&instance) == 2).then_some(())
-    });
-    let status = e2e::wait_until(Duration::from_secs(90), "the restored API to show the cluster ready", || {
-        let out = local.cli(&["--json", "cluster", "status", "training"]);
-        (out.code == 0 && out.json()["cluster"]["phase"] == "ready").then(|| out.json())
-    });
+    let status = runner.kill_wipe_and_await_ready(&local, &instance, "training");
     assert_eq!(status["cluster"]["id"], cluster_id.as_str());
     assert_eq!(live_instances(&google, CLUSTER_TAG, &cluster_id).len(), 1, "none launched twice");
     assert_eq!(at_moto(&moto, &cluster_id).len() - 1, 1, "none launched twice");
