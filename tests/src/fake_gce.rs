@@ -115,6 +115,16 @@ impl FakeGce {
         })
     }
 
+    /// The project's instances labelled `label` = `value` that run or are starting
+    /// (`PROVISIONING`, `STAGING`, `RUNNING`), as [`instances`](Self::instances) shows them.
+    pub fn live_instances(&self, project: &str, label: &str, value: &str) -> Vec<Value> {
+        self.instances(project)
+            .into_iter()
+            .filter(|i| i["labels"][label] == value)
+            .filter(|i| ["PROVISIONING", "STAGING", "RUNNING"].contains(&i["status"].as_str().unwrap_or_default()))
+            .collect()
+    }
+
     /// The project's firewall rules, as `firewalls.get` would show them, ordered by name.
     pub fn firewalls(&self, project: &str) -> Vec<Value> {
         let mut fake = self.lock();

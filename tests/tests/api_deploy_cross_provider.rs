@@ -24,7 +24,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anycloud_tests::e2e::{self, Api, ApiOptions, Moto, Output};
+use anycloud_tests::e2e::{self, Api, ApiOptions, CliChild, Moto, Output};
 use anycloud_tests::fake_google::FakeGoogle;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, TEST_ONLY_PRIVATE_KEY, service_account_json};
 use anycloud_tests::simulated_kube::{GceMachines, MotoMachines, SimulatedKube};
@@ -65,6 +65,11 @@ fn gcp_credential(api: &Api, name: &str, key_file: &Path, google: &FakeGoogle) {
 
 /// `api serve --id team-api` hosted with `hosting`, its bucket with `storage`; followed to its end.
 fn deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: &str, port: &str) -> Output {
+    spawn_deploy(api, hosting, storage, vm_type, region, port).wait(Duration::from_secs(180))
+}
+
+/// [`deploy`]'s command, started: the CLI follows the deploy until it ends.
+fn spawn_deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: &str, port: &str) -> CliChild {
     api.spawn_cli(&[
         "--json",
         "api",
@@ -87,7 +92,6 @@ fn deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: &str, 
         "https://downloads.example.com/anycloud-{arch}",
         "--use",
     ])
-    .wait(Duration::from_secs(180))
 }
 
 /// `cluster create training` on the active API: one worker on `credential`.
@@ -168,13 +172,7 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
 
 /// The hosted-API instances the fake Compute Engine runs (or is starting).
 fn hosted_at_google(google: &FakeGoogle, label: &str, value: &str) -> Vec<Value> {
-    google
-        .gce()
-        .instances(PROJECT)
-        .into_iter()
-        .filter(|i| i["labels"][label] == value)
-        .filter(|i| ["PROVISIONING", "STAGING", "RUNNING"].contains(&i["status"].as_str().unwrap_or_default()))
-        .collect()
+    google.gce().live_instances(PROJECT, label, value)
 }
 
 /// A line of the test key that identifies it (long enough to search for).
@@ -405,27 +403,7 @@ fn a_cancelled_cross_provider_deploy_deletes_the_secret_it_stored() {
     gcp_credential(&local, "gcp-state", &key_file, &google);
     // No VM runner: the VM never answers, and the deploy waits in `wait_until_answers`.
     let port = e2e::free_port().to_string();
-    let follower = local.spawn_cli(&[
-        "--json",
-        "api",
-        "serve",
-        "--id",
-        "team-api",
-        "--credentials",
-        "aws-host",
-        "--checkpoint-storage-credentials",
-        "gcp-state",
-        "--vm-type",
-        "t3.medium",
-        "--region",
-        REGION,
-        "--checkpoint-bucket",
-        BUCKET,
-        "--port",
-        &port,
-        "--binary-url",
-        "https://downloads.example.com/anycloud-{arch}",
-    ]);
+    let follower = spawn_deploy(&local, "aws-host", "gcp-state", "t3.medium", REGION, &port);
     e2e::wait_until(Duration::from_secs(60), "the deploy to store its secret", || {
         (at_moto(&moto)["secrets"].as_object().unwrap().len() == 1).then_some(())
     });

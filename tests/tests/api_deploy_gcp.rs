@@ -31,13 +31,7 @@ const HOSTING: &str = "gcp-host";
 
 /// The instances the fake runs (or is starting) with `label` = `value`.
 fn live_instances(google: &FakeGoogle, label: &str, value: &str) -> Vec<Value> {
-    google
-        .gce()
-        .instances(PROJECT)
-        .into_iter()
-        .filter(|i| i["labels"][label] == value)
-        .filter(|i| ["PROVISIONING", "STAGING", "RUNNING"].contains(&i["status"].as_str().unwrap_or_default()))
-        .collect()
+    google.gce().live_instances(PROJECT, label, value)
 }
 
 /// The cluster's instances at moto that run (or are starting), as boto3 sees them.
