@@ -461,6 +461,10 @@ pub(crate) struct ServeArgs {
     /// Runs as the hosted API process itself (what `--credentials sim` starts).
     #[arg(long, hide = true, conflicts_with = "credentials")]
     pub(crate) hosted_by: Option<String>,
+    /// A hosted API: the public address its requests leave from, which its clusters' rules let
+    /// reach their Kubernetes APIs [default: `--tls-address`, the address it is reached at].
+    #[arg(long, hide = true, requires = "hosted_by")]
+    pub(crate) public_address: Option<String>,
     /// A hosted API: place clusters' control planes with this credential saved on it (the one it
     /// is hosted with; `api.deploy`'s boot script passes it, and saves the credential here).
     #[arg(long, hide = true, requires_all = ["hosted_by", "control_plane_region", "control_plane_vm_type"])]

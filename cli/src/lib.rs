@@ -169,6 +169,13 @@ async fn run(cli: Cli) -> CliResult {
                     (_, _, Some(address)) => Some(server::tls::TlsSource::Issued { address }),
                     _ => None,
                 };
+                // A hosted API's requests leave from the address it is reached at, unless told.
+                let public_address = match (&args.hosted_by, &tls) {
+                    (Some(_), Some(server::tls::TlsSource::Issued { address })) => {
+                        args.public_address.or_else(|| Some(address.clone()))
+                    }
+                    _ => args.public_address,
+                };
                 let options = server::ServeOptions {
                     checkpoint,
                     listen: args.listen,
@@ -178,6 +185,7 @@ async fn run(cli: Cli) -> CliResult {
                     data_dir: args.data_dir,
                     database_url: args.database_url,
                     use_it: args.use_it,
+                    public_address,
                     hosted_by: args.hosted_by,
                     control_planes: match (
                         args.control_plane_credentials,

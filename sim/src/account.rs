@@ -6,6 +6,7 @@ use anycloud_engine::{execute, with_pool};
 use anycloud_workflows::cloud::{
     CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Vm,
 };
+use anycloud_workflows::cluster_network::Openings;
 use anycloud_workflows::kube_api::KubeEndpoint;
 use anycloud_workflows::now_ms;
 use anycloud_workflows::providers::Verdict;
@@ -131,6 +132,18 @@ impl Cloud for SimAccount {
         )
         .map_err(SimError::from)?;
         Ok(Network { id })
+    }
+
+    /// The simulated network filters no traffic (its VMs are processes on one host), so there
+    /// is nothing to open; like a provider's, the call fails when the network is missing.
+    async fn open_network(&self, placement: &Placement, _openings: &Openings) -> Result<(), CloudError> {
+        if !self.network_exists(placement).await? {
+            return Err(CloudError::Retryable(format!(
+                "simulated cloud: InvalidGroup.NotFound: cluster {} has no network to open",
+                placement.cluster_id
+            )));
+        }
+        Ok(())
     }
 
     async fn delete_network(&self, placement: &Placement) -> Result<(), CloudError> {

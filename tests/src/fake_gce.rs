@@ -53,8 +53,13 @@ const ZONES: [(&str, &str); 3] =
     [("us-central1-a", "us-central1"), ("us-central1-b", "us-central1"), ("europe-west1-b", "europe-west1")];
 
 /// The machine types of every zone: name, vCPUs, memory (MB).
-const MACHINE_TYPES: [(&str, u32, u32); 3] =
-    [("e2-standard-2", 2, 8192), ("e2-medium", 2, 4096), ("n2-standard-4", 4, 16384)];
+/// Machine types: name, vCPUs, memory (MB), architecture (as machineTypes.get names it).
+const MACHINE_TYPES: [(&str, u32, u32, &str); 4] = [
+    ("e2-standard-2", 2, 8192, "X86_64"),
+    ("e2-medium", 2, 4096, "X86_64"),
+    ("n2-standard-4", 4, 16384, "X86_64"),
+    ("t2a-standard-1", 1, 4096, "ARM64"),
+];
 
 /// The running fake: a server on its own thread and runtime, and its state for inspection.
 pub struct FakeGce {
@@ -625,8 +630,8 @@ fn get_machine_type(project: &str, zone: &str, machine_type: &str) -> Response {
     if zone_region(zone).is_none() {
         return invalid(format!("Invalid value for field 'zone': '{zone}'. Unknown zone."));
     }
-    match MACHINE_TYPES.iter().find(|(name, _, _)| *name == machine_type) {
-        Some((name, cpus, memory)) => ok(json!({
+    match MACHINE_TYPES.iter().find(|(name, ..)| *name == machine_type) {
+        Some((name, cpus, memory, architecture)) => ok(json!({
             "kind": "compute#machineType",
             "id": stable_id(name),
             "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
@@ -640,7 +645,7 @@ fn get_machine_type(project: &str, zone: &str, machine_type: &str) -> Response {
             "zone": zone,
             "selfLink": format!("{BASE}/projects/{project}/zones/{zone}/machineTypes/{name}"),
             "isSharedCpu": false,
-            "architecture": "X86_64",
+            "architecture": architecture,
         })),
         None => not_found(&format!("projects/{project}/zones/{zone}/machineTypes/{machine_type}")),
     }
@@ -718,7 +723,7 @@ fn check_labels(labels: &Value) -> Result<BTreeMap<String, String>, Response> {
 /// The machine type name of `zones/ZONE/machineTypes/TYPE` (or a URL ending so) in `zone`.
 fn machine_type_of<'a>(value: &'a str, zone: &str) -> Option<&'a str> {
     let tail = value.rsplit_once(&format!("zones/{zone}/machineTypes/")).map(|(_, t)| t)?;
-    MACHINE_TYPES.iter().find(|(name, _, _)| *name == tail).map(|_| tail)
+    MACHINE_TYPES.iter().find(|(name, ..)| *name == tail).map(|_| tail)
 }
 
 /// Whether `network` names the project's `default` network.
@@ -763,7 +768,7 @@ fn insert_instance(
             machine_type_field.rsplit('/').next().unwrap_or_default()
         ));
     };
-    let cpus = MACHINE_TYPES.iter().find(|(n, _, _)| *n == machine_type).map_or(0, |(_, c, _)| *c);
+    let cpus = MACHINE_TYPES.iter().find(|(n, ..)| *n == machine_type).map_or(0, |(_, c, ..)| *c);
     let labels = match check_labels(&body["labels"]) {
         Ok(labels) => labels,
         Err(response) => return response,

@@ -129,3 +129,48 @@ pub fn at_sim(api: &Api, cluster_id: &str) -> Holdings {
         .len();
     held
 }
+
+/// The rules of the cluster's security groups at moto that let traffic in, as `all from the
+/// group` or `PROTOCOL PORT CIDR` (one line per source), sorted.
+pub fn ingress_at_moto(moto: &Moto, cluster_id: &str) -> Vec<String> {
+    const SCRIPT: &str = r#"
+import json, os
+import boto3
+ec2 = boto3.client("ec2", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
+tag = [{"Name": "tag:" + os.environ["CLUSTER_TAG"], "Values": [os.environ["CLUSTER_ID"]]}]
+rules = []
+for group in ec2.describe_security_groups(Filters=tag)["SecurityGroups"]:
+    for rule in group["IpPermissions"]:
+        if any(pair["GroupId"] == group["GroupId"] for pair in rule.get("UserIdGroupPairs", [])):
+            rules.append("all from the group" if rule["IpProtocol"] == "-1" else "other from the group")
+        for cidr in rule.get("IpRanges", []):
+            rules.append("%s %s %s" % (rule["IpProtocol"], rule.get("FromPort", -1), cidr["CidrIp"]))
+print(json.dumps(sorted(rules)))
+"#;
+    let out = moto.python(SCRIPT, &[("CLUSTER_TAG", CLUSTER_TAG), ("CLUSTER_ID", cluster_id)]);
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+/// The cluster's firewall rules at the fake Compute server, as `NAME: all from the cluster's
+/// VMs` or `NAME: PROTOCOL PORT CIDR` (one line per source), sorted.
+pub fn ingress_at_fake_compute(fake: &FakeGce, project: &str, cluster_id: &str) -> Vec<String> {
+    let prefix = format!("ac-{}-", &cluster_id.replace('-', "")[..12]);
+    let mut rules = Vec::new();
+    for rule in fake.firewalls(project) {
+        let Some(name) = rule["name"].as_str().and_then(|name| name.strip_prefix(&prefix)) else { continue };
+        for allowed in rule["allowed"].as_array().unwrap() {
+            let protocol = allowed["IPProtocol"].as_str().unwrap();
+            let ports: Vec<&str> = allowed["ports"]
+                .as_array()
+                .map_or_else(Vec::new, |ports| ports.iter().filter_map(Value::as_str).collect());
+            if rule["sourceTags"].as_array().is_some_and(|tags| !tags.is_empty()) {
+                rules.push(format!("{name}: {protocol} from the cluster's VMs"));
+            }
+            for source in rule["sourceRanges"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                rules.push(format!("{name}: {protocol} {} {}", ports.join(","), source.as_str().unwrap()));
+            }
+        }
+    }
+    rules.sort();
+    rules
+}

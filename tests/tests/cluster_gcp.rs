@@ -7,8 +7,9 @@
 //! kubelets would register.
 //!
 //! What Compute Engine holds is asked of the fake, never of anycloud: after the create, exactly
-//! three instances (one control plane, two workers) carry the cluster's labels, the cluster's two
-//! firewall rules `ac-<12 hex>-internal` and `ac-<12 hex>-ssh-api` exist, and each instance's
+//! three instances (one control plane, two workers) carry the cluster's labels, the cluster's
+//! firewall rules `ac-<12 hex>-internal` (between its VMs) and `ac-<12 hex>-kube-api` (6443 from
+//! the managing API: every address, for this API on the test's machine) exist and no other, and each instance's
 //! metadata carries the k3s cloud-init script for its role (the workers' pointing at the control
 //! plane's address); after the delete, the fake holds no instance and no firewall rule of it.
 #![allow(clippy::unwrap_used)]
@@ -147,7 +148,8 @@ fn a_two_vm_cluster_is_created_and_deleted_at_the_fake_compute_engine() {
 
     let rules = fake.firewalls(PROJECT);
     let rule_names: Vec<&str> = rules.iter().map(|r| r["name"].as_str().unwrap()).collect();
-    assert_eq!(rule_names, [format!("{prefix}-internal"), format!("{prefix}-ssh-api")], "{rules:#?}");
+    assert_eq!(rule_names, [format!("{prefix}-internal"), format!("{prefix}-kube-api")], "{rules:#?}");
+    assert_eq!(rules[1]["allowed"], serde_json::json!([{"IPProtocol": "tcp", "ports": ["6443"]}]), "{rules:#?}");
     assert!(rules.iter().all(|r| r["description"].as_str().unwrap().contains(&cluster_id)), "{rules:#?}");
 
     // Each instance carries the k3s script for its role: cloud-init went with the launch.

@@ -22,7 +22,7 @@ use anycloud_tests::e2e::{self, Api, ApiOptions, Output};
 use serde_json::{Value, json};
 
 /// Steps of `cluster.create`, in order.
-const CREATE_STEPS: [&str; 10] = [
+const CREATE_STEPS: [&str; 11] = [
     "pin_placement",
     "pin_control_plane",
     "ensure_network",
@@ -31,6 +31,7 @@ const CREATE_STEPS: [&str; 10] = [
     "launch_control_plane",
     "wait_for_api",
     "launch_workers",
+    "open_node_paths",
     "wait_for_nodes",
     "mark_ready",
 ];

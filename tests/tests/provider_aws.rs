@@ -14,6 +14,7 @@ use anycloud_tests::e2e::Moto;
 use anycloud_workflows::cloud::{
     CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
 };
+use anycloud_workflows::cluster_network::Openings;
 use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::aws_cloud::AwsCloud;
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
@@ -169,25 +170,56 @@ async fn network_is_made_once_found_again_and_deleted() {
     assert_eq!(group.group_id(), Some(network.id.as_str()));
     assert_eq!(group.group_name(), Some(format!("anycloud-{id}").as_str()));
     let rules = group.ip_permissions();
-    assert_eq!(rules.len(), 3, "{rules:#?}");
-    for port in [22, 6443] {
-        assert!(
-            rules.iter().any(|r| r.ip_protocol() == Some("tcp")
-                && r.from_port() == Some(port)
-                && r.ip_ranges().iter().any(|range| range.cidr_ip() == Some("0.0.0.0/0"))),
-            "tcp {port} from anywhere: {rules:#?}"
-        );
-    }
+    assert_eq!(rules.len(), 1, "only the rule between the cluster's VMs, nothing from outside: {rules:#?}");
     assert!(
         rules.iter().any(|r| r.ip_protocol() == Some("-1")
             && r.user_id_group_pairs().iter().any(|pair| pair.group_id() == Some(network.id.as_str()))),
         "all traffic from the group itself: {rules:#?}"
     );
 
+    // Opened to exactly these sources, then to others: what is no longer named is revoked, and
+    // the same openings again change nothing.
+    let openings = Openings {
+        kube_api: vec!["192.0.2.5/32".into(), "198.51.100.7/32".into()],
+        wireguard: vec!["198.51.100.7/32".into(), "203.0.113.10/32".into()],
+    };
+    cloud.open_network(&placement, &openings).await.unwrap();
+    cloud.open_network(&placement, &openings).await.unwrap();
+    assert_eq!(
+        cidr_rules(&ec2, &id).await,
+        ["tcp 6443 192.0.2.5/32", "tcp 6443 198.51.100.7/32", "udp 51820 198.51.100.7/32", "udp 51820 203.0.113.10/32",]
+    );
+    let fewer = Openings { kube_api: vec!["192.0.2.5/32".into()], wireguard: vec![] };
+    cloud.open_network(&placement, &fewer).await.unwrap();
+    assert_eq!(cidr_rules(&ec2, &id).await, ["tcp 6443 192.0.2.5/32"]);
+    let groups = tagged_groups(&ec2, &id).await;
+    assert!(
+        groups[0].ip_permissions().iter().any(|r| r.ip_protocol() == Some("-1")),
+        "the rule between the cluster's VMs stays: {groups:#?}"
+    );
+
     cloud.delete_network(&placement).await.unwrap();
     assert!(!cloud.network_exists(&placement).await.unwrap());
     assert!(tagged_groups(&ec2, &id).await.is_empty());
     cloud.delete_network(&placement).await.unwrap();
+}
+
+/// The cluster's group's rules that let a CIDR in, as `protocol port cidr`, sorted.
+async fn cidr_rules(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<String> {
+    let mut rules: Vec<String> = tagged_groups(ec2, cluster_id)
+        .await
+        .iter()
+        .flat_map(|group| group.ip_permissions().to_vec())
+        .flat_map(|rule| {
+            let head = format!("{} {}", rule.ip_protocol().unwrap_or_default(), rule.from_port().unwrap_or(-1));
+            rule.ip_ranges()
+                .iter()
+                .map(move |range| format!("{head} {}", range.cidr_ip().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    rules.sort();
+    rules
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use anycloud_tests::e2e::block_on;
 use anycloud_tests::fake_gce::FakeGce;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use anycloud_workflows::cloud::{Cloud, CloudError, LaunchSpec, Network, Placement, Role};
+use anycloud_workflows::cluster_network::Openings;
 use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::gcp;
 use anycloud_workflows::providers::gcp_cloud::{GcpCloud, IMAGE};
@@ -90,6 +91,9 @@ fn placement_picks_the_regions_first_zone_and_checks_the_machine_type() {
         assert!(message.contains("us-central1") && message.contains("europe-west1"), "{message}");
         let message = terminal(cloud.placement(&id, "us-central1", "x9-enormous-960").await);
         assert!(message.contains("machine type x9-enormous-960 is not offered in zone us-central1-a"), "{message}");
+        // Offered, but Arm only: the boot image is x86_64.
+        let message = terminal(cloud.placement(&id, "us-central1", "t2a-standard-1").await);
+        assert!(message.contains("t2a-standard-1 runs ARM64 only") && message.contains("x86_64"), "{message}");
         assert!(message.contains("e2-standard-2"), "{message}");
     });
     // The key's own credentials reached the fake: a JWT signed locally, issued by the account.
@@ -130,23 +134,44 @@ fn network_rules_are_created_once_and_deleted() {
         assert_eq!(network.id, prefix);
         assert_eq!(cloud.ensure_network(&placement).await.unwrap(), network);
         let rules = fake.firewalls(PROJECT);
-        assert_eq!(names(&rules), vec![format!("{prefix}-internal"), format!("{prefix}-ssh-api")]);
-        let ssh = &rules[1];
-        assert_eq!(ssh["allowed"], serde_json::json!([{"IPProtocol": "tcp", "ports": ["22", "6443"]}]));
-        assert_eq!(ssh["sourceRanges"], serde_json::json!(["0.0.0.0/0"]));
-        assert_eq!(ssh["targetTags"], serde_json::json!([prefix]));
-        assert!(ssh["description"].as_str().unwrap().contains(&id));
+        assert_eq!(names(&rules), vec![format!("{prefix}-internal")], "nothing from outside the cluster");
         let internal = &rules[0];
         assert_eq!(internal["allowed"], serde_json::json!([{"IPProtocol": "all"}]));
         assert_eq!(internal["sourceTags"], serde_json::json!([prefix]));
         assert_eq!(internal["targetTags"], serde_json::json!([prefix]));
         assert!(rules.iter().all(|r| r["network"].as_str().unwrap().ends_with("/global/networks/default")));
         assert!(cloud.network_exists(&placement).await.unwrap());
-        // Two inserts in all, each with its deterministic request id; no 409 needed.
+        // One insert, with its deterministic request id; no 409 needed.
         let inserts: Vec<String> =
             fake.requests().into_iter().filter(|r| r.starts_with("POST") && r.contains("/global/firewalls?")).collect();
-        assert_eq!(inserts.len(), 2, "{inserts:#?}");
+        assert_eq!(inserts.len(), 1, "{inserts:#?}");
         assert!(inserts.iter().all(|r| r.contains("requestId=")), "{inserts:#?}");
+
+        // Opened to exactly these sources, then to fewer: a rule with other sources is replaced,
+        // one with none goes, and the same openings again change nothing.
+        let openings = Openings {
+            kube_api: vec!["192.0.2.5/32".into(), "198.51.100.7/32".into()],
+            wireguard: vec!["198.51.100.7/32".into(), "203.0.113.10/32".into()],
+        };
+        cloud.open_network(&placement, &openings).await.unwrap();
+        cloud.open_network(&placement, &openings).await.unwrap();
+        let rules = fake.firewalls(PROJECT);
+        assert_eq!(
+            names(&rules),
+            [format!("{prefix}-internal"), format!("{prefix}-kube-api"), format!("{prefix}-wireguard")]
+        );
+        assert_eq!(rules[1]["allowed"], serde_json::json!([{"IPProtocol": "tcp", "ports": ["6443"]}]));
+        assert_eq!(rules[1]["sourceRanges"], serde_json::json!(["192.0.2.5/32", "198.51.100.7/32"]));
+        assert_eq!(rules[2]["allowed"], serde_json::json!([{"IPProtocol": "udp", "ports": ["51820"]}]));
+        assert_eq!(rules[2]["sourceRanges"], serde_json::json!(["198.51.100.7/32", "203.0.113.10/32"]));
+        assert!(rules[1..].iter().all(|r| r["targetTags"] == serde_json::json!([prefix])), "{rules:#?}");
+        cloud
+            .open_network(&placement, &Openings { kube_api: vec!["192.0.2.5/32".into()], wireguard: vec![] })
+            .await
+            .unwrap();
+        let rules = fake.firewalls(PROJECT);
+        assert_eq!(names(&rules), [format!("{prefix}-internal"), format!("{prefix}-kube-api")]);
+        assert_eq!(rules[1]["sourceRanges"], serde_json::json!(["192.0.2.5/32"]));
 
         cloud.delete_network(&placement).await.unwrap();
         assert!(fake.firewalls(PROJECT).is_empty());
@@ -156,7 +181,7 @@ fn network_rules_are_created_once_and_deleted() {
         // Again within the hour: GCE answers the remembered request ids with the first
         // operations, whose rules are gone; the provider notices and creates them anew.
         cloud.ensure_network(&placement).await.unwrap();
-        assert_eq!(fake.firewalls(PROJECT).len(), 2);
+        assert_eq!(fake.firewalls(PROJECT).len(), 1);
         cloud.delete_network(&placement).await.unwrap();
         assert!(fake.firewalls(PROJECT).is_empty());
     });

@@ -6,12 +6,14 @@
 //!   looks for a live VM with that name and the cluster's tag and returns it when found, and
 //!   otherwise passes the step's idempotency token to the cloud (EC2 `ClientToken`, GCE
 //!   `requestId`);
-//! - `ensure_network` finds the cluster's rules by tag or name before creating them;
+//! - `ensure_network` finds the cluster's rules by tag or name before creating them, and
+//!   `open_network` adds only what is missing and removes only what is extra;
 //! - `terminate` and `delete_network` succeed when there is nothing left to remove.
 //!
 //! Every resource carries the cluster's id as a tag (AWS) or label (GCP), so a sweep finds
 //! what a half-finished create left behind.
 
+use crate::cluster_network::Openings;
 use crate::kube_api::KubeEndpoint;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -182,9 +184,14 @@ pub trait Cloud: Send + Sync {
     /// where the provider needs one. The error says what is unknown and what is available.
     async fn placement(&self, cluster_id: &str, region: &str, vm_type: &str) -> Result<Placement, CloudError>;
 
-    /// Finds or creates the cluster's network rules: SSH and the Kubernetes API (6443) from
-    /// anywhere, everything between the cluster's own VMs.
+    /// Finds or creates the cluster's network rules: everything between the cluster's own VMs on
+    /// this side, and nothing from outside it ([`Cloud::open_network`] opens that).
     async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError>;
+
+    /// Makes the rules [`Cloud::ensure_network`] made let in exactly `openings` from outside the
+    /// cluster's VMs on this side: a missing source is added, any other (SSH, a source no longer
+    /// named) removed. Calling it again with the same openings changes nothing.
+    async fn open_network(&self, placement: &Placement, openings: &Openings) -> Result<(), CloudError>;
 
     /// Deletes every network rule carrying the cluster's tag. Nothing to delete is success.
     async fn delete_network(&self, placement: &Placement) -> Result<(), CloudError>;

@@ -3,8 +3,12 @@
 //! ```text
 //! pin_placement -> pin_control_plane -> ensure_network -> ensure_control_plane_network
 //!   -> generate_secrets -> launch_control_plane -> wait_for_api -> launch_workers
-//!   -> wait_for_nodes -> mark_ready
+//!   -> open_node_paths -> wait_for_nodes -> mark_ready
 //! ```
+//!
+//! A control plane apart from the capacity puts the cluster across networks
+//! ([`crate::cluster_network`]): its nodes advertise their public addresses, flannel runs
+//! WireGuard, and `open_node_paths` lets exactly the nodes' addresses through each side's rules.
 //!
 //! The `create_cluster` operation writes the cluster's record and this run in one transaction
 //! (durable intent first); `pin_placement` then asks the provider where the VMs go. The control
@@ -22,6 +26,7 @@ use anycloud_engine::{Check, Effect, Step, StepCtx, StepError, StepKey, Steps, W
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Cloud, LaunchSpec, Network, Placement, Role, Vm};
+use crate::cluster_network::{self, NodeAddresses, Openings, Reach};
 use crate::cluster_secrets::ClusterSecrets;
 use crate::cluster_sides::{Side, Sides};
 use crate::db::clusters::{self, Cluster, Phase};
@@ -53,6 +58,17 @@ pub struct CreateOutput {
     pub ready_nodes: usize,
 }
 
+/// What `open_node_paths` opened on each side (addresses, not secrets: `inspect` shows them).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodePaths {
+    /// Whether the nodes share one network.
+    pub reach: Reach,
+    /// The control plane's side.
+    pub control_plane: Openings,
+    /// The capacity's side, when apart from the control plane's.
+    pub capacity: Option<Openings>,
+}
+
 /// What `generate_secrets` checkpoints: proof the secrets exist, never the secrets.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SecretsStored {
@@ -76,6 +92,8 @@ const LAUNCH_CONTROL_PLANE: StepKey<Vm> = StepKey::new("launch_control_plane");
 const WAIT_FOR_API: StepKey<String> = StepKey::new("wait_for_api");
 /// The capacity VMs as launched.
 const LAUNCH_WORKERS: StepKey<Vec<Vm>> = StepKey::new("launch_workers");
+/// What each side's rules let in once every node's address is known.
+const OPEN_NODE_PATHS: StepKey<NodePaths> = StepKey::new("open_node_paths");
 /// How many capacity nodes are Ready.
 const WAIT_FOR_NODES: StepKey<usize> = StepKey::new("wait_for_nodes");
 /// The cluster is marked ready.
@@ -84,8 +102,10 @@ const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
 impl Workflow for CreateCluster {
     const KIND: &'static str = "cluster.create";
     /// v2: the first step is `pin_placement` (v1 called it `store_intent`); v3: the control
-    /// plane's own placement and network (`pin_control_plane`, `ensure_control_plane_network`).
-    const VERSION: u32 = 3;
+    /// plane's own placement and network (`pin_control_plane`, `ensure_control_plane_network`);
+    /// v4: rules open only the cluster's own addresses (`open_node_paths`), and a cluster across
+    /// networks runs WireGuard.
+    const VERSION: u32 = 4;
     type Input = CreateInput;
     type Output = CreateOutput;
 
@@ -136,6 +156,7 @@ impl Workflow for CreateCluster {
                     .undo(launch_workers_undo)
                     .undo_retry(retry::sweeps()),
             )
+            .then(Step::action(OPEN_NODE_PATHS, open_node_paths).retry(cloud()).attempt_timeout(retry::CLOUD_ATTEMPT))
             .then(
                 Step::poll(WAIT_FOR_NODES, wait_for_nodes)
                     .every(Duration::from_secs(2))
@@ -218,10 +239,18 @@ async fn pin_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Option<Placeme
     Ok(Some(placement))
 }
 
+/// The capacity's rules: everything between its VMs; in one network, the Kubernetes API from
+/// the managing API too (the control plane is on this side). Across networks nothing is let in
+/// from outside until `open_node_paths` knows the nodes' addresses.
 async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepError> {
     let (sides, _) = sides(&ctx).await?;
     let Side { placement, cloud } = &sides.capacity;
     let network = cloud.ensure_network(placement).await?;
+    let openings = match sides.reach() {
+        Reach::OneNetwork => control_plane_openings(&ctx, Reach::OneNetwork, &NodeAddresses::default()),
+        Reach::AcrossNetworks => cluster_network::capacity_side(&NodeAddresses::default()),
+    };
+    cloud.open_network(placement, &openings).await?;
     let db = &deps(&ctx).db;
     clusters::set_network(db, &placement.cluster_id, placement.zone.as_deref(), Some(&network.id)).await?;
     Ok(network)
@@ -238,12 +267,21 @@ async fn ensure_network_undo(ctx: StepCtx<CreateCluster>, _network: Effect<Netwo
     Ok(())
 }
 
-/// The control plane's own rules (SSH and the Kubernetes API, which capacity VMs in another
-/// account reach over its public address), when it runs apart from the capacity.
+/// The control plane's own rules when it runs apart from the capacity: everything between the
+/// cluster's VMs on its side, and the Kubernetes API from the managing API (`wait_for_api` asks
+/// it before any worker exists; `open_node_paths` adds the workers).
 async fn ensure_control_plane_network(ctx: StepCtx<CreateCluster>) -> Result<Option<Network>, StepError> {
     let (sides, _) = sides(&ctx).await?;
     let Some(Side { placement, cloud }) = &sides.control_plane else { return Ok(None) };
-    Ok(Some(cloud.ensure_network(placement).await?))
+    let network = cloud.ensure_network(placement).await?;
+    let openings = control_plane_openings(&ctx, Reach::AcrossNetworks, &NodeAddresses::default());
+    cloud.open_network(placement, &openings).await?;
+    Ok(Some(network))
+}
+
+/// The control plane's side's openings for this API (its public address when hosted).
+fn control_plane_openings(ctx: &StepCtx<CreateCluster>, reach: Reach, nodes: &NodeAddresses<'_>) -> Openings {
+    cluster_network::control_plane_side(reach, deps(ctx).api_address.as_deref(), nodes)
 }
 
 async fn ensure_control_plane_network_undo(
@@ -285,7 +323,7 @@ async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepErr
         placement,
         name: "cp".into(),
         role: Role::ControlPlane,
-        user_data: user_data::control_plane(provider, &placement.cluster_id, &secrets),
+        user_data: user_data::control_plane(provider, sides.reach(), &placement.cluster_id, &secrets),
         token: ctx.idempotency_key(),
         network: &network,
         vm_identity: None,
@@ -359,9 +397,15 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
     let mut workers = Vec::new();
     for index in 0..cluster.min_vms {
         let name = format!("w{index}");
+        let join = user_data::Join {
+            cluster_id: &placement.cluster_id,
+            vm_name: &name,
+            server_address: &server,
+            reach: sides.reach(),
+        };
         let spec = LaunchSpec {
             placement,
-            user_data: user_data::worker(cluster.provider, &placement.cluster_id, &name, &server, &secrets),
+            user_data: user_data::worker(cluster.provider, &join, &secrets),
             name,
             role: Role::Worker,
             // One token per VM, stable across attempts: the step's key names the VM too.
@@ -382,6 +426,39 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
 /// next, then finds none).
 async fn launch_workers_undo(ctx: StepCtx<CreateCluster>, _launched: Effect<Vec<Vm>>) -> Result<(), StepError> {
     sweep_vms(&ctx).await
+}
+
+/// Lets exactly the nodes' public addresses through each side's rules: across networks the
+/// Kubernetes API from every worker and WireGuard between every node; in one network it applies
+/// again what `ensure_network` opened. A node without its public address yet is retried.
+async fn open_node_paths(ctx: StepCtx<CreateCluster>) -> Result<NodePaths, StepError> {
+    let (sides, _) = sides(&ctx).await?;
+    let reach = sides.reach();
+    let live = sides.list_vms().await?;
+    let mut nodes = NodeAddresses::default();
+    if reach == Reach::AcrossNetworks {
+        for vm in &live {
+            let address = vm.public_ip.as_deref().ok_or_else(|| {
+                StepError::retryable_msg(format!("VM {} ({}) has no public address yet", vm.name, vm.provider_id))
+            })?;
+            match vm.role {
+                Role::ControlPlane => nodes.control_plane = Some(address),
+                _ => nodes.workers.push(address),
+            }
+        }
+    }
+    let control_plane = control_plane_openings(&ctx, reach, &nodes);
+    let cp_side = sides.control_plane();
+    cp_side.cloud.open_network(&cp_side.placement, &control_plane).await?;
+    let capacity = match &sides.control_plane {
+        Some(_) => {
+            let openings = cluster_network::capacity_side(&nodes);
+            sides.capacity.cloud.open_network(&sides.capacity.placement, &openings).await?;
+            Some(openings)
+        }
+        None => None,
+    };
+    Ok(NodePaths { reach, control_plane, capacity })
 }
 
 async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, StepError> {
@@ -441,6 +518,7 @@ mod tests {
             LAUNCH_CONTROL_PLANE.name(),
             WAIT_FOR_API.name(),
             LAUNCH_WORKERS.name(),
+            OPEN_NODE_PATHS.name(),
             WAIT_FOR_NODES.name(),
             MARK_READY.name(),
         ];

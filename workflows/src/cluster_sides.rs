@@ -71,6 +71,12 @@ impl Sides {
         Ok(Self { capacity, control_plane })
     }
 
+    /// Whether the cluster's nodes share one network: not when the control plane runs apart
+    /// (another provider, account or region: [`crate::cluster_network`]).
+    pub fn reach(&self) -> crate::cluster_network::Reach {
+        crate::cluster_network::Reach::of(self.control_plane.is_some())
+    }
+
     /// The side the control plane runs on.
     pub fn control_plane(&self) -> &Side {
         self.control_plane.as_ref().unwrap_or(&self.capacity)

@@ -88,6 +88,11 @@ pub struct Deps {
     pub clouds: Clouds,
     /// Test seams; all off in production.
     pub seams: TestSeams,
+    /// The public address of this API when it is hosted on a VM (its `--tls-address`): the one
+    /// source besides the cluster's own nodes that its clusters' Kubernetes APIs let in. `None`
+    /// for an API on an operator's machine, whose address no cloud can name: its clusters'
+    /// APIs are open to every address (docs/hosting.md, "Cluster networks").
+    pub api_address: Option<String>,
 }
 
 impl Deps {

@@ -29,6 +29,7 @@ pub mod api_user_data;
 pub mod cloud;
 pub mod cluster_create;
 pub mod cluster_delete;
+pub mod cluster_network;
 pub mod cluster_secrets;
 pub mod cluster_sides;
 pub mod credentials_verify;

@@ -39,7 +39,7 @@ impl TestWorld {
         let db = Db::open(&store).await.expect("the domain's tables");
         let sealer = SecretBox::load_or_create(dir.path()).expect("a sealer");
         let clouds = Clouds::new(Some(Arc::new(FakeCloud(answer))));
-        Self { deps: Deps { db, sealer, clouds, seams: TestSeams::default() }, store, _dir: dir }
+        Self { deps: Deps { db, sealer, clouds, seams: TestSeams::default(), api_address: None }, store, _dir: dir }
     }
 
     pub(crate) async fn engine(&self, registry: Registry) -> Engine {
@@ -78,6 +78,10 @@ impl Cloud for FakeCloud {
     }
 
     async fn ensure_network(&self, _: &Placement) -> Result<Network, CloudError> {
+        Err(unsupported())
+    }
+
+    async fn open_network(&self, _: &Placement, _: &crate::cluster_network::Openings) -> Result<(), CloudError> {
         Err(unsupported())
     }
 

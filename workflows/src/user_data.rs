@@ -31,32 +31,41 @@ use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
 
+use crate::cluster_network::Reach;
 use crate::cluster_secrets::ClusterSecrets;
 use crate::providers::ProviderKind;
 
 /// The k3s release the VMs install.
-pub const K3S_VERSION: &str = "v1.34.1+k3s1";
+pub const K3S_VERSION: &str = "v1.36.4+k3s1";
 
-// sha256 of install.sh at the tag v1.34.1+k3s1 (commit 24fc436e6ea59c56ebc37727baa4e6c9a201ee01),
-// as https://raw.githubusercontent.com/k3s-io/k3s/v1.34.1+k3s1/install.sh serves it; it is also
-// the tag's own install.sh.sha256sum. Update together with K3S_VERSION.
-const K3S_INSTALL_SH_SHA256: (&str, &str) =
-    ("v1.34.1+k3s1", "48fe6ec10517263cc69e1c924cf6b283c59a2b942b9b46186fc7c8d29e6f243a");
-
-// sha256 of the k3s binaries, from
-// https://github.com/k3s-io/k3s/releases/download/v1.34.1+k3s1/sha256sum-amd64.txt and
-// sha256sum-arm64.txt; update together with K3S_VERSION. Rows: (version, release asset, sum).
+// The SHA-256 sums of what the scripts download, pinned here: a script downloads nothing it does
+// not check against a sum written in this file. Update all three rows together with K3S_VERSION.
 //
-// `None`: the sum is not recorded here yet (the release's sum files could not be read where this
-// table was written), and the script checks the binary against the line for its asset in the
-// release's own sha256sum-<arch>.txt, downloaded from the same tag. That catches a corrupt or
-// swapped download but trusts the release; put the sum here to pin it.
-const K3S_BINARY_SHA256: [(&str, &str, Option<&str>); 2] =
-    [("v1.34.1+k3s1", "k3s", None), ("v1.34.1+k3s1", "k3s-arm64", None)];
+// - install.sh at the tag (https://raw.githubusercontent.com/k3s-io/k3s/v1.36.4+k3s1/install.sh);
+// - the binaries' lines of the release's sha256sum-amd64.txt and sha256sum-arm64.txt
+//   (https://github.com/k3s-io/k3s/releases/download/v1.36.4+k3s1/).
+//
+// These machines cannot reach GitHub: the sums were taken from several public projects that pin
+// this release and agree with each other, not downloaded here (docs/hosting.md says so).
+const K3S_INSTALL_SH_SHA256: (&str, &str) =
+    ("v1.36.4+k3s1", "46177d4c99440b4c0311b67233823a8e8a2fc09693f6c89af1a7161e152fbfad");
+/// Rows: (version, release asset, sha256).
+const K3S_BINARY_SHA256: [(&str, &str, &str); 2] = [
+    ("v1.36.4+k3s1", "k3s", "835873f37245fc615f547a2fe2af9402a347875f13fa64a1f136de644955ea3f"),
+    ("v1.36.4+k3s1", "k3s-arm64", "c920706346d5ad4e5cd3c7bf1bb09ce71ebe07fec829e513e40f1caf98aed8bb"),
+];
 
-/// The architectures the VMs may have: `uname -m`, the k3s release asset, its release sum file.
-const ARCHITECTURES: [(&str, &str, &str); 2] =
-    [("x86_64", "k3s", "sha256sum-amd64.txt"), ("aarch64", "k3s-arm64", "sha256sum-arm64.txt")];
+/// The architectures the VMs may have: `uname -m` and the k3s release asset.
+const ARCHITECTURES: [(&str, &str); 2] = [("x86_64", "k3s"), ("aarch64", "k3s-arm64")];
+
+/// The taint that keeps every Pod off the control plane. It is the project's own key, not
+/// `node-role.kubernetes.io/control-plane`, which k3s's packaged CoreDNS tolerates: with it,
+/// CoreDNS runs on the capacity, where the workloads' Pods reach it in their own network.
+pub const CONTROL_PLANE_TAINT: &str = "anycloud.dev/control-plane=true:NoSchedule";
+
+/// The packaged components the server does not deploy (`--disable`): an ingress controller and
+/// a load balancer the clusters do not use, and a metrics server nothing reads.
+const DISABLED_COMPONENTS: [&str; 3] = ["traefik", "servicelb", "metrics-server"];
 
 /// What the scripts download and the sums they check it against. Production uses
 /// [`K3sDownloads::pinned`]; a test gives the sums of its own fixture files.
@@ -66,53 +75,44 @@ pub struct K3sDownloads {
     pub version: String,
     /// The sha256 (hex) of that tag's install.sh.
     pub install_sh_sha256: String,
-    /// The sum of the x86_64 binary (`k3s`).
-    pub amd64: BinarySum,
-    /// The sum of the aarch64 binary (`k3s-arm64`).
-    pub arm64: BinarySum,
-}
-
-/// What a k3s binary is checked against.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BinarySum {
-    /// This sha256 (hex).
-    Pinned(String),
-    /// The line for the binary in the release's own sha256sum-<arch>.txt.
-    PublishedWithRelease,
+    /// The sha256 (hex) of the x86_64 binary (`k3s`).
+    pub amd64_sha256: String,
+    /// The sha256 (hex) of the aarch64 binary (`k3s-arm64`).
+    pub arm64_sha256: String,
 }
 
 impl K3sDownloads {
-    /// [`K3S_VERSION`] and the sums recorded for it.
+    /// [`K3S_VERSION`] and the sums pinned for it.
     pub fn pinned() -> Self {
-        let binary = |asset: &str| match K3S_BINARY_SHA256.iter().find(|(_, a, _)| *a == asset) {
-            Some((_, _, Some(sum))) => BinarySum::Pinned((*sum).to_owned()),
-            _ => BinarySum::PublishedWithRelease,
+        let binary = |asset: &str| {
+            K3S_BINARY_SHA256
+                .iter()
+                .find(|(_, a, _)| *a == asset)
+                .map(|(_, _, sum)| (*sum).to_owned())
+                .unwrap_or_default()
         };
         Self {
             version: K3S_VERSION.to_owned(),
             install_sh_sha256: K3S_INSTALL_SH_SHA256.1.to_owned(),
-            amd64: binary("k3s"),
-            arm64: binary("k3s-arm64"),
+            amd64_sha256: binary("k3s"),
+            arm64_sha256: binary("k3s-arm64"),
         }
     }
 
     fn sum(&self, asset: &str) -> &str {
-        let sum = if asset == "k3s" { &self.amd64 } else { &self.arm64 };
-        match sum {
-            BinarySum::Pinned(sum) => sum,
-            BinarySum::PublishedWithRelease => "",
-        }
+        if asset == "k3s" { &self.amd64_sha256 } else { &self.arm64_sha256 }
     }
 }
 
-/// The control plane's script, for a VM of `provider`.
-pub fn control_plane(provider: ProviderKind, cluster_id: &str, secrets: &ClusterSecrets) -> String {
-    control_plane_with(provider, &K3sDownloads::pinned(), cluster_id, secrets)
+/// The control plane's script, for a VM of `provider` in a cluster of `reach`.
+pub fn control_plane(provider: ProviderKind, reach: Reach, cluster_id: &str, secrets: &ClusterSecrets) -> String {
+    control_plane_with(provider, reach, &K3sDownloads::pinned(), cluster_id, secrets)
 }
 
 /// [`control_plane`], checking the downloads against `downloads`.
 pub fn control_plane_with(
     provider: ProviderKind,
+    reach: Reach,
     downloads: &K3sDownloads,
     cluster_id: &str,
     secrets: &ClusterSecrets,
@@ -120,7 +120,17 @@ pub fn control_plane_with(
     let ClusterSecrets { join_token, api_token, ca_key_pem, .. } = secrets;
     let ca_cert = ca_bundle(secrets);
     let ca_key = with_newline(ca_key_pem);
-    let head = head(&format!("anycloud cluster {cluster_id}: control plane"), provider, downloads);
+    let head =
+        head(&format!("anycloud cluster {cluster_id}: control plane"), provider, PublicIp::of(reach, true), downloads);
+    let disabled: String = DISABLED_COMPONENTS.iter().map(|component| format!(" --disable={component}")).collect();
+    // Across networks (k3s's multicloud guide): the server advertises its public address, and
+    // flannel runs WireGuard between the nodes' public addresses.
+    let across = match reach {
+        Reach::OneNetwork => "",
+        Reach::AcrossNetworks => {
+            " \\\n  --node-external-ip \"$public_ip\" --flannel-backend=wireguard-native --flannel-external-ip"
+        }
+    };
     format!(
         r#"{head}
 tls="$root/var/lib/rancher/k3s/server/tls"
@@ -138,66 +148,107 @@ ANYCLOUD_EOF
 cp "$work/k3s" "$root/usr/local/bin/k3s"
 chmod 0755 "$root/usr/local/bin/k3s"
 K3S_TOKEN='{join_token}' INSTALL_K3S_SKIP_DOWNLOAD=true sh -s - server \
-  --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule \
+  --node-taint {CONTROL_PLANE_TAINT}{disabled} \
   --node-label anycloud.dev/cluster={cluster_id} \
   --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
-  ${{public_ip:+--tls-san "$public_ip"}} < "$work/install.sh"
+  ${{public_ip:+--tls-san "$public_ip"}}{across} < "$work/install.sh"
 echo '{version}' > "$marker"
 "#,
         version = downloads.version,
     )
 }
 
+/// Where a worker joins and how it is reached: what [`worker`] needs beside the secrets.
+#[derive(Debug, Clone, Copy)]
+pub struct Join<'a> {
+    /// The cluster's id.
+    pub cluster_id: &'a str,
+    /// The VM's name within the cluster (its node name).
+    pub vm_name: &'a str,
+    /// The control plane's address the worker joins at (`https://<address>:6443`).
+    pub server_address: &'a str,
+    /// Whether the worker shares the control plane's network.
+    pub reach: Reach,
+}
+
 /// A capacity VM's script, for a VM of `provider`: joins the control plane at
 /// `https://<server_address>:6443`, checking that it presents the cluster's CA.
-pub fn worker(
-    provider: ProviderKind,
-    cluster_id: &str,
-    vm_name: &str,
-    server_address: &str,
-    secrets: &ClusterSecrets,
-) -> String {
-    worker_with(provider, &K3sDownloads::pinned(), cluster_id, vm_name, server_address, secrets)
+pub fn worker(provider: ProviderKind, join: &Join<'_>, secrets: &ClusterSecrets) -> String {
+    worker_with(provider, &K3sDownloads::pinned(), join, secrets)
 }
 
 /// [`worker`], checking the downloads against `downloads`.
 pub fn worker_with(
     provider: ProviderKind,
     downloads: &K3sDownloads,
-    cluster_id: &str,
-    vm_name: &str,
-    server_address: &str,
+    join: &Join<'_>,
     secrets: &ClusterSecrets,
 ) -> String {
+    let Join { cluster_id, vm_name, server_address, reach } = *join;
     let token = secure_join_token(secrets);
-    let head = head(&format!("anycloud cluster {cluster_id}: capacity VM {vm_name}"), provider, downloads);
-    // The VM's public address is its node's ExternalIP: what the control plane reaches its kubelet
-    // at when the two are not in one network.
+    let title = format!("anycloud cluster {cluster_id}: capacity VM {vm_name}");
+    let head = head(&title, provider, PublicIp::of(reach, false), downloads);
+    // Across networks the VM's public address is its node's ExternalIP (k3s's multicloud guide:
+    // what the other nodes' WireGuard reaches it at).
+    let across = match reach {
+        Reach::OneNetwork => "",
+        Reach::AcrossNetworks => " \\\n  --node-external-ip \"$public_ip\"",
+    };
     format!(
         r#"{head}
 mkdir -p "$root/usr/local/bin" "$root/var/lib/anycloud"
 cp "$work/k3s" "$root/usr/local/bin/k3s"
 chmod 0755 "$root/usr/local/bin/k3s"
 K3S_URL='https://{server_address}:6443' K3S_TOKEN='{token}' INSTALL_K3S_SKIP_DOWNLOAD=true \
-  sh -s - agent --node-name '{vm_name}' --node-label anycloud.dev/cluster={cluster_id} \
-  ${{public_ip:+--node-external-ip "$public_ip"}} < "$work/install.sh"
+  sh -s - agent --node-name '{vm_name}' --node-label anycloud.dev/cluster={cluster_id}{across} \
+  < "$work/install.sh"
 echo '{version}' > "$marker"
 "#,
         version = downloads.version,
     )
 }
 
-/// The part every script shares: the run-once guard, the VM's public address, the checked
-/// downloads. It leaves `$root`, `$marker`, `$public_ip` (maybe empty) and `$work` (holding `k3s`
-/// and `install.sh`, both checked) for the rest.
-fn head(title: &str, provider: ProviderKind, downloads: &K3sDownloads) -> String {
+/// What a script needs of the VM's public address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PublicIp {
+    /// Nothing: a worker in its control plane's network.
+    Unused,
+    /// The address when the VM has one: the control plane's TLS name in one network.
+    IfAny,
+    /// The address, or the script stops: every node across networks.
+    Required,
+}
+
+impl PublicIp {
+    fn of(reach: Reach, control_plane: bool) -> Self {
+        match (reach, control_plane) {
+            (Reach::AcrossNetworks, _) => Self::Required,
+            (Reach::OneNetwork, true) => Self::IfAny,
+            (Reach::OneNetwork, false) => Self::Unused,
+        }
+    }
+}
+
+/// The part every script shares: the run-once guard, the VM's public address as far as it is
+/// needed, the checked downloads. It leaves `$root`, `$marker`, `$public_ip` (unless unused;
+/// maybe empty unless required) and `$work` (holding `k3s` and `install.sh`, both checked) for
+/// the rest.
+fn head(title: &str, provider: ProviderKind, public: PublicIp, downloads: &K3sDownloads) -> String {
     let K3sDownloads { version, install_sh_sha256, .. } = downloads;
-    let public_ip = public_ip_lookup(provider);
+    let public_ip = match public {
+        PublicIp::Unused => String::new(),
+        PublicIp::IfAny => format!("\n{}", public_ip_lookup(provider)),
+        PublicIp::Required => format!(
+            "\n{}\nif [ -z \"$public_ip\" ]; then\n  echo \"anycloud: this VM has no public address, which a \
+             cluster across networks needs\" >&2\n  exit 1\nfi",
+            public_ip_lookup(provider)
+        ),
+    };
     let arches: String = ARCHITECTURES
         .iter()
-        .map(|(machine, asset, sums)| {
+        .map(|(machine, asset)| {
             let sum = downloads.sum(asset);
-            format!("  {machine}) asset={asset}; sums={sums}; binary_sha256='{sum}' ;;\n")
+            format!("  {machine}) asset={asset}; binary_sha256='{sum}' ;;\n")
         })
         .collect();
     format!(
@@ -210,8 +261,7 @@ root="${{ANYCLOUD_ROOT:-}}"
 marker="$root/var/lib/anycloud/installed"
 if [ -e "$marker" ]; then
   exit 0
-fi
-{public_ip}
+fi{public_ip}
 case "$(uname -m)" in
 {arches}  *) echo "anycloud: k3s has no binary for $(uname -m)" >&2; exit 1 ;;
 esac
@@ -219,10 +269,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 release='https://github.com/k3s-io/k3s/releases/download/{version}'
 curl -sfL --retry 5 -o "$work/k3s" "$release/$asset"
-if [ -z "$binary_sha256" ]; then
-  curl -sfL --retry 5 -o "$work/sha256sums" "$release/$sums"
-  binary_sha256=$(awk -v asset="$asset" '$2 == asset {{ print $1 }}' "$work/sha256sums")
-fi
 curl -sfL --retry 5 -o "$work/install.sh" 'https://raw.githubusercontent.com/k3s-io/k3s/{version}/install.sh'
 verify() {{
   actual=$(sha256sum "$1" | cut -d ' ' -f 1)
@@ -338,10 +384,14 @@ mod tests {
 
     const PROVIDERS: [ProviderKind; 3] = [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim];
 
+    fn join(vm_name: &str) -> Join<'_> {
+        Join { cluster_id: "c1", vm_name, server_address: "10.0.0.2", reach: Reach::OneNetwork }
+    }
+
     #[test]
     fn a_worker_script_says_what_it_joins_with_the_ca_pinned() {
         for provider in PROVIDERS {
-            let script = worker(provider, "c1", "w0", "10.0.0.2", &secrets());
+            let script = worker(provider, &join("w0"), &secrets());
             let (address, token, name) = parse_worker(&script).unwrap();
             assert_eq!((address.as_str(), name.as_str()), ("10.0.0.2", "w0"));
             // The sha256 of the PEM file's bytes, as `sha256sum server-ca.crt` prints it.
@@ -353,7 +403,7 @@ mod tests {
     #[test]
     fn a_control_plane_script_installs_the_api_token_and_the_ca() {
         for provider in PROVIDERS {
-            let script = control_plane(provider, "c1", &secrets());
+            let script = control_plane(provider, Reach::OneNetwork, "c1", &secrets());
             assert_eq!(parse_control_plane_token(&script).as_deref(), Some("api456"));
             assert!(script.contains("K3S_TOKEN='join123'"));
             let (cert, key) = parse_control_plane_ca(&script).unwrap();
@@ -364,12 +414,12 @@ mod tests {
 
     #[test]
     fn a_worker_joins_with_the_token_its_control_plane_expects() {
-        let cp = control_plane(ProviderKind::Gcp, "c1", &secrets());
-        let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, "c1", "w0", "10.0.0.2", &secrets())).unwrap();
+        let cp = control_plane(ProviderKind::Gcp, Reach::AcrossNetworks, "c1", &secrets());
+        let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, &join("w0"), &secrets())).unwrap();
         assert_eq!(parse_control_plane_worker_token(&cp), Some(token));
         let mut other_ca = secrets();
         other_ca.ca_cert_pem = "-----BEGIN CERTIFICATE-----\nz\n-----END CERTIFICATE-----\n".into();
-        let (_, other, _) = parse_worker(&worker(ProviderKind::Aws, "c1", "w0", "10.0.0.2", &other_ca)).unwrap();
+        let (_, other, _) = parse_worker(&worker(ProviderKind::Aws, &join("w0"), &other_ca)).unwrap();
         assert_ne!(parse_control_plane_worker_token(&cp), Some(other));
     }
 
@@ -377,10 +427,10 @@ mod tests {
     fn a_pem_without_its_last_newline_is_written_and_hashed_with_one() {
         let mut secrets = secrets();
         secrets.ca_cert_pem = secrets.ca_cert_pem.trim_end().to_owned();
-        let script = control_plane(ProviderKind::Aws, "c1", &secrets);
+        let script = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", &secrets);
         let (cert, _) = parse_control_plane_ca(&script).unwrap();
         assert_eq!(cert, format!("{}\n", secrets.ca_cert_pem));
-        let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, "c1", "w0", "10.0.0.2", &secrets)).unwrap();
+        let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, &join("w0"), &secrets)).unwrap();
         assert_eq!(Some(token), parse_control_plane_worker_token(&script));
     }
 
@@ -388,8 +438,8 @@ mod tests {
     fn each_provider_asks_its_own_metadata_service() {
         for role in ["cp", "w0"] {
             let script = |provider| match role {
-                "cp" => control_plane(provider, "c1", &secrets()),
-                _ => worker(provider, "c1", role, "10.0.0.2", &secrets()),
+                "cp" => control_plane(provider, Reach::OneNetwork, "c1", &secrets()),
+                _ => worker(provider, &Join { reach: Reach::AcrossNetworks, ..join(role) }, &secrets()),
             };
             let aws = script(ProviderKind::Aws);
             assert!(aws.contains("-X PUT") && aws.contains("X-aws-ec2-metadata-token-ttl-seconds: 21600"));
@@ -404,7 +454,7 @@ mod tests {
 
     #[test]
     fn the_scripts_install_the_pinned_release_and_never_pipe_the_installer() {
-        let script = control_plane(ProviderKind::Aws, "c1", &secrets());
+        let script = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", &secrets());
         assert!(script.contains(&format!("https://github.com/k3s-io/k3s/releases/download/{K3S_VERSION}'")));
         assert!(script.contains(&format!("https://raw.githubusercontent.com/k3s-io/k3s/{K3S_VERSION}/install.sh")));
         assert!(script.contains(K3S_INSTALL_SH_SHA256.1));
@@ -420,17 +470,53 @@ mod tests {
             |sum: &str| sum.len() == 64 && sum.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         assert_eq!(K3S_INSTALL_SH_SHA256.0, K3S_VERSION);
         assert!(hex64(K3S_INSTALL_SH_SHA256.1));
-        let assets: Vec<&str> = ARCHITECTURES.iter().map(|(_, asset, _)| *asset).collect();
+        let assets: Vec<&str> = ARCHITECTURES.iter().map(|(_, asset)| *asset).collect();
         let rows: Vec<&str> = K3S_BINARY_SHA256.iter().map(|(_, asset, _)| *asset).collect();
         assert_eq!(rows, assets, "one binary sum row per architecture, in the same order");
         for (version, asset, sum) in K3S_BINARY_SHA256 {
             assert_eq!(version, K3S_VERSION, "the sum of {asset} is for another k3s version");
-            assert!(sum.is_none_or(hex64), "the sum of {asset} is not 64 lowercase hex digits: {sum:?}");
+            assert!(hex64(sum), "the sum of {asset} is not 64 lowercase hex digits: {sum:?}");
         }
         let pinned = K3sDownloads::pinned();
         assert_eq!(
             (pinned.version.as_str(), pinned.install_sh_sha256.as_str()),
             (K3S_VERSION, K3S_INSTALL_SH_SHA256.1)
         );
+        assert_eq!(
+            (pinned.amd64_sha256.as_str(), pinned.arm64_sha256.as_str()),
+            (K3S_BINARY_SHA256[0].2, K3S_BINARY_SHA256[1].2)
+        );
+    }
+
+    #[test]
+    fn the_server_runs_no_packaged_extras_and_keeps_every_pod_off_itself() {
+        for reach in [Reach::OneNetwork, Reach::AcrossNetworks] {
+            let script = control_plane(ProviderKind::Aws, reach, "c1", &secrets());
+            assert!(script.contains("--disable=traefik --disable=servicelb --disable=metrics-server"), "{script}");
+            assert!(script.contains("--node-taint anycloud.dev/control-plane=true:NoSchedule"), "{script}");
+        }
+    }
+
+    #[test]
+    fn across_networks_every_node_advertises_its_public_address_and_flannel_runs_wireguard() {
+        let across = Join { reach: Reach::AcrossNetworks, ..join("w0") };
+        for provider in PROVIDERS {
+            let server = control_plane(provider, Reach::AcrossNetworks, "c1", &secrets());
+            assert!(server.contains(
+                "--node-external-ip \"$public_ip\" --flannel-backend=wireguard-native --flannel-external-ip"
+            ));
+            let agent = worker(provider, &across, &secrets());
+            assert!(agent.contains("--node-external-ip \"$public_ip\""));
+            assert!(!agent.contains("flannel"), "flannel options are the server's alone");
+            for script in [&server, &agent] {
+                assert!(script.contains("has no public address, which a cluster across networks needs"));
+            }
+        }
+        let same_server = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", &secrets());
+        let same_agent = worker(ProviderKind::Aws, &join("w0"), &secrets());
+        for script in [&same_server, &same_agent] {
+            assert!(!script.contains("--node-external-ip") && !script.contains("wireguard"), "{script}");
+            assert!(!script.contains("has no public address"));
+        }
     }
 }

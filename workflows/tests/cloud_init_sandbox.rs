@@ -18,9 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use anycloud_workflows::api_user_data::{self, HostedApi};
+use anycloud_workflows::cluster_network::Reach;
 use anycloud_workflows::cluster_secrets::ClusterSecrets;
 use anycloud_workflows::providers::ProviderKind;
-use anycloud_workflows::user_data::{self, BinarySum, K3S_VERSION, K3sDownloads};
+use anycloud_workflows::user_data::{self, Join, K3S_VERSION, K3sDownloads};
 use sha2::{Digest, Sha256};
 
 /// The public addresses the fake metadata services give.
@@ -31,10 +32,9 @@ const SERVER: &str = "192.0.2.20";
 /// The IMDSv2 session token the fake EC2 metadata service hands out.
 const IMDS_TOKEN: &str = "fake-imds-session-token";
 
-const BINARY_URL: &str = "https://github.com/k3s-io/k3s/releases/download/v1.34.1+k3s1/k3s";
-const ARM64_BINARY_URL: &str = "https://github.com/k3s-io/k3s/releases/download/v1.34.1+k3s1/k3s-arm64";
-const AMD64_SUMS_URL: &str = "https://github.com/k3s-io/k3s/releases/download/v1.34.1+k3s1/sha256sum-amd64.txt";
-const INSTALL_SH_URL: &str = "https://raw.githubusercontent.com/k3s-io/k3s/v1.34.1+k3s1/install.sh";
+const BINARY_URL: &str = "https://github.com/k3s-io/k3s/releases/download/v1.36.4+k3s1/k3s";
+const ARM64_BINARY_URL: &str = "https://github.com/k3s-io/k3s/releases/download/v1.36.4+k3s1/k3s-arm64";
+const INSTALL_SH_URL: &str = "https://raw.githubusercontent.com/k3s-io/k3s/v1.36.4+k3s1/install.sh";
 
 /// A `curl` that answers from fixture files (named after the URL, every byte but [A-Za-z0-9.]
 /// made `_`), and plays the metadata services. It logs each request: method, URL, headers.
@@ -186,8 +186,8 @@ impl Sandbox {
         K3sDownloads {
             version: K3S_VERSION.to_owned(),
             install_sh_sha256: sha256_hex(&self.served(INSTALL_SH_URL)),
-            amd64: BinarySum::Pinned(sha256_hex(&self.served(BINARY_URL))),
-            arm64: BinarySum::Pinned(sha256_hex(&self.served(ARM64_BINARY_URL))),
+            amd64_sha256: sha256_hex(&self.served(BINARY_URL)),
+            arm64_sha256: sha256_hex(&self.served(ARM64_BINARY_URL)),
         }
     }
 
@@ -237,11 +237,31 @@ impl Sandbox {
 type Script = fn(ProviderKind, &K3sDownloads, &ClusterSecrets) -> String;
 
 fn control_plane(provider: ProviderKind, downloads: &K3sDownloads, secrets: &ClusterSecrets) -> String {
-    user_data::control_plane_with(provider, downloads, "c1", secrets)
+    user_data::control_plane_with(provider, Reach::OneNetwork, downloads, "c1", secrets)
 }
 
 fn worker(provider: ProviderKind, downloads: &K3sDownloads, secrets: &ClusterSecrets) -> String {
-    user_data::worker_with(provider, downloads, "c1", "w0", SERVER, secrets)
+    user_data::worker_with(provider, downloads, &join(Reach::OneNetwork), secrets)
+}
+
+/// Worker `w0` of cluster `c1`, joining [`SERVER`].
+fn join(reach: Reach) -> Join<'static> {
+    Join { cluster_id: "c1", vm_name: "w0", server_address: SERVER, reach }
+}
+
+/// What the server's install is asked, in one network and across networks, with its address.
+fn server_args(reach: Reach, ip: &str) -> String {
+    let across = match reach {
+        Reach::OneNetwork => String::new(),
+        Reach::AcrossNetworks => {
+            format!(" --node-external-ip {ip} --flannel-backend=wireguard-native --flannel-external-ip")
+        }
+    };
+    format!(
+        "args: server --node-taint anycloud.dev/control-plane=true:NoSchedule --disable=traefik --disable=servicelb \
+         --disable=metrics-server --node-label anycloud.dev/cluster=c1 \
+         --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv --tls-san {ip}{across}"
+    )
 }
 
 const ROLES: [(&str, Script); 2] = [("control plane", control_plane), ("worker", worker)];
@@ -294,7 +314,7 @@ fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_addre
     for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
         let sandbox = Sandbox::new();
         let secrets = secrets();
-        let script = user_data::control_plane_with(provider, &sandbox.downloads(), "c1", &secrets);
+        let script = user_data::control_plane_with(provider, Reach::OneNetwork, &sandbox.downloads(), "c1", &secrets);
         sandbox.run(&script).assert_ok();
 
         assert_asked_its_metadata_service(&sandbox, provider);
@@ -319,15 +339,7 @@ fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_addre
         let ip = public_ip(provider);
         assert_eq!(
             sandbox.installs(),
-            [
-                format!(
-                    "args: server --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule --node-label \
-                     anycloud.dev/cluster=c1 --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
-                     --tls-san {ip}"
-                ),
-                "K3S_URL=".to_owned(),
-                format!("K3S_TOKEN={}", secrets.join_token),
-            ],
+            [server_args(Reach::OneNetwork, ip), "K3S_URL=".to_owned(), format!("K3S_TOKEN={}", secrets.join_token),],
             "{provider}"
         );
         assert_eq!(sandbox.log("started"), "amd64 k3s server\n");
@@ -341,19 +353,20 @@ fn a_worker_joins_the_control_plane_and_pins_the_cluster_ca() {
     for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
         let sandbox = Sandbox::new();
         let secrets = secrets();
-        let script = user_data::worker_with(provider, &sandbox.downloads(), "c1", "w0", SERVER, &secrets);
+        let script = user_data::worker_with(provider, &sandbox.downloads(), &join(Reach::OneNetwork), &secrets);
         sandbox.run(&script).assert_ok();
 
-        assert_asked_its_metadata_service(&sandbox, provider);
+        // In its control plane's network a worker needs no public address: it asks nothing.
+        assert!(!sandbox.log("curl.log").contains("169.254.169.254"), "{provider}");
+        assert!(!sandbox.log("curl.log").contains("metadata.google.internal"), "{provider}");
         assert_downloaded_the_pinned_release(&sandbox, BINARY_URL);
         // k3s's secure token: the sha256 of the CA bundle the server serves at /cacerts (the
         // server-ca.crt the control plane's script writes), then the credentials.
         let ca_hash = sha256_hex(secrets.ca_cert_pem.as_bytes());
-        let ip = public_ip(provider);
         assert_eq!(
             sandbox.installs(),
             [
-                format!("args: agent --node-name w0 --node-label anycloud.dev/cluster=c1 --node-external-ip {ip}"),
+                "args: agent --node-name w0 --node-label anycloud.dev/cluster=c1".to_owned(),
                 format!("K3S_URL=https://{SERVER}:6443"),
                 format!("K3S_TOKEN=K10{ca_hash}::server:{}", secrets.join_token),
             ],
@@ -369,7 +382,7 @@ fn a_worker_joins_the_control_plane_and_pins_the_cluster_ca() {
 #[test]
 fn an_arm64_vm_installs_the_arm64_binary() {
     let sandbox = Sandbox::arm64();
-    let script = user_data::worker_with(ProviderKind::Aws, &sandbox.downloads(), "c1", "w0", SERVER, &secrets());
+    let script = user_data::worker_with(ProviderKind::Aws, &sandbox.downloads(), &join(Reach::OneNetwork), &secrets());
     sandbox.run(&script).assert_ok();
     assert_downloaded_the_pinned_release(&sandbox, ARM64_BINARY_URL);
     assert!(!sandbox.requests().contains(&format!("GET {BINARY_URL}")));
@@ -413,32 +426,109 @@ fn a_tampered_download_installs_and_starts_nothing() {
     }
 }
 
-/// Where no sum is pinned for an architecture, the script takes the one the release publishes
-/// beside the binary; a binary that does not match it is refused all the same.
+/// The spec's example and its mirror: the control plane on one provider (the hosted API's), the
+/// capacity on the other. Each node advertises the public address its own metadata service
+/// gives, the server runs flannel over WireGuard between public addresses, and the worker joins
+/// the control plane's public address (the stable one the workflow passes).
 #[test]
-fn an_unpinned_binary_is_checked_against_the_release_sums() {
-    let sandbox = Sandbox::new();
-    let binary_sum = sha256_hex(&sandbox.served(BINARY_URL));
-    // As the release's sha256sum-amd64.txt lists its assets (the airgap images first).
-    let sums = format!("{}  k3s-airgap-images-amd64.tar\n{binary_sum}  k3s\n", "0".repeat(64));
-    sandbox.serve(AMD64_SUMS_URL, &sums);
-    let downloads = K3sDownloads { amd64: BinarySum::PublishedWithRelease, ..sandbox.downloads() };
-    let script = user_data::worker_with(ProviderKind::Gcp, &downloads, "c1", "w0", SERVER, &secrets());
-    sandbox.run(&script).assert_ok();
-    assert!(sandbox.requests().contains(&format!("GET {AMD64_SUMS_URL}")));
-    assert_eq!(sandbox.log("started"), "amd64 k3s agent\n");
+fn a_cluster_across_providers_advertises_public_addresses_and_runs_wireguard_both_ways() {
+    for (control_plane, capacity) in [(ProviderKind::Aws, ProviderKind::Gcp), (ProviderKind::Gcp, ProviderKind::Aws)] {
+        let secrets = secrets();
+        let server = Sandbox::new();
+        let script =
+            user_data::control_plane_with(control_plane, Reach::AcrossNetworks, &server.downloads(), "c1", &secrets);
+        server.run(&script).assert_ok();
+        assert_asked_its_metadata_service(&server, control_plane);
+        let server_ip = public_ip(control_plane);
+        assert_eq!(server.installs()[0], server_args(Reach::AcrossNetworks, server_ip), "{control_plane} server");
 
-    let sandbox = Sandbox::new();
-    sandbox.serve(AMD64_SUMS_URL, &sums.replace(&binary_sum, &sha256_hex(b"another binary")));
-    sandbox.run(&script).assert_failed("a binary the release's sums do not list");
-    sandbox.assert_installed_nothing();
+        let agent = Sandbox::new();
+        let joining = Join { server_address: server_ip, ..join(Reach::AcrossNetworks) };
+        agent.run(&user_data::worker_with(capacity, &agent.downloads(), &joining, &secrets)).assert_ok();
+        assert_asked_its_metadata_service(&agent, capacity);
+        let agent_ip = public_ip(capacity);
+        let ca_hash = sha256_hex(secrets.ca_cert_pem.as_bytes());
+        assert_eq!(
+            agent.installs(),
+            [
+                format!(
+                    "args: agent --node-name w0 --node-label anycloud.dev/cluster=c1 --node-external-ip {agent_ip}"
+                ),
+                format!("K3S_URL=https://{server_ip}:6443"),
+                format!("K3S_TOKEN=K10{ca_hash}::server:{}", secrets.join_token),
+            ],
+            "{capacity} agent joining a {control_plane} server"
+        );
+        for sandbox in [&server, &agent] {
+            assert_fetched_only_pinned_downloads(sandbox);
+        }
+    }
+}
+
+/// Across networks a node is reached at its public address; a VM without one installs nothing
+/// and says why.
+#[test]
+fn across_networks_a_vm_without_a_public_address_installs_nothing() {
+    for (role, script) in [
+        ("control plane", user_data::control_plane(ProviderKind::Aws, Reach::AcrossNetworks, "c1", &secrets())),
+        ("worker", user_data::worker(ProviderKind::Aws, &join(Reach::AcrossNetworks), &secrets())),
+    ] {
+        let sandbox = Sandbox::new();
+        let path = sandbox.path("user-data.sh");
+        fs::write(&path, &script).unwrap();
+        let output = Command::new("/bin/sh")
+            .arg(&path)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", sandbox.path("bin").display()))
+            .env("ANYCLOUD_ROOT", sandbox.path("root"))
+            .env("TMPDIR", sandbox.path("tmp"))
+            .env("SANDBOX", sandbox.dir.path())
+            .env("MACHINE", sandbox.machine)
+            .env("IMDS_TOKEN", IMDS_TOKEN)
+            .env("AWS_PUBLIC_IP", "")
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{role}: a VM without a public address went on");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("has no public address, which a cluster across networks needs"), "{role}: {stderr}");
+        sandbox.assert_installed_nothing();
+    }
+}
+
+/// Every download a script makes is one whose SHA-256 is written in the script: the release's
+/// binary and its install script; nothing else leaves the VM but the metadata service's answers.
+fn assert_fetched_only_pinned_downloads(sandbox: &Sandbox) {
+    for request in sandbox.requests() {
+        let url = request.split_once(' ').map_or("", |(_, url)| url);
+        let metadata =
+            url.starts_with("http://169.254.169.254/") || url.starts_with("http://metadata.google.internal/");
+        assert!(metadata || url == BINARY_URL || url == INSTALL_SH_URL, "an unpinned download: {request}");
+    }
+}
+
+#[test]
+fn no_script_fetches_anything_it_has_not_pinned() {
+    for provider in [ProviderKind::Aws, ProviderKind::Gcp] {
+        for reach in [Reach::OneNetwork, Reach::AcrossNetworks] {
+            for (role, script) in [
+                ("control plane", user_data::control_plane(provider, reach, "c1", &secrets())),
+                ("worker", user_data::worker(provider, &join(reach), &secrets())),
+            ] {
+                assert!(!script.contains("sha256sum-"), "{provider} {role}: a sums file fetched from the release");
+                let pinned = K3sDownloads::pinned();
+                for sum in [&pinned.install_sh_sha256, &pinned.amd64_sha256, &pinned.arm64_sha256] {
+                    assert!(script.contains(sum.as_str()), "{provider} {role} does not pin {sum}");
+                }
+            }
+        }
+    }
 }
 
 #[test]
 fn the_production_scripts_download_the_pinned_release() {
     let pinned = K3sDownloads::pinned();
     assert_eq!(pinned.version, K3S_VERSION);
-    let script = user_data::control_plane(ProviderKind::Aws, "c1", &secrets());
+    let script = user_data::control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", &secrets());
     assert!(script.contains(&format!("verify \"$work/install.sh\" '{}'", pinned.install_sh_sha256)));
     let release = BINARY_URL.strip_suffix("/k3s").unwrap();
     assert!(script.contains(&format!("release='{release}'")), "{script}");
@@ -513,8 +603,10 @@ fn shellcheck_passes_every_script() {
     let secrets = secrets();
     for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
         for (role, script) in [
-            ("control-plane", user_data::control_plane(provider, "c1", &secrets)),
-            ("worker", user_data::worker(provider, "c1", "w0", SERVER, &secrets)),
+            ("control-plane", user_data::control_plane(provider, Reach::OneNetwork, "c1", &secrets)),
+            ("worker", user_data::worker(provider, &join(Reach::OneNetwork), &secrets)),
+            ("control-plane-across", user_data::control_plane(provider, Reach::AcrossNetworks, "c1", &secrets)),
+            ("worker-across", user_data::worker(provider, &join(Reach::AcrossNetworks), &secrets)),
             ("hosted-api", hosted_api(provider, Some("ab12"))),
             ("hosted-api-unchecked", hosted_api(provider, None)),
         ] {

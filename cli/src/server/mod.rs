@@ -79,6 +79,9 @@ pub struct ServeOptions {
     /// Run as a hosted API on this provider's VM: `sim` (the simulated cloud hosts the process on
     /// this machine), `aws` or `gcp` (a VM that `api.deploy` launched).
     pub hosted_by: Option<String>,
+    /// A hosted API's public address, which its clusters' rules let reach their Kubernetes APIs
+    /// (`--public-address`, else its `--tls-address`); `None` for a local API.
+    pub public_address: Option<String>,
     /// Keep the SQLite state in this bucket (restored at start, every answer shipped first).
     pub checkpoint: Option<CheckpointOptions>,
     /// The address to listen on (loopback unless TLS is on).
@@ -170,7 +173,13 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         (Some(taken), Some(checkpoint)) => Some(checkpoint::start(taken, checkpoint, &options.id).await?),
         _ => None,
     };
-    let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim.clone()))), seams: seams.api.clone() };
+    let deps = Deps {
+        db,
+        sealer,
+        clouds: Clouds::new(Some(Arc::new(sim.clone()))),
+        seams: seams.api.clone(),
+        api_address: options.public_address.clone(),
+    };
     // A stable owner name: after a crash, the restarted API takes its runs back at once. The
     // engine holds it exclusively, so a second API with this id on this database is refused.
     let owner = format!("api-{}", options.id);

@@ -101,7 +101,8 @@ pub(crate) fn node(machine: &Machine) -> Value {
     let mut taints = json!([]);
     if machine.control_plane {
         labels["node-role.kubernetes.io/control-plane"] = json!("true");
-        taints = json!([{ "key": "node-role.kubernetes.io/control-plane", "value": "true", "effect": "NoSchedule" }]);
+        // The taint the control plane's script gives its node (user_data::CONTROL_PLANE_TAINT).
+        taints = json!([{ "key": "anycloud.dev/control-plane", "value": "true", "effect": "NoSchedule" }]);
     }
     let addresses: Vec<Value> = [("InternalIP", &machine.private_ip), ("ExternalIP", &machine.public_ip)]
         .into_iter()

@@ -37,7 +37,7 @@ pub(crate) async fn schedule(kube: &Kube, cluster: &str, pods: &[Value]) -> Resu
         let chosen = workers.iter().min_by_key(|m| (load.get(m.name.as_str()).copied().unwrap_or(0), m.name.clone()));
         let Some(node) = chosen else {
             let message = format!(
-                "0/{} nodes are available: 1 node(s) had untolerated taint {{node-role.kubernetes.io/control-plane: \
+                "0/{} nodes are available: 1 node(s) had untolerated taint {{anycloud.dev/control-plane: \
                  true}}, {} node(s) were not ready. preemption: 0/{} nodes are available: {} Preemption is not helpful \
                  for scheduling.",
                 machines.len(),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anycloud_engine::Store;
 use anycloud_sim::kube::{Machine, Machines, Storage};
+use anycloud_workflows::cluster_network::Reach;
 use anycloud_workflows::cluster_secrets::ClusterSecrets;
 use anycloud_workflows::db::Db;
 use anycloud_workflows::providers::ProviderKind;
@@ -76,13 +77,19 @@ impl Cluster {
         let store = Store::sqlite(&dir.path().join("api.db")).await.unwrap();
         let db = Db::open(&store).await.unwrap();
         let secrets = ClusterSecrets::generate("jobs").unwrap();
-        let cp =
-            machine(CONTROL_PLANE, "cp", true, user_data::control_plane(ProviderKind::Sim, "c1", &secrets), "10.0.0.1");
+        let script = user_data::control_plane(ProviderKind::Sim, Reach::OneNetwork, "c1", &secrets);
+        let cp = machine(CONTROL_PLANE, "cp", true, script, "10.0.0.1");
         let workers = ["w0", "w1"]
             .iter()
             .enumerate()
             .map(|(i, name)| {
-                let user_data = user_data::worker(ProviderKind::Sim, "c1", name, "10.0.0.1", &secrets);
+                let join = user_data::Join {
+                    cluster_id: "c1",
+                    vm_name: name,
+                    server_address: "10.0.0.1",
+                    reach: Reach::OneNetwork,
+                };
+                let user_data = user_data::worker(ProviderKind::Sim, &join, &secrets);
                 machine(&format!("sim-{name}"), name, false, user_data, &format!("10.0.1.{}", i + 2))
             })
             .collect::<Vec<_>>();

@@ -3,7 +3,7 @@
 //! ([`CLUSTER_TAG`]), and every lookup goes by that tag, so a retried or restarted step finds
 //! what an earlier attempt made instead of making it twice.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,6 +20,7 @@ use base64::engine::general_purpose::STANDARD;
 
 use super::{Verdict, aws, aws_iam, aws_secrets};
 use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
+use crate::cluster_network::Openings;
 use crate::db::credentials::PublicPart;
 
 /// Canonical's AWS account: the owner of the official Ubuntu images.
@@ -135,6 +136,16 @@ impl AwsCloud {
             return self.regional.clone();
         }
         Client::from_conf(self.regional.config().to_builder().region(Region::new(region.to_owned())).build())
+    }
+
+    /// The cluster's security group in the region's default VPC, made when missing.
+    async fn cluster_group(&self, client: &Client, placement: &Placement) -> Result<SecurityGroup, CloudError> {
+        let vpc_id = default_vpc(client, &placement.region).await?;
+        let description = format!(
+            "anycloud cluster {}: all traffic within, the Kubernetes API and WireGuard from the cluster's own addresses",
+            placement.cluster_id
+        );
+        find_or_create_group(client, &placement.cluster_id, &vpc_id, &description).await
     }
 
     /// Fails unless `region` is enabled for these keys; the error names some that are.
@@ -270,16 +281,13 @@ fn group_name(cluster_id: &str) -> String {
 /// One ingress rule of a cluster's security group.
 #[derive(Debug, Clone, Copy)]
 enum Ingress {
-    /// A TCP port, from anywhere.
+    /// A TCP port, from anywhere (a hosted API's own port).
     TcpFromAnywhere(i32),
     /// All traffic between the cluster's own VMs (from the group itself).
     AllFromCluster,
 }
 
 impl Ingress {
-    /// SSH and the Kubernetes API from anywhere; everything within the cluster.
-    const RULES: [Self; 3] = [Self::TcpFromAnywhere(22), Self::TcpFromAnywhere(6443), Self::AllFromCluster];
-
     /// The rule as EC2 takes it, for the group `group_id`.
     fn permission(self, group_id: &str) -> IpPermission {
         match self {
@@ -311,6 +319,42 @@ impl Ingress {
                     && existing.user_id_group_pairs().iter().any(|pair| pair.group_id() == Some(group_id))
             }
         })
+    }
+}
+
+/// One rule of a cluster's group that lets a CIDR in: protocol, port range, source.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct CidrRule {
+    protocol: String,
+    from_port: i32,
+    to_port: i32,
+    source: String,
+}
+
+impl CidrRule {
+    fn new(protocol: &str, port: u16, source: &str) -> Self {
+        let port = i32::from(port);
+        Self { protocol: protocol.to_owned(), from_port: port, to_port: port, source: source.to_owned() }
+    }
+
+    /// The rule one IPv4 range of `permission` is; `None` for one EC2 gives without ports.
+    fn of(permission: &IpPermission, range: &IpRange) -> Option<Self> {
+        Some(Self {
+            protocol: permission.ip_protocol()?.to_owned(),
+            from_port: permission.from_port().unwrap_or(-1),
+            to_port: permission.to_port().unwrap_or(-1),
+            source: range.cidr_ip()?.to_owned(),
+        })
+    }
+
+    /// The rule as EC2 takes it.
+    fn permission(&self) -> IpPermission {
+        IpPermission::builder()
+            .ip_protocol(&self.protocol)
+            .from_port(self.from_port)
+            .to_port(self.to_port)
+            .ip_ranges(IpRange::builder().cidr_ip(&self.source).build())
+            .build()
     }
 }
 
@@ -566,17 +610,60 @@ impl Cloud for AwsCloud {
     }
 
     /// Finds the security group tagged with the cluster in the default VPC, or creates
-    /// `anycloud-<cluster id>`, and makes sure it allows SSH and 6443 from anywhere and all
-    /// traffic from itself (rules a crash may have left unmade are added on the next call).
+    /// `anycloud-<cluster id>`, and makes sure it allows all traffic from itself (a rule a crash
+    /// left unmade is added on the next call). It lets nothing else in.
     async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError> {
         let client = self.client_in(&placement.region);
-        let vpc_id = default_vpc(&client, &placement.region).await?;
-        let description =
-            format!("anycloud cluster {}: SSH and Kubernetes API from anywhere, all within", placement.cluster_id);
-        let group = find_or_create_group(&client, &placement.cluster_id, &vpc_id, &description).await?;
-        authorize_missing(&client, &group, &Ingress::RULES).await?;
+        let group = self.cluster_group(&client, placement).await?;
+        authorize_missing(&client, &group, &[Ingress::AllFromCluster]).await?;
         let id = group.group_id().unwrap_or_default().to_owned();
         Ok(Network { id })
+    }
+
+    /// Makes the group's rules for sources outside it exactly `openings` (one rule per source
+    /// CIDR, protocol and port): what is missing is authorized, anything else revoked.
+    async fn open_network(&self, placement: &Placement, openings: &Openings) -> Result<(), CloudError> {
+        let client = self.client_in(&placement.region);
+        let group = self.cluster_group(&client, placement).await?;
+        let group_id = group.group_id().unwrap_or_default();
+        let wanted: BTreeSet<CidrRule> = openings
+            .rules()
+            .into_iter()
+            .map(|(protocol, port, source)| CidrRule::new(protocol, port, source))
+            .collect();
+        let present: BTreeSet<CidrRule> = group
+            .ip_permissions()
+            .iter()
+            .flat_map(|permission| permission.ip_ranges().iter().map(move |range| (permission, range)))
+            .filter_map(|(permission, range)| CidrRule::of(permission, range))
+            .collect();
+        for rule in wanted.difference(&present) {
+            let result = client
+                .authorize_security_group_ingress()
+                .group_id(group_id)
+                .ip_permissions(rule.permission())
+                .send()
+                .await;
+            match result {
+                Ok(_) => {}
+                Err(err) if err.code() == Some("InvalidPermission.Duplicate") => {}
+                Err(err) => return Err(ec2_failure("AuthorizeSecurityGroupIngress", &err)),
+            }
+        }
+        for rule in present.difference(&wanted) {
+            let result = client
+                .revoke_security_group_ingress()
+                .group_id(group_id)
+                .ip_permissions(rule.permission())
+                .send()
+                .await;
+            match result {
+                Ok(_) => {}
+                Err(err) if err.code() == Some("InvalidPermission.NotFound") => {}
+                Err(err) => return Err(ec2_failure("RevokeSecurityGroupIngress", &err)),
+            }
+        }
+        Ok(())
     }
 
     /// The group of a hosted API (`anycloud-<owner>`): its port from anywhere, nothing else.

@@ -24,12 +24,13 @@ use async_trait::async_trait;
 use google_cloud_compute_v1::client::{Firewalls, GlobalOperations, Instances, MachineTypes, ZoneOperations, Zones};
 use google_cloud_compute_v1::model::{
     AccessConfig, AttachedDisk, AttachedDiskInitializeParams, Firewall, Instance, Metadata, NetworkInterface,
-    Operation, ServiceAccount, Tags, access_config, firewall, metadata, operation,
+    Operation, ServiceAccount, Tags, access_config, firewall, machine_type, metadata, operation,
 };
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 
 use super::{Verdict, gcp, gcp_secrets};
 use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
+use crate::cluster_network::{KUBE_API_PORT, Openings, WIREGUARD_PORT};
 use crate::db::credentials::PublicPart;
 
 /// The boot image of every VM: the Ubuntu 22.04 LTS family (its newest image at insert time).
@@ -419,14 +420,27 @@ impl Cloud for GcpCloud {
         };
         let result =
             self.machine_types.get().set_project(&self.project).set_zone(&zone).set_machine_type(vm_type).send().await;
-        match result {
-            Ok(_) => {}
+        let machine_type = match result {
+            Ok(machine_type) => machine_type,
             Err(err) if matches!(err.http_status_code(), Some(404 | 400)) => {
                 return Err(CloudError::Terminal(format!(
                     "machine type {vm_type} is not offered in zone {zone}; e.g. {EXAMPLE_VM_TYPE}"
                 )));
             }
             Err(err) => return Err(classify(&format!("reading machine type {vm_type} in {zone}"), &err)),
+        };
+        // The boot image is x86_64 (IMAGE); an Arm machine type cannot boot it. A type that names
+        // no architecture is x86 (Compute Engine leaves the field unset on older families).
+        if let Some(architecture) = machine_type
+            .architecture
+            .as_ref()
+            .filter(|a| !matches!(a, machine_type::Architecture::X8664 | machine_type::Architecture::Unspecified))
+        {
+            return Err(CloudError::Terminal(format!(
+                "machine type {vm_type} runs {} only, and clusters boot x86_64 Ubuntu: pick an x86_64 type, e.g. \
+                 {EXAMPLE_VM_TYPE}",
+                architecture.name().unwrap_or("another architecture")
+            )));
         }
         Ok(Placement {
             cluster_id: cluster_id.to_owned(),
@@ -437,28 +451,64 @@ impl Cloud for GcpCloud {
         })
     }
 
+    /// The rule `<prefix>-internal`: everything between the VMs tagged `<prefix>`.
     async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError> {
         let prefix = cluster_prefix(&placement.cluster_id)?;
-        let description = format!("anycloud cluster {}", placement.cluster_id);
-        let ssh_api = Firewall::new()
-            .set_name(format!("{prefix}-ssh-api"))
-            .set_description(format!("{description}: SSH and the Kubernetes API from anywhere"))
-            .set_network(NETWORK)
-            .set_direction(firewall::Direction::Ingress)
-            .set_allowed([firewall::Allowed::new().set_ip_protocol("tcp").set_ports(["22", "6443"])])
-            .set_source_ranges(["0.0.0.0/0"])
-            .set_target_tags([prefix.clone()]);
         let internal = Firewall::new()
             .set_name(format!("{prefix}-internal"))
-            .set_description(format!("{description}: everything between the cluster's VMs"))
+            .set_description(format!("anycloud cluster {}: everything between the cluster's VMs", placement.cluster_id))
             .set_network(NETWORK)
             .set_direction(firewall::Direction::Ingress)
             .set_allowed([firewall::Allowed::new().set_ip_protocol("all")])
             .set_source_tags([prefix.clone()])
             .set_target_tags([prefix.clone()]);
-        self.ensure_firewall(&placement.cluster_id, ssh_api).await?;
         self.ensure_firewall(&placement.cluster_id, internal).await?;
         Ok(Network { id: prefix })
+    }
+
+    /// The rules `<prefix>-kube-api` (TCP 6443) and `<prefix>-wireguard` (UDP 51820), from
+    /// exactly the openings' sources to the VMs tagged `<prefix>`; a rule with other sources is
+    /// replaced, one with none deleted, and the SSH rule of older versions (`<prefix>-ssh-api`)
+    /// goes.
+    async fn open_network(&self, placement: &Placement, openings: &Openings) -> Result<(), CloudError> {
+        let prefix = cluster_prefix(&placement.cluster_id)?;
+        self.delete_firewall(&format!("{prefix}-ssh-api")).await?;
+        let rules = [
+            ("kube-api", "tcp", KUBE_API_PORT, &openings.kube_api, "the Kubernetes API"),
+            ("wireguard", "udp", WIREGUARD_PORT, &openings.wireguard, "flannel's WireGuard"),
+        ];
+        for (suffix, protocol, port, sources, what) in rules {
+            let name = format!("{prefix}-{suffix}");
+            let mut wanted = sources.clone();
+            wanted.sort();
+            let existing = self.get_firewall(&name).await?;
+            if let Some(rule) = &existing {
+                let mut present = rule.source_ranges.clone();
+                present.sort();
+                if present == wanted {
+                    continue;
+                }
+                self.delete_firewall(&name).await?;
+            }
+            if wanted.is_empty() {
+                continue;
+            }
+            let rule = Firewall::new()
+                .set_name(&name)
+                .set_description(format!(
+                    "anycloud cluster {}: {what} from the cluster's own addresses",
+                    placement.cluster_id
+                ))
+                .set_network(NETWORK)
+                .set_direction(firewall::Direction::Ingress)
+                .set_allowed([firewall::Allowed::new().set_ip_protocol(protocol).set_ports([port.to_string()])])
+                .set_source_ranges(wanted.clone())
+                .set_target_tags([prefix.clone()]);
+            // A request id per content: a rule replaced with other sources is a new request.
+            let key = format!("firewall/{name}/{}", wanted.join(","));
+            self.insert_firewall(&rule, &request_id(&placement.cluster_id, &key)).await?;
+        }
+        Ok(())
     }
 
     /// The rule `<prefix>-https`: the API's port from anywhere to the VMs tagged `<prefix>`.
@@ -657,9 +707,10 @@ pub fn instance_name(cluster_id: &str, vm_name: &str) -> Result<String, CloudErr
     Ok(format!("{}-{vm_name}", cluster_prefix(cluster_id)?))
 }
 
-/// The names of the firewall rules of a cluster (the first two) or a hosted API (the last).
-fn firewall_names(prefix: &str) -> [String; 3] {
-    [format!("{prefix}-ssh-api"), format!("{prefix}-internal"), format!("{prefix}-https")]
+/// The names of every firewall rule a cluster or a hosted API may have (`-https` is a hosted
+/// API's; `-ssh-api` was a cluster's before it opened only its own addresses).
+fn firewall_names(prefix: &str) -> [String; 5] {
+    ["ssh-api", "internal", "https", "kube-api", "wireguard"].map(|suffix| format!("{prefix}-{suffix}"))
 }
 
 /// What a hosted API's VM may do as its service account: read and write Cloud Storage.

@@ -1,0 +1,145 @@
+//! What a cluster's network lets in from outside itself, and how its nodes reach each other.
+//!
+//! A cluster whose control plane runs with its capacity (one provider account and region) is in
+//! one network: the workers join the server over its private address and flannel's default VXLAN
+//! runs between private addresses, inside the rule that lets the cluster's VMs reach each other.
+//! A cluster whose control plane runs apart (on the hosted API's credential: another provider,
+//! account or region) spans networks that do not route to each other, and follows k3s's
+//! "Distributed hybrid or multicloud cluster" guide (docs.k3s.io/networking/distributed-multicloud):
+//! every node advertises its public address (`--node-external-ip`), flannel runs
+//! `wireguard-native` between those addresses (`--flannel-external-ip` on the server), and the
+//! workers join over the server's public address. docs/hosting.md ("Cluster networks") lists the
+//! rules each side gets and the k3s documentation each follows.
+//!
+//! The rules open exactly what that needs, never the world: the Kubernetes API (TCP 6443) from
+//! the API that manages the cluster and, across networks, from every worker; WireGuard (UDP 51820,
+//! k3s's inbound rules for `wireguard-native` over IPv4) between every node's public address. SSH
+//! is not open: no key is ever installed.
+
+use serde::{Deserialize, Serialize};
+
+/// The port of the Kubernetes API (k3s's supervisor and API server).
+pub const KUBE_API_PORT: u16 = 6443;
+/// The port flannel's `wireguard-native` backend uses for IPv4 (k3s's inbound rules).
+pub const WIREGUARD_PORT: u16 = 51820;
+/// Every IPv4 address: the Kubernetes API's source when the API that manages the cluster has no
+/// address a cloud can name (an API on an operator's own machine).
+pub const ANYWHERE: &str = "0.0.0.0/0";
+
+/// Whether a cluster's nodes share one network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reach {
+    /// Control plane and capacity in one account and region: private addresses, VXLAN.
+    OneNetwork,
+    /// Control plane apart from the capacity: public addresses, WireGuard.
+    AcrossNetworks,
+}
+
+impl Reach {
+    /// The reach of a cluster whose control plane runs apart from its capacity, or not.
+    pub fn of(control_plane_apart: bool) -> Self {
+        if control_plane_apart { Self::AcrossNetworks } else { Self::OneNetwork }
+    }
+}
+
+/// What one side's rules let in from outside the side's own VMs: source CIDRs per port. The
+/// lists are sorted and hold each source once; an empty list opens nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Openings {
+    /// Sources of TCP [`KUBE_API_PORT`].
+    pub kube_api: Vec<String>,
+    /// Sources of UDP [`WIREGUARD_PORT`].
+    pub wireguard: Vec<String>,
+}
+
+impl Openings {
+    /// Every (protocol, port, source) the openings allow, in a stable order.
+    pub fn rules(&self) -> Vec<(&'static str, u16, &str)> {
+        let tcp = self.kube_api.iter().map(|source| ("tcp", KUBE_API_PORT, source.as_str()));
+        let udp = self.wireguard.iter().map(|source| ("udp", WIREGUARD_PORT, source.as_str()));
+        tcp.chain(udp).collect()
+    }
+}
+
+/// The public addresses of a cluster's nodes, as far as they are known.
+#[derive(Debug, Clone, Default)]
+pub struct NodeAddresses<'a> {
+    /// The control plane's.
+    pub control_plane: Option<&'a str>,
+    /// The workers'.
+    pub workers: Vec<&'a str>,
+}
+
+/// The control plane's side: the Kubernetes API from the managing API (`api`, its public
+/// address; `None`: from anywhere) and, across networks, from every worker; WireGuard from every
+/// node across networks.
+pub fn control_plane_side(reach: Reach, api: Option<&str>, nodes: &NodeAddresses<'_>) -> Openings {
+    let mut kube_api = vec![api.map_or_else(|| ANYWHERE.to_owned(), host)];
+    let mut wireguard = Vec::new();
+    if reach == Reach::AcrossNetworks {
+        kube_api.extend(nodes.workers.iter().copied().map(host));
+        wireguard = every_node(nodes);
+    }
+    sorted(Openings { kube_api, wireguard })
+}
+
+/// The capacity's side when apart from the control plane: WireGuard from every node (flannel's
+/// traffic goes to public addresses, even between two workers of one network). In one network
+/// the capacity's side is the control plane's.
+pub fn capacity_side(nodes: &NodeAddresses<'_>) -> Openings {
+    sorted(Openings { kube_api: Vec::new(), wireguard: every_node(nodes) })
+}
+
+fn every_node(nodes: &NodeAddresses<'_>) -> Vec<String> {
+    nodes.control_plane.into_iter().chain(nodes.workers.iter().copied()).map(host).collect()
+}
+
+/// One address as a CIDR of one host.
+fn host(address: &str) -> String {
+    if address.contains('/') { address.to_owned() } else { format!("{address}/32") }
+}
+
+fn sorted(mut openings: Openings) -> Openings {
+    for list in [&mut openings.kube_api, &mut openings.wireguard] {
+        list.sort();
+        list.dedup();
+    }
+    openings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes() -> NodeAddresses<'static> {
+        NodeAddresses { control_plane: Some("203.0.113.10"), workers: vec!["198.51.100.7", "198.51.100.8"] }
+    }
+
+    #[test]
+    fn one_network_opens_only_the_kube_api_to_the_managing_api() {
+        let openings = control_plane_side(Reach::OneNetwork, Some("192.0.2.5"), &nodes());
+        assert_eq!(openings, Openings { kube_api: vec!["192.0.2.5/32".into()], wireguard: vec![] });
+        let local = control_plane_side(Reach::OneNetwork, None, &nodes());
+        assert_eq!(local.kube_api, vec![ANYWHERE.to_owned()]);
+    }
+
+    #[test]
+    fn across_networks_the_workers_reach_the_api_and_every_node_reaches_wireguard() {
+        let openings = control_plane_side(Reach::AcrossNetworks, Some("192.0.2.5"), &nodes());
+        assert_eq!(openings.kube_api, ["192.0.2.5/32", "198.51.100.7/32", "198.51.100.8/32"]);
+        assert_eq!(openings.wireguard, ["198.51.100.7/32", "198.51.100.8/32", "203.0.113.10/32"]);
+        let capacity = capacity_side(&nodes());
+        assert!(capacity.kube_api.is_empty());
+        assert_eq!(capacity.wireguard, openings.wireguard);
+        assert!(openings.rules().iter().all(|(_, _, source)| *source != ANYWHERE));
+    }
+
+    #[test]
+    fn a_source_named_twice_is_opened_once() {
+        let nodes = NodeAddresses { control_plane: Some("192.0.2.5"), workers: vec!["192.0.2.5"] };
+        let openings = control_plane_side(Reach::AcrossNetworks, Some("192.0.2.5"), &nodes);
+        assert_eq!(openings.kube_api, ["192.0.2.5/32"]);
+        assert_eq!(openings.wireguard, ["192.0.2.5/32"]);
+    }
+}
