@@ -253,7 +253,7 @@ fn vms_are_launched_once_listed_by_label_and_terminated() {
         cloud.terminate(&placement, &ids).await.unwrap();
         assert!(cloud.list_vms(&placement).await.unwrap().is_empty());
         cloud.delete_network(&placement).await.unwrap();
-        assert_eq!(fake.firewalls(PROJECT).len(), 2, "the other cluster's rules stay");
+        assert_eq!(fake.firewalls(PROJECT).len(), 1, "the other cluster's rule stays");
 
         let other_ids: Vec<String> =
             cloud.list_vms(&other_placement).await.unwrap().into_iter().map(|v| v.provider_id).collect();
