@@ -105,9 +105,10 @@ impl K3sDownloads {
     }
 }
 
-/// The control plane's script, for a VM of `provider`.
-pub fn control_plane(provider: ProviderKind, cluster_id: &str, secrets: &ClusterSecrets) -> String {
-    control_plane_with(provider, &K3sDownloads::pinned(), cluster_id, secrets)
+/// The control plane's script, for a VM of `provider` whose stable public address (an Elastic
+/// IP, a reserved static address) is `address`: its serving certificate names it (`--tls-san`).
+pub fn control_plane(provider: ProviderKind, cluster_id: &str, address: &str, secrets: &ClusterSecrets) -> String {
+    control_plane_with(provider, &K3sDownloads::pinned(), cluster_id, address, secrets)
 }
 
 /// [`control_plane`], checking the downloads against `downloads`.
@@ -115,6 +116,7 @@ pub fn control_plane_with(
     provider: ProviderKind,
     downloads: &K3sDownloads,
     cluster_id: &str,
+    address: &str,
     secrets: &ClusterSecrets,
 ) -> String {
     let ClusterSecrets { join_token, api_token, ca_key_pem, .. } = secrets;
@@ -141,7 +143,7 @@ K3S_TOKEN='{join_token}' INSTALL_K3S_SKIP_DOWNLOAD=true sh -s - server \
   --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule \
   --node-label anycloud.dev/cluster={cluster_id} \
   --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
-  ${{public_ip:+--tls-san "$public_ip"}} < "$work/install.sh"
+  --tls-san '{address}' < "$work/install.sh"
 echo '{version}' > "$marker"
 "#,
         version = downloads.version,
@@ -353,7 +355,8 @@ mod tests {
     #[test]
     fn a_control_plane_script_installs_the_api_token_and_the_ca() {
         for provider in PROVIDERS {
-            let script = control_plane(provider, "c1", &secrets());
+            let script = control_plane(provider, "c1", "198.51.100.7", &secrets());
+            assert!(script.contains("--tls-san '198.51.100.7'"), "the certificate names the stable address");
             assert_eq!(parse_control_plane_token(&script).as_deref(), Some("api456"));
             assert!(script.contains("K3S_TOKEN='join123'"));
             let (cert, key) = parse_control_plane_ca(&script).unwrap();
@@ -364,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_worker_joins_with_the_token_its_control_plane_expects() {
-        let cp = control_plane(ProviderKind::Gcp, "c1", &secrets());
+        let cp = control_plane(ProviderKind::Gcp, "c1", "198.51.100.7", &secrets());
         let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, "c1", "w0", "10.0.0.2", &secrets())).unwrap();
         assert_eq!(parse_control_plane_worker_token(&cp), Some(token));
         let mut other_ca = secrets();
@@ -377,7 +380,7 @@ mod tests {
     fn a_pem_without_its_last_newline_is_written_and_hashed_with_one() {
         let mut secrets = secrets();
         secrets.ca_cert_pem = secrets.ca_cert_pem.trim_end().to_owned();
-        let script = control_plane(ProviderKind::Aws, "c1", &secrets);
+        let script = control_plane(ProviderKind::Aws, "c1", "198.51.100.7", &secrets);
         let (cert, _) = parse_control_plane_ca(&script).unwrap();
         assert_eq!(cert, format!("{}\n", secrets.ca_cert_pem));
         let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, "c1", "w0", "10.0.0.2", &secrets)).unwrap();
@@ -388,7 +391,7 @@ mod tests {
     fn each_provider_asks_its_own_metadata_service() {
         for role in ["cp", "w0"] {
             let script = |provider| match role {
-                "cp" => control_plane(provider, "c1", &secrets()),
+                "cp" => control_plane(provider, "c1", "198.51.100.7", &secrets()),
                 _ => worker(provider, "c1", role, "10.0.0.2", &secrets()),
             };
             let aws = script(ProviderKind::Aws);
@@ -404,7 +407,7 @@ mod tests {
 
     #[test]
     fn the_scripts_install_the_pinned_release_and_never_pipe_the_installer() {
-        let script = control_plane(ProviderKind::Aws, "c1", &secrets());
+        let script = control_plane(ProviderKind::Aws, "c1", "198.51.100.7", &secrets());
         assert!(script.contains(&format!("https://github.com/k3s-io/k3s/releases/download/{K3S_VERSION}'")));
         assert!(script.contains(&format!("https://raw.githubusercontent.com/k3s-io/k3s/{K3S_VERSION}/install.sh")));
         assert!(script.contains(K3S_INSTALL_SH_SHA256.1));

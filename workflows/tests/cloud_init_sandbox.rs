@@ -237,7 +237,7 @@ impl Sandbox {
 type Script = fn(ProviderKind, &K3sDownloads, &ClusterSecrets) -> String;
 
 fn control_plane(provider: ProviderKind, downloads: &K3sDownloads, secrets: &ClusterSecrets) -> String {
-    user_data::control_plane_with(provider, downloads, "c1", secrets)
+    user_data::control_plane_with(provider, downloads, "c1", "198.51.100.7", secrets)
 }
 
 fn worker(provider: ProviderKind, downloads: &K3sDownloads, secrets: &ClusterSecrets) -> String {
@@ -294,7 +294,7 @@ fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_addre
     for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
         let sandbox = Sandbox::new();
         let secrets = secrets();
-        let script = user_data::control_plane_with(provider, &sandbox.downloads(), "c1", &secrets);
+        let script = user_data::control_plane_with(provider, &sandbox.downloads(), "c1", "198.51.100.7", &secrets);
         sandbox.run(&script).assert_ok();
 
         assert_asked_its_metadata_service(&sandbox, provider);
@@ -316,15 +316,14 @@ fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_addre
         assert_eq!(fs::read(&binary).unwrap(), sandbox.served(BINARY_URL));
         assert_eq!(mode(&binary), 0o755);
 
-        let ip = public_ip(provider);
+        // The certificate names the stable address the workflow reserved, not the metadata's.
         assert_eq!(
             sandbox.installs(),
             [
-                format!(
-                    "args: server --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule --node-label \
-                     anycloud.dev/cluster=c1 --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
-                     --tls-san {ip}"
-                ),
+                "args: server --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule --node-label \
+                 anycloud.dev/cluster=c1 --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
+                 --tls-san 198.51.100.7"
+                    .to_owned(),
                 "K3S_URL=".to_owned(),
                 format!("K3S_TOKEN={}", secrets.join_token),
             ],
@@ -438,7 +437,7 @@ fn an_unpinned_binary_is_checked_against_the_release_sums() {
 fn the_production_scripts_download_the_pinned_release() {
     let pinned = K3sDownloads::pinned();
     assert_eq!(pinned.version, K3S_VERSION);
-    let script = user_data::control_plane(ProviderKind::Aws, "c1", &secrets());
+    let script = user_data::control_plane(ProviderKind::Aws, "c1", "198.51.100.7", &secrets());
     assert!(script.contains(&format!("verify \"$work/install.sh\" '{}'", pinned.install_sh_sha256)));
     let release = BINARY_URL.strip_suffix("/k3s").unwrap();
     assert!(script.contains(&format!("release='{release}'")), "{script}");
@@ -459,6 +458,7 @@ fn hosted_api(provider: ProviderKind, sum: Option<&str>) -> String {
         storage_secret_endpoint: None,
         binary_url: ANYCLOUD_URL,
         binary_sha256: sum,
+        address: "198.51.100.9",
         hosting_credential: "aws-host",
         region: "eu-west-1",
         vm_type: "t3.medium",
@@ -474,13 +474,14 @@ fn a_hosted_apis_vm_installs_the_checked_binary_and_runs_the_unit_for_its_addres
         sandbox.serve(&url, &binary);
         let script = hosted_api(provider, Some(&sha256_hex(binary.as_bytes())));
         sandbox.run(&script).assert_ok();
-        assert_asked_its_metadata_service(&sandbox, provider);
         assert!(sandbox.requests().contains(&format!("GET {url}")), "{:?}", sandbox.requests());
         let installed = sandbox.root("usr/local/bin/anycloud");
         assert_eq!(fs::read_to_string(&installed).unwrap(), binary);
         assert_eq!(mode(&installed), 0o755);
         let address = fs::read_to_string(sandbox.root("etc/anycloud/address.env")).unwrap();
-        assert_eq!(address, format!("ANYCLOUD_ADDRESS={}\n", public_ip(provider)));
+        // The reserved address the deploy gave it, not the metadata's (which changes on a stop).
+        assert_eq!(address, "ANYCLOUD_ADDRESS=198.51.100.9\n");
+        assert!(!sandbox.log("curl.log").contains("169.254.169.254"), "it asked the metadata service");
         let unit = fs::read_to_string(sandbox.root("etc/systemd/system/anycloud-api.service")).unwrap();
         assert!(unit.contains("EnvironmentFile=/etc/anycloud/address.env\n"), "{unit}");
         assert!(unit.contains("Restart=always\n"), "{unit}");
@@ -513,7 +514,7 @@ fn shellcheck_passes_every_script() {
     let secrets = secrets();
     for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
         for (role, script) in [
-            ("control-plane", user_data::control_plane(provider, "c1", &secrets)),
+            ("control-plane", user_data::control_plane(provider, "c1", "198.51.100.7", &secrets)),
             ("worker", user_data::worker(provider, "c1", "w0", SERVER, &secrets)),
             ("hosted-api", hosted_api(provider, Some("ab12"))),
             ("hosted-api-unchecked", hosted_api(provider, None)),

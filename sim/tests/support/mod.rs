@@ -76,8 +76,13 @@ impl Cluster {
         let store = Store::sqlite(&dir.path().join("api.db")).await.unwrap();
         let db = Db::open(&store).await.unwrap();
         let secrets = ClusterSecrets::generate("jobs").unwrap();
-        let cp =
-            machine(CONTROL_PLANE, "cp", true, user_data::control_plane(ProviderKind::Sim, "c1", &secrets), "10.0.0.1");
+        let cp = machine(
+            CONTROL_PLANE,
+            "cp",
+            true,
+            user_data::control_plane(ProviderKind::Sim, "c1", "10.0.0.1", &secrets),
+            "10.0.0.1",
+        );
         let workers = ["w0", "w1"]
             .iter()
             .enumerate()
