@@ -143,7 +143,7 @@ K3S_TOKEN='{join_token}' INSTALL_K3S_SKIP_DOWNLOAD=true sh -s - server \
   --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule \
   --node-label anycloud.dev/cluster={cluster_id} \
   --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
-  --tls-san '{address}' < "$work/install.sh"
+  --tls-san '{address}' ${{public_ip:+--tls-san "$public_ip"}} < "$work/install.sh"
 echo '{version}' > "$marker"
 "#,
         version = downloads.version,

@@ -316,14 +316,18 @@ fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_addre
         assert_eq!(fs::read(&binary).unwrap(), sandbox.served(BINARY_URL));
         assert_eq!(mode(&binary), 0o755);
 
-        // The certificate names the stable address the workflow reserved, not the metadata's.
+        // The certificate names the reserved address the workflow gave it, first; and the address
+        // the metadata shows (the same once the address is the VM's; on EC2's first boot it may
+        // still be the ephemeral one, until the Elastic IP is associated).
+        let ip = public_ip(provider);
         assert_eq!(
             sandbox.installs(),
             [
-                "args: server --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule --node-label \
-                 anycloud.dev/cluster=c1 --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
-                 --tls-san 198.51.100.7"
-                    .to_owned(),
+                format!(
+                    "args: server --node-taint node-role.kubernetes.io/control-plane=true:NoSchedule --node-label \
+                     anycloud.dev/cluster=c1 --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
+                     --tls-san 198.51.100.7 --tls-san {ip}"
+                ),
                 "K3S_URL=".to_owned(),
                 format!("K3S_TOKEN={}", secrets.join_token),
             ],
