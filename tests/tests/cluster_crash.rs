@@ -240,7 +240,7 @@ fn assert_ready_and_exact(api: &Api, cluster: &Created) -> Vec<Value> {
     let events = e2e::events(&detail);
     let steps = detail["steps"].as_array().unwrap();
     assert!(steps.iter().all(|step| step["phase"] == "forward"), "something was undone: {detail:#}");
-    assert_eq!(steps.len(), 10, "{detail:#}");
+    assert_eq!(steps.len(), 11, "{detail:#}");
     for step in steps {
         let name = step["name"].as_str().unwrap();
         let recoveries = events.iter().filter(|event| event["kind"] == "recovered" && event["step"] == name).count();
