@@ -147,7 +147,7 @@ impl FakeGce {
         fake.tick(Instant::now());
         fake.projects
             .get(project)
-            .map_or_else(Vec::new, |p| p.addresses.iter().map(|(_, a)| p.render_address(a)).collect())
+            .map_or_else(Vec::new, |p| p.addresses.values().map(|a| p.render_address(a)).collect())
     }
 
     /// The project's operations, in the order they were created.

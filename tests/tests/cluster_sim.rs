@@ -135,6 +135,9 @@ fn assert_provider_clean(api: &Api, cluster_id: &str) {
     assert!(live.is_empty(), "the provider still holds live VMs of cluster {cluster_id}: {live:#?}");
     let (networks, _) = provider_networks(api, cluster_id);
     assert_eq!(networks, 0, "the provider still holds network rules of cluster {cluster_id}");
+    let reserved = api
+        .query_strings(&format!("SELECT ip FROM sim_addresses WHERE owner = '{cluster_id}' AND released_at IS NULL"));
+    assert!(reserved.is_empty(), "the provider still holds the reserved address of cluster {cluster_id}: {reserved:?}");
 }
 
 /// The text after `key` up to the next `'` (or end of line) in `text`.

@@ -353,7 +353,7 @@ async fn an_elastic_ip_is_allocated_once_associated_and_released() {
     assert_eq!(tagged_addresses(&ec2, &id).await.len(), 2);
     let kept = cloud.ensure_address(&placement, "cp").await.unwrap();
     assert_eq!(tagged_addresses(&ec2, &id).await.len(), 1, "the duplicate is released");
-    assert_eq!(cloud.list_addresses(&placement).await.unwrap(), [kept.clone()]);
+    assert_eq!(cloud.list_addresses(&placement).await.unwrap(), std::slice::from_ref(&kept));
 
     let cp = cloud
         .launch(&LaunchSpec { address: Some(&kept), ..spec(&placement, &network, "cp", Role::ControlPlane) })

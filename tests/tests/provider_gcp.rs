@@ -452,7 +452,7 @@ fn a_static_address_is_reserved_once_given_at_launch_and_released_after_the_vm()
         assert!(terminal(taken).contains("already being used"));
         let message = retryable(cloud.release_addresses(&placement).await);
         assert!(message.contains("still uses it"), "{message}");
-        assert_eq!(cloud.list_addresses(&placement).await.unwrap(), [address.clone()]);
+        assert_eq!(cloud.list_addresses(&placement).await.unwrap(), std::slice::from_ref(&address));
 
         cloud.terminate(&placement, std::slice::from_ref(&cp.provider_id)).await.unwrap();
         until_no_vms(&cloud, &placement).await;
