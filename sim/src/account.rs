@@ -4,7 +4,7 @@
 
 use anycloud_engine::{execute, with_pool};
 use anycloud_workflows::cloud::{
-    CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Vm,
+    Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Vm,
 };
 use anycloud_workflows::cluster_network::Openings;
 use anycloud_workflows::kube_api::KubeEndpoint;
@@ -75,6 +75,20 @@ impl SimAccount {
                 .bind(&self.account)
                 .fetch_one(pool)
                 .await
+        })
+    }
+
+    /// The owner's reserved addresses not released, oldest first.
+    async fn live_addresses(&self, owner: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+        with_pool!(self.cloud.pool(), |pool| {
+            sqlx::query_as(
+                "SELECT id, ip FROM sim_addresses WHERE account = $1 AND owner = $2 AND released_at IS NULL \
+                 ORDER BY created_at, id",
+            )
+            .bind(&self.account)
+            .bind(owner)
+            .fetch_all(pool)
+            .await
         })
     }
 
@@ -216,7 +230,11 @@ impl Cloud for SimAccount {
         let tags = serde_json::to_string(&tags).map_err(|err| CloudError::terminal("encoding tags", &err))?;
         // The client token makes a repeated launch return the first one, as EC2's ClientToken does.
         let private_ip = format!("10.77.{}.{}", (n >> 8) % 250 + 1, n % 250 + 2);
-        let public_ip = format!("203.0.113.{}", (n >> 16) % 250 + 2);
+        // A reserved address is the VM's from launch on (as GCE's natIP); else an ephemeral one.
+        let public_ip = match spec.address {
+            Some(address) => address.ip.clone(),
+            None => format!("203.0.113.{}", (n >> 16) % 250 + 2),
+        };
         execute!(
             self.cloud.pool(),
             "INSERT INTO sim_vms (id, account, region, vm_type, tags, user_data, client_token, private_ip, \
@@ -270,6 +288,61 @@ impl Cloud for SimAccount {
             .map_err(SimError::from)?;
         }
         Ok(())
+    }
+
+    /// A row of `sim_addresses`, found by owner and name first; its address is from the
+    /// benchmarking range 198.18.0.0/15 (RFC 2544), which no VM's ephemeral address uses.
+    async fn ensure_address(&self, placement: &Placement, name: &str) -> Result<Address, CloudError> {
+        self.call().await?;
+        let owner = &placement.cluster_id;
+        let id = format!("sim-addr-{:012x}", self.hash(&format!("address/{owner}/{name}")) & 0xffff_ffff_ffff);
+        let n = self.hash(&format!("address-ip/{owner}/{name}"));
+        let ip = format!("198.{}.{}.{}", 18 + (n >> 16) % 2, (n >> 8) % 256, n % 254 + 1);
+        execute!(
+            self.cloud.pool(),
+            "INSERT INTO sim_addresses (id, account, region, owner, name, ip, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET released_at = NULL",
+            &id,
+            &self.account,
+            &placement.region,
+            owner,
+            name,
+            &ip,
+            now_ms()
+        )
+        .map_err(SimError::from)?;
+        Ok(Address { id, ip })
+    }
+
+    /// Releases the owner's addresses; one a live VM still uses is refused (retryably), as EC2
+    /// and Compute Engine refuse.
+    async fn release_addresses(&self, placement: &Placement) -> Result<(), CloudError> {
+        self.call().await?;
+        let owner = &placement.cluster_id;
+        let addresses = self.live_addresses(owner).await.map_err(SimError::from)?;
+        let users = self.live_rows(owner).await.map_err(SimError::from)?;
+        for (id, ip) in addresses {
+            if let Some(vm) = users.iter().find(|vm| vm.public_ip == ip) {
+                return Err(CloudError::Retryable(format!(
+                    "simulated cloud: InUse: address {id} ({ip}) is still used by VM {}",
+                    vm.id
+                )));
+            }
+            execute!(
+                self.cloud.pool(),
+                "UPDATE sim_addresses SET released_at = $2 WHERE id = $1 AND released_at IS NULL",
+                &id,
+                now_ms()
+            )
+            .map_err(SimError::from)?;
+        }
+        Ok(())
+    }
+
+    async fn list_addresses(&self, placement: &Placement) -> Result<Vec<Address>, CloudError> {
+        self.call().await?;
+        let addresses = self.live_addresses(&placement.cluster_id).await.map_err(SimError::from)?;
+        Ok(addresses.into_iter().map(|(id, ip)| Address { id, ip }).collect())
     }
 
     fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint {

@@ -1,6 +1,7 @@
 //! A fake Compute Engine API, in process, for the tests of the GCP provider: the REST surface
-//! google-cloud-compute-v1 calls for zones, machine types, instances, firewall rules and zonal
-//! and global operations, answered the way Compute Engine answers where a client can tell.
+//! google-cloud-compute-v1 calls for zones, machine types, instances, firewall rules, regional
+//! static external addresses and zonal, regional and global operations, answered the way Compute
+//! Engine answers where a client can tell.
 //!
 //! What it does like the real API:
 //! - paths `/compute/v1/projects/{project}/...` with `$alt=json`, camelCase JSON resources,
@@ -21,7 +22,14 @@
 //!   whitespace or `AND` (OR is refused as unsupported), and pages with `maxResults` and
 //!   `pageToken`;
 //! - a CPU quota ([`FakeGce::set_cpu_quota`]) fails an insert's operation with `QUOTA_EXCEEDED`
-//!   and HTTP 403, as Compute Engine does.
+//!   and HTTP 403, as Compute Engine does;
+//! - `regions/{region}/addresses` reserves static external addresses (`EXTERNAL`, the only type
+//!   served; an `address` field asks for a given IP): `RESERVED`, then `IN_USE` with `users`
+//!   while an instance has it as an access config's `natIP` ("Reserve a static external IP
+//!   address"); an instance insert whose `natIP` is not an address reserved in its region is 400,
+//!   one whose address another instance uses is 400 too, and deleting an address in use is 400
+//!   `resourceInUseByAnotherResource`. Labels in an insert's body are ignored: the API sets an
+//!   address's labels with `setLabels` only (its reference, `Address.labels`).
 //!
 //! What it does not: every project exists; the zones are `us-central1-a`, `us-central1-b` and
 //! `europe-west1-b`, each offering `e2-standard-2`, `e2-medium` and `n2-standard-4`; the only
@@ -137,6 +145,16 @@ impl FakeGce {
         fake.projects.get(project).map_or_else(Vec::new, |p| p.firewalls.values().map(|f| f.resource.clone()).collect())
     }
 
+    /// The project's static addresses in every region (those being deleted included), as
+    /// `addresses.get` would show them, ordered by region and name.
+    pub fn addresses(&self, project: &str) -> Vec<Value> {
+        let mut fake = self.lock();
+        fake.tick(Instant::now());
+        fake.projects
+            .get(project)
+            .map_or_else(Vec::new, |p| p.addresses.values().map(|a| p.render_address(a)).collect())
+    }
+
     /// The project's operations, in the order they were created.
     pub fn operations(&self, project: &str) -> Vec<Value> {
         let fake = self.lock();
@@ -225,6 +243,8 @@ struct Project {
     /// By (zone, name).
     instances: BTreeMap<(String, String), FakeInstance>,
     firewalls: BTreeMap<String, FakeFirewall>,
+    /// By (region, name).
+    addresses: BTreeMap<(String, String), FakeAddress>,
     operations: HashMap<String, FakeOperation>,
     /// requestId -> operation name.
     request_ids: HashMap<String, String>,
@@ -265,6 +285,39 @@ impl FakeInstance {
     }
 }
 
+struct FakeAddress {
+    /// The resource without `status` and `users` (rendered from the instances that use it).
+    resource: Value,
+    region: String,
+    deleted_at: Option<Instant>,
+}
+
+impl Project {
+    /// The instances (by `selfLink`) whose access configs have `ip` as their `natIP`, in `region`.
+    fn users_of(&self, region: &str, ip: &str) -> Vec<String> {
+        self.instances
+            .iter()
+            .filter(|((zone, _), _)| zone_region(zone) == Some(region))
+            .filter(|(_, i)| {
+                i.resource["networkInterfaces"].as_array().into_iter().flatten().any(|nic| {
+                    nic["accessConfigs"].as_array().into_iter().flatten().any(|a| a["natIP"].as_str() == Some(ip))
+                })
+            })
+            .filter_map(|(_, i)| i.resource["selfLink"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    fn render_address(&self, address: &FakeAddress) -> Value {
+        let mut resource = address.resource.clone();
+        let users = self.users_of(&address.region, resource["address"].as_str().unwrap_or_default());
+        resource["status"] = json!(if users.is_empty() { "RESERVED" } else { "IN_USE" });
+        if !users.is_empty() {
+            resource["users"] = json!(users);
+        }
+        resource
+    }
+}
+
 struct FakeFirewall {
     resource: Value,
     deleted_at: Option<Instant>,
@@ -275,6 +328,7 @@ struct FakeOperation {
     /// The resource without `status`, `progress` and `endTime`.
     resource: Value,
     zone: Option<String>,
+    region: Option<String>,
     done_at: Instant,
     end_time: String,
 }
@@ -316,6 +370,7 @@ impl Fake {
         for project in self.projects.values_mut() {
             project.instances.retain(|_, i| i.deleted_at.is_none_or(|at| now < at));
             project.firewalls.retain(|_, f| f.deleted_at.is_none_or(|at| now < at));
+            project.addresses.retain(|_, a| a.deleted_at.is_none_or(|at| now < at));
         }
     }
 
@@ -374,12 +429,39 @@ impl Fake {
             seq,
             resource,
             zone: zone.map(str::to_owned),
+            region: None,
             done_at: now + latency,
             end_time: rfc3339(SystemTime::now() + latency),
         };
         let rendered = op.render(project, now);
         self.projects.entry(project.to_owned()).or_default().operations.insert(name, op);
         rendered
+    }
+}
+
+impl Fake {
+    /// Creates a region operation and returns it rendered.
+    fn region_operation(
+        &mut self,
+        project: &str,
+        region: &str,
+        kind: &str,
+        target: (String, &str),
+        user: &str,
+        now: Instant,
+    ) -> Value {
+        let rendered = self.operation(project, None, kind, target.0, target.1, user, None, now);
+        let name = rendered["name"].as_str().unwrap_or_default().to_owned();
+        let region_link = format!("{BASE}/projects/{project}/regions/{region}");
+        match self.projects.get_mut(project).and_then(|p| p.operations.get_mut(&name)) {
+            Some(op) => {
+                op.region = Some(region.to_owned());
+                op.resource["region"] = json!(region_link);
+                op.resource["selfLink"] = json!(format!("{region_link}/operations/{name}"));
+                op.render(project, now)
+            }
+            None => rendered,
+        }
     }
 }
 
@@ -516,14 +598,28 @@ async fn route(
         ["zones", zone, "instances", name] if delete => {
             delete_instance(&mut lock(), project, zone, name, query, principal)
         }
-        ["zones", zone, "operations", op] if get => get_operation(&lock(), project, Some(zone), op),
-        ["zones", zone, "operations", op, "wait"] if post => wait_operation(state, project, Some(zone), op).await,
+        ["zones", zone, "operations", op] if get => get_operation(&lock(), project, Scope::Zone(zone), op),
+        ["zones", zone, "operations", op, "wait"] if post => {
+            wait_operation(state, project, Scope::Zone(zone), op).await
+        }
+        ["regions", region, "addresses"] if get => list_addresses(&mut lock(), project, region, query),
+        ["regions", region, "addresses"] if post => {
+            insert_address(&mut lock(), project, region, query, body, principal)
+        }
+        ["regions", region, "addresses", name] if get => get_address(&mut lock(), project, region, name),
+        ["regions", region, "addresses", name] if delete => {
+            delete_address(&mut lock(), project, region, name, query, principal)
+        }
+        ["regions", region, "operations", op] if get => get_operation(&lock(), project, Scope::Region(region), op),
+        ["regions", region, "operations", op, "wait"] if post => {
+            wait_operation(state, project, Scope::Region(region), op).await
+        }
         ["global", "firewalls"] if get => list_firewalls(&mut lock(), project),
         ["global", "firewalls"] if post => insert_firewall(&mut lock(), project, query, body, principal),
         ["global", "firewalls", name] if get => get_firewall(&mut lock(), project, name),
         ["global", "firewalls", name] if delete => delete_firewall(&mut lock(), project, name, query, principal),
-        ["global", "operations", op] if get => get_operation(&lock(), project, None, op),
-        ["global", "operations", op, "wait"] if post => wait_operation(state, project, None, op).await,
+        ["global", "operations", op] if get => get_operation(&lock(), project, Scope::Global, op),
+        ["global", "operations", op, "wait"] if post => wait_operation(state, project, Scope::Global, op).await,
         _ => error(
             404,
             "notFound",
@@ -851,6 +947,37 @@ fn insert_instance(
             return ok(op);
         }
     }
+    // A `natIP` must be a static address reserved in the instance's region that no other
+    // instance uses; none asks for an ephemeral one.
+    let asked: Vec<&str> = nics[0]["accessConfigs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["natIP"].as_str())
+        .filter(|ip| !ip.is_empty())
+        .collect();
+    for ip in &asked {
+        let held = fake.projects.get(project);
+        let reserved = held.is_some_and(|p| {
+            p.addresses.values().any(|a| a.region == region && a.deleted_at.is_none() && a.resource["address"] == *ip)
+        });
+        if !reserved {
+            return invalid(format!(
+                "Invalid value for field 'resource.networkInterfaces[0].accessConfigs[0].natIP': '{ip}'. The specified \
+                 external IP address '{ip}' was not found in region '{region}'."
+            ));
+        }
+        if let Some(user) = held.and_then(|p| p.users_of(region, ip).into_iter().next()) {
+            return error(
+                400,
+                "invalid",
+                &format!(
+                    "Invalid value for field 'resource.networkInterfaces[0].accessConfigs[0].natIP': '{ip}'. IP \
+                          '{ip}' is already being used by another resource ('{user}')."
+                ),
+            );
+        }
+    }
     let entry = fake.projects.entry(project.to_owned()).or_default();
     entry.next_ip += 1;
     let n = entry.next_ip + 1;
@@ -865,7 +992,10 @@ fn insert_instance(
                 "kind": "compute#accessConfig",
                 "type": a["type"].as_str().unwrap_or("ONE_TO_ONE_NAT"),
                 "name": a["name"].as_str().unwrap_or("External NAT"),
-                "natIP": format!("34.{}.{}.{}", rand::random::<u8>() % 200 + 10, rand::random::<u8>(), rand::random::<u8>() % 250 + 2),
+                "natIP": a["natIP"].as_str().filter(|ip| !ip.is_empty()).map_or_else(
+                    || format!("34.{}.{}.{}", rand::random::<u8>() % 200 + 10, rand::random::<u8>(), rand::random::<u8>() % 250 + 2),
+                    str::to_owned,
+                ),
                 "networkTier": "PREMIUM",
             })
         })
@@ -1150,34 +1280,220 @@ fn delete_firewall(
     ok(op)
 }
 
-fn find_operation<'a>(fake: &'a Fake, project: &str, zone: Option<&str>, name: &str) -> Option<&'a FakeOperation> {
-    fake.projects.get(project).and_then(|p| p.operations.get(name)).filter(|op| op.zone.as_deref() == zone)
+/// Where an operation lives: its zone, its region, or the project (global).
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    Zone(&'a str),
+    Region(&'a str),
+    Global,
 }
 
-fn operation_path(project: &str, zone: Option<&str>, name: &str) -> String {
-    match zone {
-        Some(zone) => format!("projects/{project}/zones/{zone}/operations/{name}"),
-        None => format!("projects/{project}/global/operations/{name}"),
+/// Whether `region` is one of the fake's.
+fn known_region(region: &str) -> bool {
+    ZONES.iter().any(|(_, r)| *r == region)
+}
+
+fn insert_address(
+    fake: &mut Fake,
+    project: &str,
+    region: &str,
+    query: &HashMap<String, String>,
+    body: &Bytes,
+    principal: &str,
+) -> Response {
+    let now = Instant::now();
+    fake.tick(now);
+    if !known_region(region) {
+        return invalid(format!("Invalid value for field 'region': '{region}'. Unknown region."));
+    }
+    match remembered(fake, project, query, now) {
+        Ok(Some(op)) => return ok(op),
+        Ok(None) => {}
+        Err(response) => return response,
+    }
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        return error(400, "parseError", "Invalid JSON payload received.");
+    };
+    let name = body["name"].as_str().unwrap_or_default();
+    if !valid_name(name) {
+        return invalid(format!(
+            "Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'"
+        ));
+    }
+    let address_type = body["addressType"].as_str().unwrap_or("EXTERNAL");
+    if address_type != "EXTERNAL" {
+        return invalid(format!(
+            "Invalid value for field 'resource.addressType': '{address_type}'. Only EXTERNAL addresses are served by the fake."
+        ));
+    }
+    let tier = body["networkTier"].as_str().unwrap_or("PREMIUM");
+    if !["PREMIUM", "STANDARD"].contains(&tier) {
+        return invalid(format!("Invalid value for field 'resource.networkTier': '{tier}'."));
+    }
+    let link = format!("{BASE}/projects/{project}/regions/{region}/addresses/{name}");
+    let key = (region.to_owned(), name.to_owned());
+    if fake.projects.get(project).is_some_and(|p| p.addresses.contains_key(&key)) {
+        return error(
+            409,
+            "alreadyExists",
+            &format!("The resource 'projects/{project}/regions/{region}/addresses/{name}' already exists"),
+        );
+    }
+    let entry = fake.projects.entry(project.to_owned()).or_default();
+    let ip = match body["address"].as_str() {
+        Some(ip) if ip.parse::<std::net::Ipv4Addr>().is_err() => {
+            return invalid(format!("Invalid value for field 'resource.address': '{ip}'."));
+        }
+        Some(ip) if entry.addresses.values().any(|a| a.resource["address"] == ip) => {
+            return invalid(format!(
+                "Invalid value for field 'resource.address': '{ip}'. The address is already reserved."
+            ));
+        }
+        Some(ip) => ip.to_owned(),
+        None => {
+            entry.next_ip += 1;
+            let n = entry.next_ip;
+            format!("35.{}.{}.{}", 200 + (n >> 16) % 50, (n >> 8) % 256, n % 250 + 2)
+        }
+    };
+    let id = numeric_id();
+    let mut resource = json!({
+        "kind": "compute#address",
+        "id": id,
+        "creationTimestamp": rfc3339(SystemTime::now()),
+        "name": name,
+        "address": ip,
+        "addressType": "EXTERNAL",
+        "networkTier": tier,
+        "ipVersion": "IPV4",
+        "region": format!("{BASE}/projects/{project}/regions/{region}"),
+        "labelFingerprint": "42WmSpB8rSM=",
+        "selfLink": link,
+    });
+    if let Some(description) = body["description"].as_str() {
+        resource["description"] = json!(description);
+    }
+    entry.addresses.insert(key, FakeAddress { resource, region: region.to_owned(), deleted_at: None });
+    let op = fake.region_operation(project, region, "insert", (link, &id), principal, now);
+    remember(fake, project, query, &op);
+    ok(op)
+}
+
+fn get_address(fake: &mut Fake, project: &str, region: &str, name: &str) -> Response {
+    fake.tick(Instant::now());
+    let found = fake
+        .projects
+        .get(project)
+        .and_then(|p| p.addresses.get(&(region.to_owned(), name.to_owned())).map(|a| p.render_address(a)));
+    match found {
+        Some(address) => ok(address),
+        None => not_found(&format!("projects/{project}/regions/{region}/addresses/{name}")),
     }
 }
 
-fn get_operation(fake: &Fake, project: &str, zone: Option<&str>, name: &str) -> Response {
-    match find_operation(fake, project, zone, name) {
+fn list_addresses(fake: &mut Fake, project: &str, region: &str, query: &HashMap<String, String>) -> Response {
+    fake.tick(Instant::now());
+    if !known_region(region) {
+        return invalid(format!("Invalid value for field 'region': '{region}'. Unknown region."));
+    }
+    let filter = match query.get("filter").map(|f| Filter::parse(f)) {
+        None => Filter::default(),
+        Some(Ok(filter)) => filter,
+        Some(Err(message)) => {
+            return invalid(format!(
+                "Invalid value for field 'filter': '{}'. {message}",
+                query.get("filter").map_or("", String::as_str)
+            ));
+        }
+    };
+    let items: Vec<Value> = fake.projects.get(project).map_or_else(Vec::new, |p| {
+        p.addresses
+            .iter()
+            .filter(|((r, _), _)| r == region)
+            .map(|(_, a)| p.render_address(a))
+            .filter(|a| filter.matches(a))
+            .collect()
+    });
+    page(items, query, "compute#addressList", &format!("{BASE}/projects/{project}/regions/{region}/addresses"))
+}
+
+fn delete_address(
+    fake: &mut Fake,
+    project: &str,
+    region: &str,
+    name: &str,
+    query: &HashMap<String, String>,
+    principal: &str,
+) -> Response {
+    let now = Instant::now();
+    fake.tick(now);
+    match remembered(fake, project, query, now) {
+        Ok(Some(op)) => return ok(op),
+        Ok(None) => {}
+        Err(response) => return response,
+    }
+    let path = format!("projects/{project}/regions/{region}/addresses/{name}");
+    let latency = fake.latency;
+    let Some(held) = fake.projects.get_mut(project) else { return not_found(&path) };
+    let Some(address) = held.addresses.get(&(region.to_owned(), name.to_owned())) else { return not_found(&path) };
+    if address.deleted_at.is_some() {
+        return error(400, "resourceNotReady", &format!("The resource '{path}' is not ready"));
+    }
+    let ip = address.resource["address"].as_str().unwrap_or_default().to_owned();
+    if let Some(user) = held.users_of(region, &ip).into_iter().next() {
+        let user = user.trim_start_matches(&format!("{BASE}/")).to_owned();
+        return error(
+            400,
+            "resourceInUseByAnotherResource",
+            &format!("The address resource '{path}' is already being used by '{user}'"),
+        );
+    }
+    let Some(address) = held.addresses.get_mut(&(region.to_owned(), name.to_owned())) else { return not_found(&path) };
+    address.deleted_at = Some(now + latency);
+    let id = address.resource["id"].as_str().unwrap_or_default().to_owned();
+    let link = format!("{BASE}/{path}");
+    let op = fake.region_operation(project, region, "delete", (link, &id), principal, now);
+    remember(fake, project, query, &op);
+    ok(op)
+}
+
+fn find_operation<'a>(fake: &'a Fake, project: &str, scope: Scope<'_>, name: &str) -> Option<&'a FakeOperation> {
+    let (zone, region) = match scope {
+        Scope::Zone(zone) => (Some(zone), None),
+        Scope::Region(region) => (None, Some(region)),
+        Scope::Global => (None, None),
+    };
+    fake.projects
+        .get(project)
+        .and_then(|p| p.operations.get(name))
+        .filter(|op| op.zone.as_deref() == zone && op.region.as_deref() == region)
+}
+
+fn operation_path(project: &str, scope: Scope<'_>, name: &str) -> String {
+    match scope {
+        Scope::Zone(zone) => format!("projects/{project}/zones/{zone}/operations/{name}"),
+        Scope::Region(region) => format!("projects/{project}/regions/{region}/operations/{name}"),
+        Scope::Global => format!("projects/{project}/global/operations/{name}"),
+    }
+}
+
+fn get_operation(fake: &Fake, project: &str, scope: Scope<'_>, name: &str) -> Response {
+    match find_operation(fake, project, scope, name) {
         Some(op) => ok(op.render(project, Instant::now())),
-        None => not_found(&operation_path(project, zone, name)),
+        None => not_found(&operation_path(project, scope, name)),
     }
 }
 
 /// Blocks until the operation is `DONE`, or two minutes, as Compute Engine does.
-async fn wait_operation(state: &Arc<Mutex<Fake>>, project: &str, zone: Option<&str>, name: &str) -> Response {
+async fn wait_operation(state: &Arc<Mutex<Fake>>, project: &str, scope: Scope<'_>, name: &str) -> Response {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         {
             let mut fake = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = Instant::now();
             fake.tick(now);
-            let Some(op) = find_operation(&fake, project, zone, name) else {
-                return not_found(&operation_path(project, zone, name));
+            let Some(op) = find_operation(&fake, project, scope, name) else {
+                return not_found(&operation_path(project, scope, name));
             };
             if op.done(now) || now >= deadline {
                 return ok(op.render(project, now));

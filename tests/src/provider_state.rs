@@ -1,5 +1,5 @@
 //! What a provider itself holds of one cluster, asked of the provider and never of anycloud: the
-//! simulated cloud's own tables (`sim_vms`, `sim_networks` in the API's database), moto through
+//! simulated cloud's own tables (`sim_vms`, `sim_networks`, `sim_addresses` in the API's database), moto through
 //! boto3, the fake Compute server through its inspection API. Shared by the tests that compare a
 //! workflow's end with the provider (`tests/provider_faults.rs`, `tests/crash_matrix.rs`).
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
@@ -23,12 +23,15 @@ pub struct Holdings {
     pub launched: Vec<String>,
     /// Its live network rules (security groups, firewall rules, sim networks).
     pub rules: usize,
+    /// Its reserved addresses not released (Elastic IPs, static external addresses, sim
+    /// addresses).
+    pub addresses: usize,
 }
 
 impl Holdings {
     /// Nothing of the cluster is live.
     pub fn is_empty(&self) -> bool {
-        self.vm_names.is_empty() && self.rules == 0
+        self.vm_names.is_empty() && self.rules == 0 && self.addresses == 0
     }
 
     /// Live VMs beyond one per name.
@@ -57,7 +60,7 @@ fn beyond_one_per_name(names: &[String]) -> usize {
 }
 
 /// Asked of moto itself, through boto3: the instances tagged with the cluster (those not
-/// terminated are live) and its security groups.
+/// terminated are live), its security groups and its Elastic IPs.
 pub fn at_moto(moto: &Moto, cluster_id: &str) -> Holdings {
     const SCRIPT: &str = r#"
 import json, os
@@ -73,7 +76,8 @@ for reservation in ec2.describe_instances(Filters=tag)["Reservations"]:
         if instance["State"]["Name"] != "terminated":
             names.append(name)
 groups = ec2.describe_security_groups(Filters=tag)["SecurityGroups"]
-print(json.dumps({"vm_names": names, "launched": launched, "rules": len(groups)}))
+addresses = ec2.describe_addresses(Filters=tag)["Addresses"]
+print(json.dumps({"vm_names": names, "launched": launched, "rules": len(groups), "addresses": len(addresses)}))
 "#;
     let out = moto.python(SCRIPT, &[("CLUSTER_TAG", CLUSTER_TAG), ("NAME_TAG", NAME_TAG), ("CLUSTER_ID", cluster_id)]);
     let held: Value = serde_json::from_str(out.trim()).unwrap();
@@ -84,11 +88,13 @@ print(json.dumps({"vm_names": names, "launched": launched, "rules": len(groups)}
         vm_names: strings("vm_names"),
         launched: strings("launched"),
         rules: usize::try_from(held["rules"].as_u64().unwrap()).unwrap(),
+        addresses: usize::try_from(held["addresses"].as_u64().unwrap()).unwrap(),
     }
 }
 
 /// Asked of the fake Compute server's inspection API: its instances (in any state but gone),
-/// the insert operations that made the cluster's instances, and its firewall rules.
+/// the insert operations that made the cluster's instances, its firewall rules and its static
+/// addresses (named `ac-<12 hex>-...`, as the rules are).
 pub fn at_fake_compute(fake: &FakeGce, project: &str, cluster_id: &str) -> Holdings {
     let prefix = format!("ac-{}-", &cluster_id.replace('-', "")[..12]);
     let vm_names = fake
@@ -105,11 +111,13 @@ pub fn at_fake_compute(fake: &FakeGce, project: &str, cluster_id: &str) -> Holdi
         .filter_map(|instance| instance.strip_prefix(&prefix).map(str::to_owned))
         .collect();
     let rules = fake.firewalls(project).iter().filter(|r| r["name"].as_str().unwrap().starts_with(&prefix)).count();
-    Holdings { vm_names, launched, rules }
+    let addresses = fake.addresses(project).iter().filter(|a| a["name"].as_str().unwrap().starts_with(&prefix)).count();
+    Holdings { vm_names, launched, rules, addresses }
 }
 
 /// Asked of the simulated cloud's own tables in the API's database: every VM row tagged with the
-/// cluster (those not terminated are live) and its networks not deleted.
+/// cluster (those not terminated are live), its networks not deleted and its addresses not
+/// released.
 pub fn at_sim(api: &Api, cluster_id: &str) -> Holdings {
     let mut held = Holdings::default();
     for row in api.query_strings("SELECT COALESCE(CAST(terminated_at AS TEXT), '-') || '|' || tags FROM sim_vms") {
@@ -126,6 +134,9 @@ pub fn at_sim(api: &Api, cluster_id: &str) -> Holdings {
     }
     held.rules = api
         .query_strings(&format!("SELECT id FROM sim_networks WHERE cluster = '{cluster_id}' AND deleted_at IS NULL"))
+        .len();
+    held.addresses = api
+        .query_strings(&format!("SELECT id FROM sim_addresses WHERE owner = '{cluster_id}' AND released_at IS NULL"))
         .len();
     held
 }

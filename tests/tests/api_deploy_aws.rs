@@ -33,11 +33,16 @@ out = {}
 res = ec2.describe_instances(Filters=[{"Name": "tag:anycloud-role", "Values": ["hosted-api"]}])
 out["instances"] = [
     {"id": i["InstanceId"], "state": i["State"]["Name"], "profile": i.get("IamInstanceProfile", {}).get("Arn", ""),
+     "public_ip": i.get("PublicIpAddress", ""),
      "user_data": base64.b64decode(ec2.describe_instance_attribute(InstanceId=i["InstanceId"], Attribute="userData")
                                    ["UserData"].get("Value", "")).decode()}
     for r in res["Reservations"] for i in r["Instances"]]
 groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["anycloud-api-*"]}])["SecurityGroups"]
 out["groups"] = [{"name": g["GroupName"], "ports": sorted(p.get("FromPort", -1) for p in g["IpPermissions"])} for g in groups]
+out["addresses"] = [
+    {"ip": a["PublicIp"], "instance": a.get("InstanceId", ""), "vm": {t["Key"]: t["Value"] for t in a.get("Tags", [])}.get("anycloud-vm", "")}
+    for a in ec2.describe_addresses()["Addresses"]
+    if {t["Key"]: t["Value"] for t in a.get("Tags", [])}.get("anycloud-cluster", "").startswith("api-")]
 out["roles"] = [r["RoleName"] for r in iam.list_roles()["Roles"] if r["RoleName"].startswith("anycloud-")]
 out["profiles"] = [p["InstanceProfileName"] for p in iam.list_instance_profiles()["InstanceProfiles"]]
 try:
@@ -168,6 +173,17 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(config["apis"]["team-api"]["ca_pem"].as_str().unwrap().contains("BEGIN CERTIFICATE"), "{config:#}");
     let user_data = vms[0]["user_data"].as_str().unwrap();
     assert!(user_data.contains("anycloud-api.service"), "the boot script, decoded: {user_data}");
+    // The VM's Elastic IP: one, associated with it, its public address, and the address its unit
+    // issues the certificate for (the runner serves it on 127.0.0.1 instead, the seam).
+    let addresses = state["addresses"].as_array().unwrap();
+    assert_eq!(addresses.len(), 1, "{state:#}");
+    let reserved = addresses[0]["ip"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (addresses[0]["instance"].as_str(), addresses[0]["vm"].as_str()),
+        (Some(instance.as_str()), Some("api"))
+    );
+    assert_eq!(vms[0]["public_ip"], reserved.as_str(), "{state:#}");
+    assert!(user_data.contains(&format!("echo 'ANYCLOUD_ADDRESS={reserved}'")), "{user_data}");
     assert!(!user_data.contains(&token) && !user_data.contains("PRIVATE KEY"), "a secret in the user-data");
     assert!(!user_data.contains("moto-hosting-secret-key"), "the hosting credential's key in the user-data");
 
@@ -234,13 +250,14 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
     let out = local.cli(&["--json", "credentials", "list"]);
     assert!(out.stdout.contains("moto-capacity"), "{out}");
 
-    // 4. Stopped: VM, group, role and profile go; the bucket and the state in it stay.
+    // 4. Stopped: VM, Elastic IP, group, role and profile go; the bucket and the state in it stay.
     let out = local.spawn_cli(&["api", "stop", "team-api"]).wait(Duration::from_secs(120));
     out.expect_code(0);
     assert!(out.stdout.contains("its bucket s3://team-api-state/ stays"), "{out}");
     let state = at_moto(&moto);
     assert!(live(&state).is_empty(), "{state:#}");
     assert!(state["groups"].as_array().unwrap().is_empty(), "{state:#}");
+    assert!(state["addresses"].as_array().unwrap().is_empty(), "the stop releases the address: {state:#}");
     assert!(
         state["roles"].as_array().unwrap().is_empty() && state["profiles"].as_array().unwrap().is_empty(),
         "{state:#}"
@@ -258,6 +275,10 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
     assert_eq!(config["apis"]["team-api"]["token"], token.as_str(), "the bucket's token is kept");
     let out = local.cli(&["--json", "cluster", "status", "training"]);
     out.expect_code(0);
+    let state = at_moto(&moto);
+    let addresses = state["addresses"].as_array().unwrap();
+    assert_eq!(addresses.len(), 1, "the redeploy reserves its own address: {state:#}");
+    assert_eq!(live(&state)[0]["public_ip"], addresses[0]["ip"], "{state:#}");
 
     // 6. Deleted with its bucket: nothing is left at moto.
     let out = local.spawn_cli(&["api", "delete", "team-api", "--delete-bucket"]).wait(Duration::from_secs(120));
@@ -266,5 +287,6 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
     let state = at_moto(&moto);
     assert!(live(&state).is_empty() && state["groups"].as_array().unwrap().is_empty(), "{state:#}");
     assert!(state["roles"].as_array().unwrap().is_empty(), "{state:#}");
+    assert!(state["addresses"].as_array().unwrap().is_empty(), "{state:#}");
     assert_eq!(state["bucket"], Value::Null, "{state:#}");
 }

@@ -407,6 +407,20 @@ fn a_cancelled_cross_provider_deploy_deletes_the_secret_it_stored() {
     e2e::wait_until(Duration::from_secs(60), "the deploy to store its secret", || {
         (at_moto(&moto)["secrets"].as_object().unwrap().len() == 1).then_some(())
     });
+    let elastic_ips = || {
+        let count = moto.python(
+            r#"
+import os, boto3
+ec2 = boto3.client("ec2", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
+print(len(ec2.describe_addresses()["Addresses"]))
+"#,
+            &[],
+        );
+        count.trim().parse::<usize>().unwrap()
+    };
+    e2e::wait_until(Duration::from_secs(60), "the deploy to reserve its address", || {
+        (elastic_ips() == 1).then_some(())
+    });
     let run = latest_deploy(&local).unwrap();
     local.cli(&["workflow", "cancel", &run]).expect_code(0);
     e2e::wait_until(Duration::from_secs(90), "the deploy to unwind", || {
@@ -416,6 +430,7 @@ fn a_cancelled_cross_provider_deploy_deletes_the_secret_it_stored() {
     assert!(state["secrets"].as_object().unwrap().is_empty(), "the secret is deleted: {state:#}");
     assert!(state["policies"] == json!({}) && state["instances"] == json!([]), "{state:#}");
     assert!(!google.gcs().bucket_exists(BUCKET), "the bucket it created is deleted");
+    assert_eq!(elastic_ips(), 0, "the Elastic IP it reserved is released");
     let inspected = local.inspect(&run, true).to_string();
     assert!(inspected.contains("store_storage_secret"), "{inspected}");
     assert!(!inspected.contains(private_key_line()), "the key in inspect");

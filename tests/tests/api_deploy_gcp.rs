@@ -57,6 +57,11 @@ print(json.dumps({"groups": len(groups["SecurityGroups"]), "instances": [
     instances
 }
 
+/// The fake's static addresses of hosted APIs (`ac-<12hex>-api-ip`).
+fn api_addresses(google: &FakeGoogle) -> Vec<Value> {
+    google.gce().addresses(PROJECT).into_iter().filter(|a| a["name"].as_str().unwrap().ends_with("-api-ip")).collect()
+}
+
 fn https_rules(google: &FakeGoogle) -> Vec<Value> {
     google.gce().firewalls(PROJECT).into_iter().filter(|f| f["name"].as_str().unwrap().ends_with("-https")).collect()
 }
@@ -174,6 +179,14 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     let token = config["apis"]["team-api"]["token"].as_str().unwrap().to_owned();
     let metadata = vms[0]["metadata"].to_string();
     assert!(metadata.contains("anycloud-api.service"), "the boot script is the instance's metadata");
+    // The VM's static address: one, reserved in the region, its natIP, and the address its unit
+    // issues the certificate for (the runner serves it on 127.0.0.1 instead, the seam).
+    let addresses = api_addresses(&google);
+    assert_eq!(addresses.len(), 1, "{addresses:#?}");
+    let reserved = addresses[0]["address"].as_str().unwrap().to_owned();
+    assert_eq!(addresses[0]["status"], "IN_USE", "{addresses:#?}");
+    assert_eq!(vms[0]["networkInterfaces"][0]["accessConfigs"][0]["natIP"], reserved.as_str(), "{:#}", vms[0]);
+    assert!(metadata.contains(&format!("echo 'ANYCLOUD_ADDRESS={reserved}'")), "{metadata}");
     assert!(!metadata.contains(&token) && !metadata.contains("PRIVATE KEY"), "a secret in the metadata");
 
     // 2. On the hosted API, over HTTPS through the pinned CA: the deploy saved the hosting
@@ -226,6 +239,11 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert_eq!(cp["labels"][ROLE_TAG], "control-plane", "{cp:#}");
     assert!(cp["machineType"].as_str().unwrap().ends_with("/machineTypes/e2-medium"), "the API's type: {cp:#}");
     let cp_address = cp["networkInterfaces"][0]["accessConfigs"][0]["natIP"].as_str().unwrap().to_owned();
+    let prefix = format!("ac-{}", &cluster_id.replace('-', "")[..12]);
+    let reserved: Vec<Value> =
+        google.gce().addresses(PROJECT).into_iter().filter(|a| a["name"] == format!("{prefix}-cp-ip")).collect();
+    assert_eq!(reserved.len(), 1, "the control plane's static address, on the hosting side");
+    assert_eq!(reserved[0]["address"], cp_address.as_str(), "the control plane's public address is the reserved one");
     let workers = at_moto(&moto, &cluster_id);
     assert_eq!(workers.len() - 1, 1, "one worker and the cluster's group at moto: {workers:#?}");
     assert_eq!(
@@ -245,8 +263,9 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     // The cluster is deleted on both providers.
     local.spawn_cli(&["cluster", "delete", "training", "--wait"]).wait(Duration::from_secs(120)).expect_code(0);
     assert!(live_instances(&google, CLUSTER_TAG, &cluster_id).is_empty());
-    let prefix = format!("ac-{}", &cluster_id.replace('-', "")[..12]);
     let rules = google.gce().firewalls(PROJECT);
+    let addresses = google.gce().addresses(PROJECT);
+    assert!(!addresses.iter().any(|a| a["name"].as_str().unwrap().starts_with(&prefix)), "{addresses:#?}");
     assert!(!rules.iter().any(|r| r["name"].as_str().unwrap().starts_with(&prefix)), "{rules:#?}");
     assert!(at_moto(&moto, &cluster_id).is_empty(), "no worker and no group left at moto");
 
@@ -256,6 +275,7 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(out.stdout.contains("its bucket gs://team-api-state/ stays"), "{out}");
     assert!(live_instances(&google, ROLE_TAG, "hosted-api").is_empty());
     assert!(https_rules(&google).is_empty());
+    assert!(api_addresses(&google).is_empty(), "the stop releases the address");
     assert!(google.gcs().objects(BUCKET).len() > 3);
 
     // 5. Deployed again on the same bucket: the same API, with the same token and credentials.
@@ -264,11 +284,13 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
         serde_json::from_str(&std::fs::read_to_string(local.config_dir().join("config.json")).unwrap()).unwrap();
     assert_eq!(config["apis"]["team-api"]["token"], token.as_str(), "the bucket's token is kept");
     assert!(local.cli(&["credentials", "list"]).stdout.contains("aws-capacity"));
+    assert_eq!(api_addresses(&google).len(), 1, "the redeploy reserves its own address");
 
     // 6. Deleted with its bucket: nothing of the API is left at Google.
     let out = local.spawn_cli(&["api", "delete", "team-api", "--delete-bucket"]).wait(Duration::from_secs(120));
     out.expect_code(0);
     assert!(out.stdout.contains("nothing stays"), "{out}");
     assert!(live_instances(&google, ROLE_TAG, "hosted-api").is_empty() && https_rules(&google).is_empty());
+    assert!(google.gce().addresses(PROJECT).is_empty(), "{:#?}", google.gce().addresses(PROJECT));
     assert!(!google.gcs().bucket_exists(BUCKET), "the bucket is deleted");
 }

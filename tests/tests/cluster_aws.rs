@@ -74,6 +74,13 @@ async fn cluster_groups(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<Secu
 }
 
 /// The instance's user-data, decoded.
+/// The Elastic IPs tagged with the cluster.
+async fn cluster_addresses(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<aws_sdk_ec2::types::Address> {
+    let output =
+        ec2.describe_addresses().filters(filter(&format!("tag:{CLUSTER_TAG}"), &[cluster_id])).send().await.unwrap();
+    output.addresses().to_vec()
+}
+
 async fn user_data(ec2: &aws_sdk_ec2::Client, instance_id: &str) -> String {
     let output = ec2
         .describe_instance_attribute()
@@ -216,7 +223,17 @@ fn a_two_vm_cluster_is_created_and_deleted_at_moto() {
         assert!(cp_script.contains(&format!("anycloud cluster {cluster_id}: control plane")), "{cp_script}");
         assert!(cp_script.contains("sh -s - server"), "{cp_script}");
         assert!(!cp_script.contains("K3S_URL="), "{cp_script}");
-        let server = cp.private_ip_address().unwrap();
+        // The control plane's Elastic IP: one, tagged with the cluster, associated with it; its
+        // public address, the endpoint, the recorded address the kubeconfig is made from, the
+        // certificate's SAN and the workers' join URL are all that address.
+        let eips = cluster_addresses(&ec2, &cluster_id).await;
+        assert_eq!(eips.len(), 1, "{eips:#?}");
+        let server = eips[0].public_ip().unwrap();
+        assert_eq!(eips[0].instance_id(), cp.instance_id(), "{eips:#?}");
+        assert_eq!(cp.public_ip_address(), Some(server), "{cp:#?}");
+        assert_eq!(cluster["endpoint"].as_str(), Some(format!("https://{server}:6443").as_str()), "{status:#}");
+        assert_eq!(control_planes[0]["public_ip"].as_str(), Some(server), "{status:#}");
+        assert!(cp_script.contains(&format!("--tls-san '{server}'")), "{cp_script}");
         for worker in &live[1..] {
             let vm = tag(worker, NAME_TAG).unwrap();
             let script = user_data(&ec2, worker.instance_id().unwrap()).await;
@@ -241,6 +258,8 @@ fn a_two_vm_cluster_is_created_and_deleted_at_moto() {
         assert!(left.is_empty(), "{left:#?}");
         let groups = cluster_groups(&ec2, &cluster_id).await;
         assert!(groups.is_empty(), "{groups:#?}");
+        let eips = cluster_addresses(&ec2, &cluster_id).await;
+        assert!(eips.is_empty(), "the Elastic IP is released: {eips:#?}");
     });
     drop(api);
     drop(kube);

@@ -240,7 +240,7 @@ fn assert_ready_and_exact(api: &Api, cluster: &Created) -> Vec<Value> {
     let events = e2e::events(&detail);
     let steps = detail["steps"].as_array().unwrap();
     assert!(steps.iter().all(|step| step["phase"] == "forward"), "something was undone: {detail:#}");
-    assert_eq!(steps.len(), 11, "{detail:#}");
+    assert_eq!(steps.len(), 12, "{detail:#}");
     for step in steps {
         let name = step["name"].as_str().unwrap();
         let recoveries = events.iter().filter(|event| event["kind"] == "recovered" && event["step"] == name).count();
@@ -452,6 +452,9 @@ fn a_cancel_then_a_sigkill_before_the_checkpoint_undoes_the_cut_short_launch() {
     let vms = provider_vms(&api, &cluster.id);
     assert!(vms.iter().all(|vm| !vm.live), "{vms:#?}");
     assert!(provider_networks(&api, &cluster.id).iter().all(|(_, live)| !live));
+    let reserved = api
+        .query_strings(&format!("SELECT id FROM sim_addresses WHERE owner = '{}' AND released_at IS NULL", cluster.id));
+    assert!(reserved.is_empty(), "the control plane's reserved address is released: {reserved:?}");
     let out = api.cli(&["--json", "cluster", "status", &cluster.name]);
     out.expect_code(0);
     let status = out.json();

@@ -158,7 +158,19 @@ fn a_two_vm_cluster_is_created_and_deleted_at_the_fake_compute_engine() {
     assert!(cp_script.contains(&format!("anycloud cluster {cluster_id}: control plane")), "{cp_script}");
     assert!(cp_script.contains("sh -s - server"), "{cp_script}");
     assert!(!cp_script.contains("K3S_URL="), "{cp_script}");
-    let server = instances[0]["networkInterfaces"][0]["networkIP"].as_str().unwrap();
+    // The control plane's static address: one, reserved in the region, in use by the control
+    // plane as its natIP; the endpoint, the recorded address the kubeconfig is made from, the
+    // certificate's SAN and the workers' join URL are all that address.
+    let addresses = fake.addresses(PROJECT);
+    assert_eq!(addresses.len(), 1, "{addresses:#?}");
+    assert_eq!(addresses[0]["name"], format!("{prefix}-cp-ip"), "{addresses:#?}");
+    assert_eq!(addresses[0]["status"], "IN_USE", "{addresses:#?}");
+    assert_eq!(addresses[0]["users"][0], instances[0]["selfLink"], "{addresses:#?}");
+    let server = addresses[0]["address"].as_str().unwrap();
+    assert_eq!(instances[0]["networkInterfaces"][0]["accessConfigs"][0]["natIP"], server, "{:#}", instances[0]);
+    assert_eq!(cluster["endpoint"].as_str(), Some(format!("https://{server}:6443").as_str()), "{status:#}");
+    assert_eq!(control_planes[0]["public_ip"].as_str(), Some(server), "{status:#}");
+    assert!(cp_script.contains(&format!("--tls-san '{server}'")), "{cp_script}");
     for (worker, vm) in instances[1..].iter().zip(["w0", "w1"]) {
         let script = metadata(worker, "startup-script");
         assert!(script.contains(&format!("anycloud cluster {cluster_id}: capacity VM {vm}")), "{script}");
@@ -181,6 +193,7 @@ fn a_two_vm_cluster_is_created_and_deleted_at_the_fake_compute_engine() {
     assert!(fake.instances(PROJECT).is_empty(), "{:#?}", fake.instances(PROJECT));
     let rules = fake.firewalls(PROJECT);
     assert!(rules.is_empty(), "{rules:#?}");
+    assert!(fake.addresses(PROJECT).is_empty(), "the static address is released: {:#?}", fake.addresses(PROJECT));
     // The deletes were asked of the fake: one per instance, one per rule.
     let requests = fake.requests();
     let deletes = |what: &str| requests.iter().filter(|r| r.starts_with("DELETE") && r.contains(what)).count();

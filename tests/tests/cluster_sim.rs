@@ -22,11 +22,12 @@ use anycloud_tests::e2e::{self, Api, ApiOptions, Output};
 use serde_json::{Value, json};
 
 /// Steps of `cluster.create`, in order.
-const CREATE_STEPS: [&str; 11] = [
+const CREATE_STEPS: [&str; 12] = [
     "pin_placement",
     "pin_control_plane",
     "ensure_network",
     "ensure_control_plane_network",
+    "reserve_control_plane_address",
     "generate_secrets",
     "launch_control_plane",
     "wait_for_api",
@@ -37,8 +38,15 @@ const CREATE_STEPS: [&str; 11] = [
 ];
 
 /// Steps of `cluster.delete`, in order.
-const DELETE_STEPS: [&str; 6] =
-    ["mark_deleting", "remove_workloads", "terminate_vms", "delete_network", "wait_gone", "mark_deleted"];
+const DELETE_STEPS: [&str; 7] = [
+    "mark_deleting",
+    "remove_workloads",
+    "terminate_vms",
+    "delete_network",
+    "wait_gone",
+    "release_address",
+    "mark_deleted",
+];
 
 /// How long a `--wait` on the simulated cloud may take before the test fails.
 const WAIT: Duration = Duration::from_secs(90);
@@ -128,6 +136,9 @@ fn assert_provider_clean(api: &Api, cluster_id: &str) {
     assert!(live.is_empty(), "the provider still holds live VMs of cluster {cluster_id}: {live:#?}");
     let (networks, _) = provider_networks(api, cluster_id);
     assert_eq!(networks, 0, "the provider still holds network rules of cluster {cluster_id}");
+    let reserved = api
+        .query_strings(&format!("SELECT ip FROM sim_addresses WHERE owner = '{cluster_id}' AND released_at IS NULL"));
+    assert!(reserved.is_empty(), "the provider still holds the reserved address of cluster {cluster_id}: {reserved:?}");
 }
 
 /// The text after `key` up to the next `'` (or end of line) in `text`.
@@ -188,7 +199,12 @@ fn create_reaches_ready_and_delete_leaves_nothing_at_the_provider() {
     assert_eq!(detail["running_vms"], 2, "{detail:#}");
     assert!(detail["last_error"].is_null(), "{detail:#}");
     let endpoint = cluster["endpoint"].as_str().unwrap_or_else(|| panic!("no endpoint: {detail:#}"));
-    assert!(endpoint.starts_with("https://203.0.113.") && endpoint.ends_with(":6443"), "{detail:#}");
+    // The control plane's reserved address (198.18.0.0/15), not a VM's ephemeral one.
+    let reserved =
+        api.query_strings(&format!("SELECT ip FROM sim_addresses WHERE owner = '{id}' AND released_at IS NULL"));
+    assert_eq!(reserved.len(), 1, "one reserved address: {reserved:?}");
+    assert!(reserved[0].starts_with("198.18.") || reserved[0].starts_with("198.19."), "{reserved:?}");
+    assert_eq!(endpoint, format!("https://{}:6443", reserved[0]), "{detail:#}");
     assert!(cluster["network_id"].as_str().is_some_and(|n| n.starts_with("sg-sim-")), "{detail:#}");
     assert_eq!(detail["workflow"]["id"], run.as_str(), "{detail:#}");
     assert_eq!(detail["workflow"]["kind"], "cluster.create", "{detail:#}");
@@ -202,7 +218,11 @@ fn create_reaches_ready_and_delete_leaves_nothing_at_the_provider() {
         assert!(vm["provider_id"].as_str().unwrap().starts_with("sim-"), "{vm}");
         assert_eq!(vm["state"], "running", "{vm}");
         assert!(vm["private_ip"].as_str().unwrap().starts_with("10.77."), "{vm}");
-        assert!(vm["public_ip"].as_str().unwrap().starts_with("203.0.113."), "{vm}");
+        let public = vm["public_ip"].as_str().unwrap();
+        match vm["role"].as_str() {
+            Some("control-plane") => assert_eq!(public, reserved[0], "{vm}"),
+            _ => assert!(public.starts_with("203.0.113."), "{vm}"),
+        }
     }
     let shown: BTreeSet<String> = vms.iter().map(|vm| vm["provider_id"].as_str().unwrap().to_owned()).collect();
 
@@ -287,6 +307,8 @@ fn create_reaches_ready_and_delete_leaves_nothing_at_the_provider() {
     assert_provider_clean(&api, &id);
     assert_eq!(provider_vms(&api, &id).len(), 3, "the VMs' rows are gone, not terminated");
     assert_eq!(provider_networks(&api, &id), (0, 1));
+    let left = api.query_strings(&format!("SELECT ip FROM sim_addresses WHERE owner = '{id}' AND released_at IS NULL"));
+    assert!(left.is_empty(), "the reserved address is released: {left:?}");
     let list = api.cli(&["cluster", "list"]);
     list.expect_code(0);
     assert!(!list.stdout.lines().any(|line| line.starts_with("c1 ")), "{list}");

@@ -328,13 +328,18 @@ impl Cell {
         recorded.sort_unstable();
         let extra_vms = held.vm_names.iter().filter(|vm| !VM_NAMES.contains(&vm.as_str())).count();
         let verdict = Verdict {
-            orphans: extra_vms + held.rules.saturating_sub(self.provider.rules_of_a_cluster()),
+            orphans: extra_vms
+                + held.rules.saturating_sub(self.provider.rules_of_a_cluster())
+                + held.addresses.saturating_sub(1),
             duplicates: held.duplicates() + held.relaunched(),
             failure: None,
         };
         let failure = if status["cluster"]["phase"] != "ready" {
             format!("{name} is not ready: {status:#}")
-        } else if held.sorted_names() != VM_NAMES || held.rules != self.provider.rules_of_a_cluster() {
+        } else if held.sorted_names() != VM_NAMES
+            || held.rules != self.provider.rules_of_a_cluster()
+            || held.addresses != 1
+        {
             format!("{name} is ready, the provider holds otherwise: {held:?}")
         } else if held.relaunched() > 0 {
             format!("{name}: a VM was launched twice: {held:?}")
@@ -351,7 +356,7 @@ impl Cell {
         let held = self.provider.holdings(&self.api, cluster_id);
         let failure = (!held.is_empty() || held.relaunched() > 0)
             .then(|| format!("nothing of {name} may be left at the provider, each VM launched once: {held:?}"));
-        Verdict { orphans: held.vm_names.len() + held.rules, duplicates: held.relaunched(), failure }
+        Verdict { orphans: held.vm_names.len() + held.rules + held.addresses, duplicates: held.relaunched(), failure }
     }
 }
 

@@ -93,6 +93,7 @@ fn spec<'a>(placement: &'a Placement, network: &'a Network, name: &str, role: Ro
         network,
         vm_identity: None,
         reads_secret: false,
+        address: None,
     }
 }
 
@@ -337,4 +338,79 @@ async fn vms_launch_once_are_listed_and_terminated() {
     assert!(!cloud.network_exists(&placement).await.unwrap());
     assert!(tagged_groups(&ec2, &id).await.is_empty());
     assert!(cloud.network_exists(&other_placement).await.unwrap(), "the other cluster's group is left alone");
+}
+
+/// The Elastic IPs moto holds with the cluster's tag.
+async fn tagged_addresses(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<aws_sdk_ec2::types::Address> {
+    let output =
+        ec2.describe_addresses().filters(filter(&format!("tag:{CLUSTER_TAG}"), cluster_id)).send().await.unwrap();
+    output.addresses().to_vec()
+}
+
+/// The control plane's Elastic IP: allocated once (found again by its tags, a duplicate of a
+/// lost allocation released), associated once the instance runs, the instance's public address
+/// from then on, and released (disassociated first) once the instance is gone.
+#[tokio::test]
+async fn an_elastic_ip_is_allocated_once_associated_and_released() {
+    let moto = Moto::start();
+    let cloud = cloud(&moto);
+    let ec2 = raw_ec2(&moto);
+    let id = cluster_id();
+    let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
+    let network = cloud.ensure_network(&placement).await.unwrap();
+
+    let address = cloud.ensure_address(&placement, "cp").await.unwrap();
+    assert!(address.id.starts_with("eipalloc-"), "{address:?}");
+    assert_eq!(cloud.ensure_address(&placement, "cp").await.unwrap(), address, "found again by its tags");
+    let held = tagged_addresses(&ec2, &id).await;
+    assert_eq!(held.len(), 1, "{held:#?}");
+    let tags = |eip: &aws_sdk_ec2::types::Address, key: &str| {
+        eip.tags().iter().find(|t| t.key() == Some(key)).and_then(|t| t.value()).map(str::to_owned)
+    };
+    assert_eq!(tags(&held[0], NAME_TAG).as_deref(), Some("cp"));
+    assert_eq!(held[0].public_ip(), Some(address.ip.as_str()));
+
+    // A second allocation of the same name (an AllocateAddress sent twice) is released.
+    let tag_spec = aws_sdk_ec2::types::TagSpecification::builder()
+        .resource_type(aws_sdk_ec2::types::ResourceType::ElasticIp)
+        .tags(aws_sdk_ec2::types::Tag::builder().key(CLUSTER_TAG).value(&id).build())
+        .tags(aws_sdk_ec2::types::Tag::builder().key(NAME_TAG).value("cp").build())
+        .build();
+    ec2.allocate_address()
+        .domain(aws_sdk_ec2::types::DomainType::Vpc)
+        .tag_specifications(tag_spec)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tagged_addresses(&ec2, &id).await.len(), 2);
+    let kept = cloud.ensure_address(&placement, "cp").await.unwrap();
+    assert_eq!(tagged_addresses(&ec2, &id).await.len(), 1, "the duplicate is released");
+    assert_eq!(cloud.list_addresses(&placement).await.unwrap(), std::slice::from_ref(&kept));
+
+    let cp = cloud
+        .launch(&LaunchSpec { address: Some(&kept), ..spec(&placement, &network, "cp", Role::ControlPlane) })
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let vm =
+            cloud.list_vms(&placement).await.unwrap().into_iter().find(|vm| vm.provider_id == cp.provider_id).unwrap();
+        if cloud.attach_address(&placement, &kept, &vm).await.unwrap() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never associated: {vm:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let instance = tagged_instances(&ec2, &id, Some("cp")).await.remove(0);
+    assert_eq!(instance.public_ip_address(), Some(kept.ip.as_str()), "the instance's public address is the Elastic IP");
+    let held = tagged_addresses(&ec2, &id).await;
+    assert_eq!(held[0].instance_id(), Some(cp.provider_id.as_str()));
+    let vm = cloud.list_vms(&placement).await.unwrap().remove(0);
+    assert!(cloud.attach_address(&placement, &kept, &vm).await.unwrap(), "associated again is success");
+
+    cloud.terminate(&placement, std::slice::from_ref(&cp.provider_id)).await.unwrap();
+    cloud.release_addresses(&placement).await.unwrap();
+    cloud.release_addresses(&placement).await.unwrap();
+    assert!(tagged_addresses(&ec2, &id).await.is_empty(), "released");
+    assert!(cloud.list_addresses(&placement).await.unwrap().is_empty());
 }

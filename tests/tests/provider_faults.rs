@@ -176,6 +176,7 @@ fn soak(provider: &dyn Provider, api: &Api, proxy: &FaultProxy, credential: &str
                 vm_names.sort_unstable();
                 assert_eq!(vm_names, VM_NAMES, "{name} is ready: exactly its VMs at {}: {held:?}", provider.name());
                 assert_eq!(held.rules, provider.rules_of_a_cluster(), "{name}: its network rules: {held:?}");
+                assert_eq!(held.addresses, 1, "{name}: its control plane's reserved address: {held:?}");
             }
             "failed" => {
                 tally.unwound += 1;
@@ -199,7 +200,7 @@ fn soak(provider: &dyn Provider, api: &Api, proxy: &FaultProxy, credential: &str
         tally.deleted += 1;
         let held = provider.holdings(&ids[name]);
         tally.duplicates += held.duplicates();
-        tally.orphans += held.vm_names.len() + held.rules;
+        tally.orphans += held.vm_names.len() + held.rules + held.addresses;
     }
 
     let counts = proxy.counts();
@@ -392,6 +393,7 @@ fn a_launch_whose_answers_are_lost_leaves_one_instance_at_moto() {
             network: &network,
             vm_identity: None,
             reads_secret: false,
+            address: None,
         };
         proxy.set_enabled(true);
         let lost = cloud.launch(&spec).await;

@@ -47,6 +47,7 @@ fn spec<'a>(placement: &'a Placement, network: &'a Network, name: &str, token: u
         network,
         vm_identity: None,
         reads_secret: false,
+        address: None,
     }
 }
 
@@ -423,4 +424,69 @@ fn a_placement_without_a_zone_has_no_instances_to_list_or_terminate() {
         cloud.terminate(&placement, &[]).await.unwrap();
         assert!(!cloud.network_exists(&placement).await.unwrap());
     });
+}
+
+/// The control plane's static external address: reserved once (found again by name, also after a
+/// lost answer), the instance's `natIP` from its insert on, refused for deletion while the
+/// instance uses it (retryable), released once it is gone; another cluster's address stays.
+#[test]
+fn a_static_address_is_reserved_once_given_at_launch_and_released_after_the_vm() {
+    let fake = FakeGce::start();
+    block_on(async {
+        let cloud = cloud(&fake).await;
+        let id = cluster_id();
+        let prefix = prefix(&id);
+        let placement = cloud.placement(&id, "us-central1", "e2-standard-2").await.unwrap();
+        let network = cloud.ensure_network(&placement).await.unwrap();
+
+        // The first insert's answer is lost: the retry finds the address, no second one is made.
+        fake.lose_next(1);
+        let lost = cloud.ensure_address(&placement, "cp").await;
+        assert!(matches!(lost, Err(CloudError::Retryable(_))), "{lost:?}");
+        let address = cloud.ensure_address(&placement, "cp").await.unwrap();
+        assert_eq!(address.id, format!("{prefix}-cp-ip"));
+        assert_eq!(cloud.ensure_address(&placement, "cp").await.unwrap(), address);
+        let held = fake.addresses(PROJECT);
+        assert_eq!(held.len(), 1, "{held:#?}");
+        assert_eq!(
+            (held[0]["status"].as_str(), held[0]["address"].as_str()),
+            (Some("RESERVED"), Some(address.ip.as_str()))
+        );
+        assert!(held[0]["region"].as_str().unwrap().ends_with("/regions/us-central1"));
+
+        let other = cluster_id();
+        let other_placement = cloud.placement(&other, "us-central1", "e2-standard-2").await.unwrap();
+        let other_address = cloud.ensure_address(&other_placement, "cp").await.unwrap();
+        assert_ne!(other_address.ip, address.ip);
+
+        let cp = cloud
+            .launch(&LaunchSpec { address: Some(&address), ..spec(&placement, &network, "cp", uuid::Uuid::new_v4()) })
+            .await
+            .unwrap();
+        assert_eq!(cp.public_ip.as_deref(), Some(address.ip.as_str()), "the reserved address is the VM's natIP");
+        assert!(cloud.attach_address(&placement, &address, &cp).await.unwrap());
+        let held = fake.addresses(PROJECT);
+        let ours = held.iter().find(|a| a["name"] == address.id.as_str()).unwrap();
+        assert_eq!(ours["status"], "IN_USE");
+        assert!(ours["users"][0].as_str().unwrap().ends_with(&format!("/instances/{prefix}-cp")), "{ours:#}");
+
+        // Another instance cannot take it, and it cannot be released while the VM uses it.
+        let taken = cloud
+            .launch(&LaunchSpec { address: Some(&address), ..spec(&placement, &network, "w0", uuid::Uuid::new_v4()) })
+            .await;
+        assert!(terminal(taken).contains("already being used"));
+        let message = retryable(cloud.release_addresses(&placement).await);
+        assert!(message.contains("still uses it"), "{message}");
+        assert_eq!(cloud.list_addresses(&placement).await.unwrap(), std::slice::from_ref(&address));
+
+        cloud.terminate(&placement, std::slice::from_ref(&cp.provider_id)).await.unwrap();
+        until_no_vms(&cloud, &placement).await;
+        cloud.release_addresses(&placement).await.unwrap();
+        cloud.release_addresses(&placement).await.unwrap();
+        assert!(cloud.list_addresses(&placement).await.unwrap().is_empty());
+        assert_eq!(cloud.list_addresses(&other_placement).await.unwrap(), [other_address]);
+        cloud.release_addresses(&other_placement).await.unwrap();
+        cloud.delete_network(&placement).await.unwrap();
+    });
+    assert!(fake.addresses(PROJECT).is_empty());
 }

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! pin_placement -> ensure_bucket -> store_identity -> ensure_network -> store_storage_secret
-//!   -> ensure_vm_identity -> launch -> wait_until_answers -> save_hosting_credential -> mark_ready
+//!   -> ensure_vm_identity -> reserve_address -> launch -> wait_until_answers -> save_hosting_credential
+//!   -> mark_ready
 //! ```
 //!
 //! The `deploy_api` operation writes the record and this run in one transaction. The bucket is
@@ -12,9 +13,11 @@
 //! profile, a service account), so its user-data carries nothing secret. A bucket on another
 //! provider than the VM is reached with the storage credential's key, which the VM reads as
 //! itself from its own provider's secret store (`store_storage_secret`, [`crate::api_storage_key`]).
+//! The VM is reached at a reserved address (`reserve_address`: an Elastic IP, a static external
+//! address) that survives its stop, start and replacement; its certificate and URL name it.
 //! The last step waits until the API answers over HTTPS through the pinned CA. On a terminal
-//! failure or a cancel the undos run in reverse: the VM, the VM identity, the storage secret and
-//! the network rules go, and a bucket this run created is deleted with everything in it (an
+//! failure or a cancel the undos run in reverse: the VM, the reserved address, the VM identity,
+//! the storage secret and the network rules go, and a bucket this run created is deleted with everything in it (an
 //! adopted one is kept); the record stays `failed`.
 
 use std::time::Duration;
@@ -28,7 +31,7 @@ use crate::api_bucket::{ApiBucket, step_error};
 use crate::api_identity::{ApiIdentity, CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
 use crate::api_storage_key::{self, StorageKey};
 use crate::api_user_data::{self, HostedApi as Script};
-use crate::cloud::{Cloud, LaunchSpec, Network, Placement, Role, Vm};
+use crate::cloud::{Address, Cloud, LaunchSpec, Network, Placement, Role, Vm};
 use crate::db::credentials;
 use crate::db::hosted_apis::{self, HostedApi, Phase};
 use crate::deps::{AccountError, Deps};
@@ -79,6 +82,8 @@ const ENSURE_NETWORK: StepKey<Network> = StepKey::new("ensure_network");
 const STORE_STORAGE_SECRET: StepKey<Option<String>> = StepKey::new("store_storage_secret");
 /// Who the VM acts as.
 const ENSURE_VM_IDENTITY: StepKey<String> = StepKey::new("ensure_vm_identity");
+/// The VM's stable public address.
+const RESERVE_ADDRESS: StepKey<Address> = StepKey::new("reserve_address");
 /// The VM as launched.
 const LAUNCH: StepKey<Vm> = StepKey::new("launch");
 /// Where it answers.
@@ -90,10 +95,10 @@ const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
 
 impl Workflow for DeployApi {
     const KIND: &'static str = "api.deploy";
-    /// v2: `save_hosting_credential`; v3: `store_storage_secret`. A run of an older version is
+    /// v2: `save_hosting_credential`; v3: `store_storage_secret`; v4: `reserve_address`. A run of an older version is
     /// not registered any more: the engine parks it (`needs-attention`, naming the version)
     /// rather than run another step list under it; cancel it and deploy again.
-    const VERSION: u32 = 3;
+    const VERSION: u32 = 4;
     type Input = DeployInput;
     type Output = DeployOutput;
 
@@ -138,6 +143,13 @@ impl Workflow for DeployApi {
                     .retry(cloud())
                     .attempt_timeout(retry::CLOUD_ATTEMPT)
                     .undo(ensure_vm_identity_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::action(RESERVE_ADDRESS, reserve_address)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(reserve_address_undo)
                     .undo_retry(retry::sweeps()),
             )
             .then(
@@ -209,7 +221,7 @@ async fn pin_placement_undo(ctx: StepCtx<DeployApi>, _placement: Effect<Placemen
         (false, None) => "the deploy failed".to_owned(),
     };
     let reason = format!(
-        "{what} and was unwound: no VM, network rule, VM identity or storage secret is left (a bucket it created is \
+        "{what} and was unwound: no VM, reserved address, network rule, VM identity or storage secret is left (a bucket it created is \
          deleted, one it found is kept); `anycloud workflow inspect {}` shows every step",
         ctx.run_id()
     );
@@ -333,6 +345,21 @@ async fn ensure_vm_identity_undo(ctx: StepCtx<DeployApi>, _identity: Effect<Stri
     Ok(())
 }
 
+/// Finds or reserves the VM's stable public address (tagged or labelled with the API's owner id
+/// and the VM's name).
+async fn reserve_address(ctx: StepCtx<DeployApi>) -> Result<Address, StepError> {
+    let (_, cloud, placement) = hosting(&ctx).await?;
+    Ok(cloud.ensure_address(&placement, VM_NAME).await?)
+}
+
+/// Sweeps the VM (an address in use cannot be released), then releases every address with the
+/// API's tag, until the provider lists none.
+async fn reserve_address_undo(ctx: StepCtx<DeployApi>, _address: Effect<Address>) -> Result<(), StepError> {
+    let (_, cloud, placement) = hosting(&ctx).await?;
+    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await?;
+    deps(&ctx).release_addresses(cloud.as_ref(), &placement).await
+}
+
 /// Launches the VM whose boot script installs `anycloud` and serves the API from the bucket.
 async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
@@ -344,6 +371,7 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         Some(_) => credentials::get(&deps(&ctx).db, &api.credential).await?.and_then(|c| c.public.endpoint),
         None => None,
     };
+    let address = ctx.output(RESERVE_ADDRESS)?;
     let script = api_user_data::hosted_api(&Script {
         id: &api.name,
         provider: api.provider,
@@ -355,6 +383,7 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         storage_secret_endpoint: secret_endpoint.as_deref(),
         binary_url: &api.binary_url,
         binary_sha256: api.binary_sha256.as_deref(),
+        address: &address.ip,
         hosting_credential: &api.credential,
         region: &api.region,
         vm_type: &api.vm_type,
@@ -369,6 +398,7 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         network: &network,
         vm_identity: Some(ctx.output(ENSURE_VM_IDENTITY)?),
         reads_secret: storage_secret.is_some(),
+        address: Some(&address),
     };
     let vm = cloud.launch(&spec).await?;
     deps(&ctx).after_launch().await;
@@ -381,8 +411,8 @@ async fn launch_undo(ctx: StepCtx<DeployApi>, _launched: Effect<Vm>) -> Result<(
     deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await
 }
 
-/// Waits until the VM has an address and the API answers `GET /v1/health` there over HTTPS,
-/// trusting only its CA.
+/// Waits until the VM has its reserved address and the API answers `GET /v1/health` there over
+/// HTTPS, trusting only its CA.
 async fn wait_until_answers(ctx: StepCtx<DeployApi>) -> Result<Check<String>, StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
     let launched = ctx.output(LAUNCH)?;
@@ -393,9 +423,14 @@ async fn wait_until_answers(ctx: StepCtx<DeployApi>) -> Result<Check<String>, St
             launched.provider_id
         )));
     };
-    let Some(address) = deps(&ctx).hosted_api_address(&vm) else {
-        return Ok(Check::NotYet(format!("VM {} ({}) has no public address yet", vm.provider_id, vm.state)));
-    };
+    let reserved = ctx.output(RESERVE_ADDRESS)?;
+    if !cloud.attach_address(&placement, &reserved, &vm).await? {
+        return Ok(Check::NotYet(format!(
+            "VM {} ({}) does not have its reserved address {} yet",
+            vm.provider_id, vm.state, reserved.ip
+        )));
+    }
+    let address = deps(&ctx).hosted_api_address(&reserved.ip);
     let url = format!("https://{address}:{}", api.port);
     let ca_pem = ctx.output(STORE_IDENTITY)?.ca_pem;
     match crate::api_identity::health(&url, &ca_pem).await {

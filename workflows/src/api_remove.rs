@@ -1,15 +1,17 @@
 //! `api.remove`: takes a deployed API off its cloud (`anycloud api stop|delete`).
 //!
 //! ```text
-//! terminate_vm -> delete_network -> delete_vm_identity -> delete_storage_secret -> delete_bucket
-//!   -> mark_removed
+//! terminate_vm -> release_address -> delete_network -> delete_vm_identity -> delete_storage_secret
+//!   -> delete_bucket -> mark_removed
 //! ```
 //!
 //! Everything is found by the API's owner tag or name, so a removal after a half-finished deploy
 //! finds what the deploy left. The secret holding the key of a bucket on another provider goes
 //! with the VM (its name derives from the API's owner id). The bucket, and with it the API's state, is kept unless the
 //! removal was asked to delete it (`--delete-bucket`): another `api serve` on the same bucket
-//! restores the same API. No step has an undo: a removal only goes forward, and each step is
+//! restores the same API. The VM's reserved address is released with the VM (a stop and a delete
+//! alike): an address kept while nothing runs would be billed and owned by no live record, and a
+//! redeploy reserves a new one, whose URL the CLI stores. No step has an undo: a removal only goes forward, and each step is
 //! retried until the provider confirms.
 
 use anycloud_engine::{Step, StepCtx, StepError, StepKey, Steps, Workflow};
@@ -49,6 +51,7 @@ pub struct RemoveOutput {
 }
 
 const TERMINATE_VM: StepKey<()> = StepKey::new("terminate_vm");
+const RELEASE_ADDRESS: StepKey<()> = StepKey::new("release_address");
 const DELETE_NETWORK: StepKey<()> = StepKey::new("delete_network");
 const DELETE_VM_IDENTITY: StepKey<()> = StepKey::new("delete_vm_identity");
 const DELETE_STORAGE_SECRET: StepKey<()> = StepKey::new("delete_storage_secret");
@@ -58,16 +61,21 @@ const MARK_REMOVED: StepKey<()> = StepKey::new("mark_removed");
 
 impl Workflow for RemoveApi {
     const KIND: &'static str = "api.remove";
-    /// v2: `delete_storage_secret`. A v1 run is not registered any more: the engine parks it
-    /// (`needs-attention`) rather than run another step list under it; cancel it and stop the
-    /// API again.
-    const VERSION: u32 = 2;
+    /// v2: `delete_storage_secret`; v3: `release_address`. A run of an older version is not
+    /// registered any more: the engine parks it (`needs-attention`) rather than run another step
+    /// list under it; cancel it and stop the API again.
+    const VERSION: u32 = 3;
     type Input = RemoveInput;
     type Output = RemoveOutput;
 
     fn steps() -> Steps<Self> {
         Steps::new()
             .then(Step::action(TERMINATE_VM, terminate_vm).retry(retry::sweeps()).attempt_timeout(retry::CLOUD_ATTEMPT))
+            .then(
+                Step::action(RELEASE_ADDRESS, release_address)
+                    .retry(retry::sweeps())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
+            )
             .then(
                 Step::action(DELETE_NETWORK, delete_network)
                     .retry(retry::sweeps())
@@ -111,6 +119,13 @@ async fn hosting(ctx: &StepCtx<RemoveApi>) -> Result<(HostedApi, Box<dyn Cloud>,
 async fn terminate_vm(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
     deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await
+}
+
+/// Releases the VM's reserved address (every address with the API's tag), now that the VM is
+/// gone; succeeds once the provider lists none.
+async fn release_address(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
+    let (_, cloud, placement) = hosting(&ctx).await?;
+    deps(&ctx).release_addresses(cloud.as_ref(), &placement).await
 }
 
 async fn delete_network(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {

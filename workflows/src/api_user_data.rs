@@ -7,8 +7,9 @@
 //! from its own provider's secret store, which the script names but does not hold. What it does,
 //! in order:
 //!
-//! 1. reads the VM's public address from its metadata service (as the cluster scripts do), which
-//!    the API's serving certificate is issued for;
+//! 1. writes the VM's stable public address (the Elastic IP or static address `api.deploy`
+//!    reserved), which the API's serving certificate is issued for: not the metadata's, which
+//!    is ephemeral;
 //! 2. downloads the binary for `uname -m` (`{arch}` in the URL: `x86_64`, `aarch64`) and, when a
 //!    sum is given, checks it before installing it;
 //! 3. writes the unit `anycloud-api.service` (restart always) and starts it.
@@ -17,7 +18,6 @@
 //! the binary and the unit, and restarts the service, which restores from the bucket.
 
 use crate::providers::ProviderKind;
-use crate::user_data::public_ip_lookup;
 
 /// Where the VM downloads `anycloud` unless told otherwise: the project's release for this
 /// version. docs/hosting.md says how to host your own.
@@ -57,6 +57,8 @@ pub struct HostedApi<'a> {
     pub binary_url: &'a str,
     /// Its sha256, hex, when known.
     pub binary_sha256: Option<&'a str>,
+    /// The VM's stable public address (reserved by `api.deploy`): its certificate and URL name it.
+    pub address: &'a str,
     /// The credential it is hosted with (saved on it by `api.deploy`), which places its clusters'
     /// control planes, in its region and machine type.
     pub hosting_credential: &'a str,
@@ -110,7 +112,6 @@ fn serve_arguments(api: &HostedApi<'_>) -> Vec<String> {
 
 /// The script.
 pub fn hosted_api(api: &HostedApi<'_>) -> String {
-    let public_ip = public_ip_lookup(api.provider);
     let exec = format!("{EXEC_START}{}", serve_arguments(api).join(" "));
     let verify = match api.binary_sha256 {
         Some(sum) => format!(
@@ -130,11 +131,6 @@ fi
 set -eu
 umask 077
 root="${{ANYCLOUD_ROOT:-}}"
-{public_ip}
-if [ -z "$public_ip" ]; then
-  echo "anycloud: this VM has no public address; the API's certificate is issued for it" >&2
-  exit 1
-fi
 case "$(uname -m)" in
   x86_64) arch=x86_64 ;;
   aarch64) arch=aarch64 ;;
@@ -147,7 +143,7 @@ curl -sfL --retry 5 -o "$work/anycloud" "$url"
 {verify}mkdir -p "$root/usr/local/bin" "$root/etc/anycloud" "$root/etc/systemd/system" "$root/var/lib/anycloud"
 cp "$work/anycloud" "$root/usr/local/bin/anycloud"
 chmod 0755 "$root/usr/local/bin/anycloud"
-echo "ANYCLOUD_ADDRESS=$public_ip" > "$root/etc/anycloud/address.env"
+echo 'ANYCLOUD_ADDRESS={address}' > "$root/etc/anycloud/address.env"
 cat > "$root/etc/systemd/system/anycloud-api.service" <<'ANYCLOUD_EOF'
 [Unit]
 Description=anycloud API {id}
@@ -171,6 +167,7 @@ systemctl restart anycloud-api.service
         bucket = api.bucket,
         port = api.port,
         binary_url = api.binary_url,
+        address = api.address,
     )
 }
 
@@ -200,6 +197,7 @@ mod tests {
             storage_secret_endpoint: None,
             binary_url: DEFAULT_BINARY_URL,
             binary_sha256: Some("ab12"),
+            address: "198.51.100.9",
             hosting_credential: "aws-host",
             region: "eu-west-1",
             vm_type: "t3.medium",
@@ -213,7 +211,8 @@ mod tests {
         assert_eq!(args[..2], ["api", "serve"]);
         assert_eq!(args[2..], serve_arguments(&api())[..]);
         assert!(args.contains(&ADDRESS_VARIABLE.to_owned()));
-        assert!(script.contains("X-aws-ec2-metadata-token"), "IMDSv2 on EC2");
+        assert!(script.contains("echo 'ANYCLOUD_ADDRESS=198.51.100.9'"), "the reserved address");
+        assert!(!script.contains("169.254.169.254"), "not the metadata's ephemeral address");
         assert!(script.contains("'ab12'"), "the sum is checked");
         assert_eq!(parse_serve_command("#!/bin/sh\necho hi\n"), None);
     }

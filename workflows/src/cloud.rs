@@ -8,7 +8,9 @@
 //!   `requestId`);
 //! - `ensure_network` finds the cluster's rules by tag or name before creating them, and
 //!   `open_network` adds only what is missing and removes only what is extra;
-//! - `terminate` and `delete_network` succeed when there is nothing left to remove.
+//! - `ensure_address` finds the owner's reserved address by tag or name before reserving one;
+//! - `terminate`, `delete_network` and `release_addresses` succeed when there is nothing left to
+//!   remove.
 //!
 //! Every resource carries the cluster's id as a tag (AWS) or label (GCP), so a sweep finds
 //! what a half-finished create left behind.
@@ -96,6 +98,21 @@ pub struct LaunchSpec<'a> {
     /// Whether the VM reads a secret of its own provider's secret store (the key of a
     /// checkpoint bucket on another provider): a GCE VM then needs the `cloud-platform` scope.
     pub reads_secret: bool,
+    /// The stable public address the VM is reached at, as [`Cloud::ensure_address`] reserved it:
+    /// GCE and the simulated cloud give it to the VM at launch (GCE's `natIP`); on EC2
+    /// [`Cloud::attach_address`] associates it once the instance runs. `None`: an ephemeral one.
+    pub address: Option<&'a Address>,
+}
+
+/// A public address that survives its VM's stop, start and replacement: an EC2 Elastic IP, a
+/// Compute Engine static external address, a reserved address of the simulated cloud. It carries
+/// its owner's id ([`CLUSTER_TAG`]) and a name within it (the VM's: `cp`, `api`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Address {
+    /// The provider's id for it (`eipalloc-...`, the GCE address's name, `sim-addr-...`).
+    pub id: String,
+    /// The IPv4 address.
+    pub ip: String,
 }
 
 /// A VM as the cloud reports it.
@@ -207,6 +224,26 @@ pub trait Cloud: Send + Sync {
 
     /// Asks the cloud to terminate these VMs. Already gone is success.
     async fn terminate(&self, placement: &Placement, provider_ids: &[String]) -> Result<(), CloudError>;
+
+    /// Finds, or reserves, the stable public address `name` of `placement.cluster_id` in the
+    /// placement's region (tagged or labelled with both), for the VM of that name.
+    async fn ensure_address(&self, placement: &Placement, name: &str) -> Result<Address, CloudError>;
+
+    /// Makes `address` the public address of `vm`, when it is not yet; `Ok(true)` once the
+    /// provider reports it so. EC2 associates an Elastic IP with a running instance only, so until
+    /// `vm` runs this answers `Ok(false)`; GCE and the simulated cloud gave it at launch.
+    async fn attach_address(&self, placement: &Placement, address: &Address, vm: &Vm) -> Result<bool, CloudError> {
+        let _ = placement;
+        Ok(vm.public_ip.as_deref() == Some(address.ip.as_str()))
+    }
+
+    /// Releases every reserved address of `placement.cluster_id` in the placement's region (one
+    /// still associated with a VM is disassociated first: call it after the VMs are gone).
+    /// Nothing to release is success.
+    async fn release_addresses(&self, placement: &Placement) -> Result<(), CloudError>;
+
+    /// The IPs of the reserved addresses of `placement.cluster_id` the provider still holds.
+    async fn list_addresses(&self, placement: &Placement) -> Result<Vec<Address>, CloudError>;
 
     /// Finds or creates the network rules of a hosted API (`placement.cluster_id` is its owner
     /// id): TCP `port` from anywhere. [`Cloud::delete_network`] removes them.

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! pin_placement -> pin_control_plane -> ensure_network -> ensure_control_plane_network
-//!   -> generate_secrets -> launch_control_plane -> wait_for_api -> launch_workers
-//!   -> open_node_paths -> wait_for_nodes -> mark_ready
+//!   -> reserve_control_plane_address -> generate_secrets -> launch_control_plane -> wait_for_api
+//!   -> launch_workers -> open_node_paths -> wait_for_nodes -> mark_ready
 //! ```
 //!
 //! A control plane apart from the capacity puts the cluster across networks
@@ -16,16 +16,20 @@
 //! (see [`crate::cluster_sides`]); the `*_control_plane*` steps then act on that account. Every cloud
 //! call is idempotent (see [`crate::cloud`]). On a terminal failure or a cancel the undos run in
 //! reverse: they sweep every VM that carries the cluster's tag (so a half-finished launch is found
-//! too), wait until the provider reports them gone, delete the network rules and forget the
-//! secrets; the cluster stays visible as `failed`, with the cause. A step a cancel stopped in
+//! too), wait until the provider reports them gone, release the control plane's reserved
+//! address, delete the network rules and forget the secrets; the cluster stays visible as `failed`, with the cause. A step a cancel stopped in
 //! flight is undone too. docs/workflows/cluster-create.md describes each step.
+//!
+//! The control plane is reached at a reserved address (an Elastic IP, a static external address)
+//! that survives its VM's stop, start and replacement: its certificate, the workers' join URL,
+//! the endpoint and the kubeconfig name it.
 
 use std::time::Duration;
 
 use anycloud_engine::{Check, Effect, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
-use crate::cloud::{Cloud, LaunchSpec, Network, Placement, Role, Vm};
+use crate::cloud::{Address, Cloud, LaunchSpec, Network, Placement, Role, Vm};
 use crate::cluster_network::{self, NodeAddresses, Openings, Reach};
 use crate::cluster_secrets::ClusterSecrets;
 use crate::cluster_sides::{Side, Sides};
@@ -84,6 +88,8 @@ const PIN_CONTROL_PLANE: StepKey<Option<Placement>> = StepKey::new("pin_control_
 const ENSURE_NETWORK: StepKey<Network> = StepKey::new("ensure_network");
 /// The control plane's network rules, when apart from the capacity.
 const ENSURE_CONTROL_PLANE_NETWORK: StepKey<Option<Network>> = StepKey::new("ensure_control_plane_network");
+/// The control plane's stable public address.
+const RESERVE_CONTROL_PLANE_ADDRESS: StepKey<Address> = StepKey::new("reserve_control_plane_address");
 /// Proof the secrets are stored.
 const GENERATE_SECRETS: StepKey<SecretsStored> = StepKey::new("generate_secrets");
 /// The control-plane VM as launched.
@@ -103,8 +109,11 @@ impl Workflow for CreateCluster {
     const KIND: &'static str = "cluster.create";
     /// v2: the first step is `pin_placement` (v1 called it `store_intent`); v3: the control
     /// plane's own placement and network (`pin_control_plane`, `ensure_control_plane_network`);
-    /// v4: rules open only the cluster's own addresses (`open_node_paths`), and a cluster across
-    /// networks runs WireGuard.
+    /// v4: its reserved address (`reserve_control_plane_address`); rules open only the cluster's
+    /// own addresses (`open_node_paths`), and a cluster across networks runs WireGuard. A run of
+    /// an older version is not registered any more: the engine parks it (`needs-attention`,
+    /// naming the version) rather than run another step list under it; cancel it and create the
+    /// cluster again.
     const VERSION: u32 = 4;
     type Input = CreateInput;
     type Output = CreateOutput;
@@ -133,6 +142,13 @@ impl Workflow for CreateCluster {
                     .retry(cloud())
                     .attempt_timeout(retry::CLOUD_ATTEMPT)
                     .undo(ensure_control_plane_network_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::action(RESERVE_CONTROL_PLANE_ADDRESS, reserve_control_plane_address)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(reserve_control_plane_address_undo)
                     .undo_retry(retry::sweeps()),
             )
             .then(Step::action(GENERATE_SECRETS, generate_secrets).undo(generate_secrets_undo))
@@ -294,6 +310,27 @@ async fn ensure_control_plane_network_undo(
     deps(&ctx).remove_network(cloud.as_ref(), placement, "the control plane's").await
 }
 
+/// Finds or reserves the control plane's stable public address on its side (tagged or labelled
+/// with the cluster and `cp`).
+async fn reserve_control_plane_address(ctx: StepCtx<CreateCluster>) -> Result<Address, StepError> {
+    let (sides, _) = sides(&ctx).await?;
+    let Side { placement, cloud } = sides.control_plane();
+    Ok(cloud.ensure_address(placement, "cp").await?)
+}
+
+/// Sweeps the VMs (an address in use cannot be released), then releases every address of the
+/// cluster on the control plane's side and succeeds once the provider lists none; found by tag,
+/// so an address a cut-short attempt reserved goes too.
+async fn reserve_control_plane_address_undo(
+    ctx: StepCtx<CreateCluster>,
+    _address: Effect<Address>,
+) -> Result<(), StepError> {
+    let (sides, _) = sides(&ctx).await?;
+    sides.sweep(deps(&ctx)).await?;
+    let Side { placement, cloud } = sides.control_plane();
+    deps(&ctx).release_addresses(cloud.as_ref(), placement).await
+}
+
 /// Makes the join token, the API token and the CA, and stores them sealed. A rerun keeps the
 /// secrets a first attempt stored: VMs may already carry them.
 async fn generate_secrets(ctx: StepCtx<CreateCluster>) -> Result<SecretsStored, StepError> {
@@ -316,18 +353,21 @@ async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepErr
         Some(own) => own,
         None => ctx.output(ENSURE_NETWORK)?,
     };
-    // The script reads the VM's address from the metadata service of the provider it runs on.
+    // The script reads the VM's metadata from the provider it runs on; its certificate names
+    // the reserved address.
     let provider = cluster.control_plane().map_or(cluster.provider, |cp| cp.provider);
+    let address = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?;
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
     let spec = LaunchSpec {
         placement,
         name: "cp".into(),
         role: Role::ControlPlane,
-        user_data: user_data::control_plane(provider, sides.reach(), &placement.cluster_id, &secrets),
+        user_data: user_data::control_plane(provider, sides.reach(), &placement.cluster_id, &address.ip, &secrets),
         token: ctx.idempotency_key(),
         network: &network,
         vm_identity: None,
         reads_secret: false,
+        address: Some(&address),
     };
     let vm = cloud.launch(&spec).await?;
     deps(&ctx).after_launch().await;
@@ -354,11 +394,19 @@ async fn current_control_plane(cloud: &dyn Cloud, placement: &Placement, launche
 async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, StepError> {
     let (sides, _) = sides(&ctx).await?;
     let Side { placement, cloud } = sides.control_plane();
-    let cp = current_control_plane(cloud.as_ref(), placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
+    let mut cp = current_control_plane(cloud.as_ref(), placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
+    let reserved = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?;
+    if !cloud.attach_address(placement, &reserved, &cp).await? {
+        vms::upsert(&deps(&ctx).db, &placement.cluster_id, &cp).await?;
+        return Ok(Check::NotYet(format!(
+            "control plane VM {} ({}) does not have its reserved address {} yet",
+            cp.provider_id, cp.state, reserved.ip
+        )));
+    }
+    // The provider reports the address on the VM (its instance listing may lag behind).
+    cp.public_ip = Some(reserved.ip.clone());
     vms::upsert(&deps(&ctx).db, &placement.cluster_id, &cp).await?;
-    let Some(address) = cp.address() else {
-        return Ok(Check::NotYet(format!("control plane VM {} ({}) has no address yet", cp.provider_id, cp.state)));
-    };
+    let address = reserved.ip.as_str();
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
     let client =
         kube_api::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
@@ -381,17 +429,10 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
 async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepError> {
     let (sides, cluster) = sides(&ctx).await?;
     let network = ctx.output(ENSURE_NETWORK)?;
-    let cp_side = sides.control_plane();
-    let cp =
-        current_control_plane(cp_side.cloud.as_ref(), &cp_side.placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
-    // With the control plane in the capacity's network, the workers join over its private
-    // address; in another account (the hosted API's), over its public one, which its
-    // certificate names too. Either way a worker checks the cluster's CA.
-    let server = match &sides.control_plane {
-        None => cp.private_ip.clone().or(cp.public_ip.clone()),
-        Some(_) => cp.public_ip.clone(),
-    }
-    .ok_or_else(|| StepError::retryable_msg(format!("control plane VM {} has no address to join", cp.provider_id)))?;
+    // The workers join over the control plane's reserved address, which survives its VM's stop,
+    // start and replacement (a private address does not survive a replacement) and which its
+    // certificate names; a worker checks the cluster's CA.
+    let server = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?.ip;
     let Side { placement, cloud } = &sides.capacity;
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
     let mut workers = Vec::new();
@@ -413,6 +454,7 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
             network: &network,
             vm_identity: None,
             reads_secret: false,
+            address: None,
         };
         let vm = cloud.launch(&spec).await?;
         deps(&ctx).after_launch().await;
@@ -428,23 +470,21 @@ async fn launch_workers_undo(ctx: StepCtx<CreateCluster>, _launched: Effect<Vec<
     sweep_vms(&ctx).await
 }
 
-/// Lets exactly the nodes' public addresses through each side's rules: across networks the
-/// Kubernetes API from every worker and WireGuard between every node; in one network it applies
-/// again what `ensure_network` opened. A node without its public address yet is retried.
+/// Lets exactly the nodes' public addresses through each side's rules: the Kubernetes API from
+/// every worker (they join the control plane's reserved address) and, across networks, WireGuard
+/// between every node. A node without its public address yet is retried.
 async fn open_node_paths(ctx: StepCtx<CreateCluster>) -> Result<NodePaths, StepError> {
     let (sides, _) = sides(&ctx).await?;
     let reach = sides.reach();
     let live = sides.list_vms().await?;
     let mut nodes = NodeAddresses::default();
-    if reach == Reach::AcrossNetworks {
-        for vm in &live {
-            let address = vm.public_ip.as_deref().ok_or_else(|| {
-                StepError::retryable_msg(format!("VM {} ({}) has no public address yet", vm.name, vm.provider_id))
-            })?;
-            match vm.role {
-                Role::ControlPlane => nodes.control_plane = Some(address),
-                _ => nodes.workers.push(address),
-            }
+    for vm in &live {
+        let address = vm.public_ip.as_deref().ok_or_else(|| {
+            StepError::retryable_msg(format!("VM {} ({}) has no public address yet", vm.name, vm.provider_id))
+        })?;
+        match vm.role {
+            Role::ControlPlane => nodes.control_plane = Some(address),
+            _ => nodes.workers.push(address),
         }
     }
     let control_plane = control_plane_openings(&ctx, reach, &nodes);
@@ -514,6 +554,7 @@ mod tests {
             PIN_CONTROL_PLANE.name(),
             ENSURE_NETWORK.name(),
             ENSURE_CONTROL_PLANE_NETWORK.name(),
+            RESERVE_CONTROL_PLANE_ADDRESS.name(),
             GENERATE_SECRETS.name(),
             LAUNCH_CONTROL_PLANE.name(),
             WAIT_FOR_API.name(),

@@ -1,7 +1,8 @@
 //! `cluster.delete`: removes everything a cluster owns at its provider.
 //!
 //! ```text
-//! mark_deleting -> remove_workloads -> terminate_vms -> delete_network -> wait_gone -> mark_deleted
+//! mark_deleting -> remove_workloads -> terminate_vms -> delete_network -> wait_gone
+//!   -> release_address -> mark_deleted
 //! ```
 //!
 //! The `delete_cluster` operation refuses the delete while a deployment references the cluster,
@@ -55,8 +56,10 @@ const MARK_DELETING: StepKey<Placement> = StepKey::new("mark_deleting");
 
 impl Workflow for DeleteCluster {
     const KIND: &'static str = "cluster.delete";
-    /// v2: every step parks when it keeps failing (v1 gave up on some).
-    const VERSION: u32 = 2;
+    /// v2: every step parks when it keeps failing (v1 gave up on some); v3: `release_address`.
+    /// A run of an older version is not registered any more: the engine parks it
+    /// (`needs-attention`, naming the version); cancel it and delete the cluster again.
+    const VERSION: u32 = 3;
     type Input = DeleteInput;
     type Output = ();
 
@@ -84,6 +87,11 @@ impl Workflow for DeleteCluster {
                     .timeout(Duration::from_secs(15 * 60))
                     .retry(retry::sweeps())
                     .attempt_timeout(retry::QUICK_ATTEMPT),
+            )
+            .then(
+                Step::action("release_address", release_address)
+                    .retry(retry::sweeps())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT),
             )
             .then(Step::action("mark_deleted", mark_deleted).retry(retry::cloud_calls()))
     }
@@ -191,6 +199,15 @@ async fn wait_gone(ctx: StepCtx<DeleteCluster>) -> Result<Check<()>, StepError> 
     )))
 }
 
+/// Releases the control plane's reserved address (every address with the cluster's tag, on every
+/// side), now that no VM uses it; succeeds once the providers list none.
+async fn release_address(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
+    for side in sides(&ctx).await?.all() {
+        deps(&ctx).release_addresses(side.cloud.as_ref(), &side.placement).await?;
+    }
+    Ok(())
+}
+
 async fn mark_deleted(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
     let db = &deps(&ctx).db;
     let id = &ctx.input().cluster_id;
@@ -207,9 +224,15 @@ mod tests {
     #[test]
     fn every_step_is_documented_with_its_retry() {
         let documented = include_str!("../../docs/workflows/cluster-delete.md");
-        for step in
-            ["mark_deleting", "remove_workloads", "terminate_vms", "delete_network", "wait_gone", "mark_deleted"]
-        {
+        for step in [
+            "mark_deleting",
+            "remove_workloads",
+            "terminate_vms",
+            "delete_network",
+            "wait_gone",
+            "release_address",
+            "mark_deleted",
+        ] {
             assert!(documented.contains(&format!("| `{step}` |")), "docs/workflows/cluster-delete.md lacks `{step}`");
         }
         assert!(documented.contains("a timeout parks"), "the doc must say that `wait_gone` parks when it times out");

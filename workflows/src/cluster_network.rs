@@ -1,18 +1,19 @@
 //! What a cluster's network lets in from outside itself, and how its nodes reach each other.
 //!
 //! A cluster whose control plane runs with its capacity (one provider account and region) is in
-//! one network: the workers join the server over its private address and flannel's default VXLAN
-//! runs between private addresses, inside the rule that lets the cluster's VMs reach each other.
+//! one network: flannel's default VXLAN runs between private addresses, inside the rule that lets
+//! the cluster's VMs reach each other. Either way the workers join the control plane's reserved
+//! public address (it survives the VM's stop, start and replacement).
 //! A cluster whose control plane runs apart (on the hosted API's credential: another provider,
 //! account or region) spans networks that do not route to each other, and follows k3s's
 //! "Distributed hybrid or multicloud cluster" guide (docs.k3s.io/networking/distributed-multicloud):
-//! every node advertises its public address (`--node-external-ip`), flannel runs
-//! `wireguard-native` between those addresses (`--flannel-external-ip` on the server), and the
-//! workers join over the server's public address. docs/hosting.md ("Cluster networks") lists the
+//! every node advertises its public address (`--node-external-ip`) and flannel runs
+//! `wireguard-native` between those addresses (`--flannel-external-ip` on the server). docs/hosting.md ("Cluster networks") lists the
 //! rules each side gets and the k3s documentation each follows.
 //!
 //! The rules open exactly what that needs, never the world: the Kubernetes API (TCP 6443) from
-//! the API that manages the cluster and, across networks, from every worker; WireGuard (UDP 51820,
+//! the API that manages the cluster and from every worker (a VM reaching a public address of its
+//! own network is seen at its own public address); across networks WireGuard (UDP 51820,
 //! k3s's inbound rules for `wireguard-native` over IPv4) between every node's public address. SSH
 //! is not open: no key is ever installed.
 
@@ -72,15 +73,16 @@ pub struct NodeAddresses<'a> {
 }
 
 /// The control plane's side: the Kubernetes API from the managing API (`api`, its public
-/// address; `None`: from anywhere) and, across networks, from every worker; WireGuard from every
-/// node across networks.
+/// address; `None`: from anywhere) and from every worker, which joins the control plane's public
+/// address; WireGuard from every node across networks.
 pub fn control_plane_side(reach: Reach, api: Option<&str>, nodes: &NodeAddresses<'_>) -> Openings {
-    let mut kube_api = vec![api.map_or_else(|| ANYWHERE.to_owned(), host)];
-    let mut wireguard = Vec::new();
-    if reach == Reach::AcrossNetworks {
-        kube_api.extend(nodes.workers.iter().copied().map(host));
-        wireguard = every_node(nodes);
-    }
+    let kube_api = std::iter::once(api.map_or_else(|| ANYWHERE.to_owned(), host))
+        .chain(nodes.workers.iter().copied().map(host))
+        .collect();
+    let wireguard = match reach {
+        Reach::OneNetwork => Vec::new(),
+        Reach::AcrossNetworks => every_node(nodes),
+    };
     sorted(Openings { kube_api, wireguard })
 }
 
@@ -117,10 +119,11 @@ mod tests {
     }
 
     #[test]
-    fn one_network_opens_only_the_kube_api_to_the_managing_api() {
+    fn one_network_opens_only_the_kube_api_to_the_managing_api_and_the_workers() {
         let openings = control_plane_side(Reach::OneNetwork, Some("192.0.2.5"), &nodes());
-        assert_eq!(openings, Openings { kube_api: vec!["192.0.2.5/32".into()], wireguard: vec![] });
-        let local = control_plane_side(Reach::OneNetwork, None, &nodes());
+        let kube_api = ["192.0.2.5/32", "198.51.100.7/32", "198.51.100.8/32"].map(String::from).to_vec();
+        assert_eq!(openings, Openings { kube_api, wireguard: vec![] });
+        let local = control_plane_side(Reach::OneNetwork, None, &NodeAddresses::default());
         assert_eq!(local.kube_api, vec![ANYWHERE.to_owned()]);
     }
 

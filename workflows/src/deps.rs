@@ -165,12 +165,12 @@ impl Deps {
             .ok_or_else(|| StepError::terminal_msg(format!("hosted API {id} has no record; it cannot be acted on")))
     }
 
-    /// The address a hosted API's VM is reached at: its public one (the tests' VM runner serves
-    /// it on another, a seam).
-    pub fn hosted_api_address(&self, vm: &Vm) -> Option<String> {
+    /// The address a hosted API's VM is reached at: the stable one its deploy reserved (the
+    /// tests' VM runner serves it on another, a seam).
+    pub fn hosted_api_address(&self, reserved: &str) -> String {
         match &self.seams.hosted_api_address {
-            Some(address) => Some(address.clone()),
-            None => vm.public_ip.clone(),
+            Some(address) => address.clone(),
+            None => reserved.to_owned(),
         }
     }
 
@@ -182,6 +182,22 @@ impl Deps {
             return Err(StepError::retryable_msg(format!("the provider still lists {owner} network rules")));
         }
         Ok(())
+    }
+
+    /// Releases every reserved address of `placement`'s owner (call it once its VMs are gone)
+    /// and succeeds once the provider lists none; until then it fails (retryably).
+    pub async fn release_addresses(&self, cloud: &dyn Cloud, placement: &Placement) -> Result<(), StepError> {
+        cloud.release_addresses(placement).await?;
+        let left = cloud.list_addresses(placement).await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        let ips: Vec<&str> = left.iter().map(|address| address.ip.as_str()).collect();
+        Err(StepError::retryable_msg(format!(
+            "asked the provider to release {} reserved address(es) ({}); waiting until it lists none",
+            ips.len(),
+            ips.join(", ")
+        )))
     }
 
     /// After a launch call answered (the crash-test seam; nothing in production).

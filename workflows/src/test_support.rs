@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anycloud_engine::{Engine, EngineConfig, Registry, Store};
 use async_trait::async_trait;
 
-use crate::cloud::{Cloud, CloudError, LaunchSpec, Network, Placement, Vm};
+use crate::cloud::{Address, Cloud, CloudError, LaunchSpec, Network, Placement, Vm};
 use crate::db::Db;
 use crate::deps::Deps;
 use crate::providers::sim_settings::SimSettings;
@@ -102,6 +102,18 @@ impl Cloud for FakeCloud {
     }
 
     async fn terminate(&self, _: &Placement, _: &[String]) -> Result<(), CloudError> {
+        Err(unsupported())
+    }
+
+    async fn ensure_address(&self, _: &Placement, _: &str) -> Result<Address, CloudError> {
+        Err(unsupported())
+    }
+
+    async fn release_addresses(&self, _: &Placement) -> Result<(), CloudError> {
+        Err(unsupported())
+    }
+
+    async fn list_addresses(&self, _: &Placement) -> Result<Vec<Address>, CloudError> {
         Err(unsupported())
     }
 }

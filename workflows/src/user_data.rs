@@ -104,9 +104,17 @@ impl K3sDownloads {
     }
 }
 
-/// The control plane's script, for a VM of `provider` in a cluster of `reach`.
-pub fn control_plane(provider: ProviderKind, reach: Reach, cluster_id: &str, secrets: &ClusterSecrets) -> String {
-    control_plane_with(provider, reach, &K3sDownloads::pinned(), cluster_id, secrets)
+/// The control plane's script, for a VM of `provider` in a cluster of `reach`, whose stable public
+/// address (an Elastic IP, a reserved static address) is `address`: its serving certificate
+/// names it (`--tls-san`), and across networks it is the node's external address.
+pub fn control_plane(
+    provider: ProviderKind,
+    reach: Reach,
+    cluster_id: &str,
+    address: &str,
+    secrets: &ClusterSecrets,
+) -> String {
+    control_plane_with(provider, reach, &K3sDownloads::pinned(), cluster_id, address, secrets)
 }
 
 /// [`control_plane`], checking the downloads against `downloads`.
@@ -115,6 +123,7 @@ pub fn control_plane_with(
     reach: Reach,
     downloads: &K3sDownloads,
     cluster_id: &str,
+    address: &str,
     secrets: &ClusterSecrets,
 ) -> String {
     let ClusterSecrets { join_token, api_token, ca_key_pem, .. } = secrets;
@@ -123,12 +132,13 @@ pub fn control_plane_with(
     let head =
         head(&format!("anycloud cluster {cluster_id}: control plane"), provider, PublicIp::of(reach, true), downloads);
     let disabled: String = DISABLED_COMPONENTS.iter().map(|component| format!(" --disable={component}")).collect();
-    // Across networks (k3s's multicloud guide): the server advertises its public address, and
-    // flannel runs WireGuard between the nodes' public addresses.
+    // Across networks (k3s's multicloud guide): the server advertises its public address (the
+    // reserved one, which the metadata may not show yet at an EC2 VM's first boot), and flannel
+    // runs WireGuard between the nodes' public addresses.
     let across = match reach {
-        Reach::OneNetwork => "",
+        Reach::OneNetwork => String::new(),
         Reach::AcrossNetworks => {
-            " \\\n  --node-external-ip \"$public_ip\" --flannel-backend=wireguard-native --flannel-external-ip"
+            format!(" \\\n  --node-external-ip '{address}' --flannel-backend=wireguard-native --flannel-external-ip")
         }
     };
     format!(
@@ -151,7 +161,7 @@ K3S_TOKEN='{join_token}' INSTALL_K3S_SKIP_DOWNLOAD=true sh -s - server \
   --node-taint {CONTROL_PLANE_TAINT}{disabled} \
   --node-label anycloud.dev/cluster={cluster_id} \
   --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
-  ${{public_ip:+--tls-san "$public_ip"}}{across} < "$work/install.sh"
+  --tls-san '{address}' ${{public_ip:+--tls-san "$public_ip"}}{across} < "$work/install.sh"
 echo '{version}' > "$marker"
 "#,
         version = downloads.version,
@@ -213,17 +223,17 @@ echo '{version}' > "$marker"
 enum PublicIp {
     /// Nothing: a worker in its control plane's network.
     Unused,
-    /// The address when the VM has one: the control plane's TLS name in one network.
+    /// The address when the VM has one: a second TLS name of the control plane.
     IfAny,
-    /// The address, or the script stops: every node across networks.
+    /// The address, or the script stops: a worker across networks.
     Required,
 }
 
 impl PublicIp {
     fn of(reach: Reach, control_plane: bool) -> Self {
         match (reach, control_plane) {
-            (Reach::AcrossNetworks, _) => Self::Required,
-            (Reach::OneNetwork, true) => Self::IfAny,
+            (_, true) => Self::IfAny,
+            (Reach::AcrossNetworks, false) => Self::Required,
             (Reach::OneNetwork, false) => Self::Unused,
         }
     }
@@ -403,7 +413,8 @@ mod tests {
     #[test]
     fn a_control_plane_script_installs_the_api_token_and_the_ca() {
         for provider in PROVIDERS {
-            let script = control_plane(provider, Reach::OneNetwork, "c1", &secrets());
+            let script = control_plane(provider, Reach::OneNetwork, "c1", "198.51.100.7", &secrets());
+            assert!(script.contains("--tls-san '198.51.100.7'"), "the certificate names the stable address");
             assert_eq!(parse_control_plane_token(&script).as_deref(), Some("api456"));
             assert!(script.contains("K3S_TOKEN='join123'"));
             let (cert, key) = parse_control_plane_ca(&script).unwrap();
@@ -414,7 +425,7 @@ mod tests {
 
     #[test]
     fn a_worker_joins_with_the_token_its_control_plane_expects() {
-        let cp = control_plane(ProviderKind::Gcp, Reach::AcrossNetworks, "c1", &secrets());
+        let cp = control_plane(ProviderKind::Gcp, Reach::AcrossNetworks, "c1", "198.51.100.7", &secrets());
         let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, &join("w0"), &secrets())).unwrap();
         assert_eq!(parse_control_plane_worker_token(&cp), Some(token));
         let mut other_ca = secrets();
@@ -427,7 +438,7 @@ mod tests {
     fn a_pem_without_its_last_newline_is_written_and_hashed_with_one() {
         let mut secrets = secrets();
         secrets.ca_cert_pem = secrets.ca_cert_pem.trim_end().to_owned();
-        let script = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", &secrets);
+        let script = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", "198.51.100.7", &secrets);
         let (cert, _) = parse_control_plane_ca(&script).unwrap();
         assert_eq!(cert, format!("{}\n", secrets.ca_cert_pem));
         let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, &join("w0"), &secrets)).unwrap();
@@ -438,7 +449,7 @@ mod tests {
     fn each_provider_asks_its_own_metadata_service() {
         for role in ["cp", "w0"] {
             let script = |provider| match role {
-                "cp" => control_plane(provider, Reach::OneNetwork, "c1", &secrets()),
+                "cp" => control_plane(provider, Reach::OneNetwork, "c1", "198.51.100.7", &secrets()),
                 _ => worker(provider, &Join { reach: Reach::AcrossNetworks, ..join(role) }, &secrets()),
             };
             let aws = script(ProviderKind::Aws);
@@ -454,7 +465,7 @@ mod tests {
 
     #[test]
     fn the_scripts_install_the_pinned_release_and_never_pipe_the_installer() {
-        let script = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", &secrets());
+        let script = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", "198.51.100.7", &secrets());
         assert!(script.contains(&format!("https://github.com/k3s-io/k3s/releases/download/{K3S_VERSION}'")));
         assert!(script.contains(&format!("https://raw.githubusercontent.com/k3s-io/k3s/{K3S_VERSION}/install.sh")));
         assert!(script.contains(K3S_INSTALL_SH_SHA256.1));
@@ -491,7 +502,7 @@ mod tests {
     #[test]
     fn the_server_runs_no_packaged_extras_and_keeps_every_pod_off_itself() {
         for reach in [Reach::OneNetwork, Reach::AcrossNetworks] {
-            let script = control_plane(ProviderKind::Aws, reach, "c1", &secrets());
+            let script = control_plane(ProviderKind::Aws, reach, "c1", "198.51.100.7", &secrets());
             assert!(script.contains("--disable=traefik --disable=servicelb --disable=metrics-server"), "{script}");
             assert!(script.contains("--node-taint anycloud.dev/control-plane=true:NoSchedule"), "{script}");
         }
@@ -501,18 +512,17 @@ mod tests {
     fn across_networks_every_node_advertises_its_public_address_and_flannel_runs_wireguard() {
         let across = Join { reach: Reach::AcrossNetworks, ..join("w0") };
         for provider in PROVIDERS {
-            let server = control_plane(provider, Reach::AcrossNetworks, "c1", &secrets());
+            let server = control_plane(provider, Reach::AcrossNetworks, "c1", "198.51.100.7", &secrets());
+            // The server's external address is its reserved one, which it is given.
             assert!(server.contains(
-                "--node-external-ip \"$public_ip\" --flannel-backend=wireguard-native --flannel-external-ip"
+                "--node-external-ip '198.51.100.7' --flannel-backend=wireguard-native --flannel-external-ip"
             ));
             let agent = worker(provider, &across, &secrets());
             assert!(agent.contains("--node-external-ip \"$public_ip\""));
             assert!(!agent.contains("flannel"), "flannel options are the server's alone");
-            for script in [&server, &agent] {
-                assert!(script.contains("has no public address, which a cluster across networks needs"));
-            }
+            assert!(agent.contains("has no public address, which a cluster across networks needs"));
         }
-        let same_server = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", &secrets());
+        let same_server = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", "198.51.100.7", &secrets());
         let same_agent = worker(ProviderKind::Aws, &join("w0"), &secrets());
         for script in [&same_server, &same_agent] {
             assert!(!script.contains("--node-external-ip") && !script.contains("wireguard"), "{script}");

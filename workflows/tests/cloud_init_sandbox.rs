@@ -29,6 +29,8 @@ const AWS_PUBLIC_IP: &str = "203.0.113.10";
 const GCP_PUBLIC_IP: &str = "198.51.100.7";
 /// The control plane's address a worker joins.
 const SERVER: &str = "192.0.2.20";
+/// The control plane's reserved address (an Elastic IP, a static external address).
+const RESERVED: &str = "198.51.100.7";
 /// The IMDSv2 session token the fake EC2 metadata service hands out.
 const IMDS_TOKEN: &str = "fake-imds-session-token";
 
@@ -237,7 +239,7 @@ impl Sandbox {
 type Script = fn(ProviderKind, &K3sDownloads, &ClusterSecrets) -> String;
 
 fn control_plane(provider: ProviderKind, downloads: &K3sDownloads, secrets: &ClusterSecrets) -> String {
-    user_data::control_plane_with(provider, Reach::OneNetwork, downloads, "c1", secrets)
+    user_data::control_plane_with(provider, Reach::OneNetwork, downloads, "c1", RESERVED, secrets)
 }
 
 fn worker(provider: ProviderKind, downloads: &K3sDownloads, secrets: &ClusterSecrets) -> String {
@@ -254,13 +256,13 @@ fn server_args(reach: Reach, ip: &str) -> String {
     let across = match reach {
         Reach::OneNetwork => String::new(),
         Reach::AcrossNetworks => {
-            format!(" --node-external-ip {ip} --flannel-backend=wireguard-native --flannel-external-ip")
+            format!(" --node-external-ip {RESERVED} --flannel-backend=wireguard-native --flannel-external-ip")
         }
     };
     format!(
         "args: server --node-taint anycloud.dev/control-plane=true:NoSchedule --disable=traefik --disable=servicelb \
          --disable=metrics-server --node-label anycloud.dev/cluster=c1 \
-         --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv --tls-san {ip}{across}"
+         --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv --tls-san {RESERVED} --tls-san {ip}{across}"
     )
 }
 
@@ -314,7 +316,8 @@ fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_addre
     for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
         let sandbox = Sandbox::new();
         let secrets = secrets();
-        let script = user_data::control_plane_with(provider, Reach::OneNetwork, &sandbox.downloads(), "c1", &secrets);
+        let script =
+            user_data::control_plane_with(provider, Reach::OneNetwork, &sandbox.downloads(), "c1", RESERVED, &secrets);
         sandbox.run(&script).assert_ok();
 
         assert_asked_its_metadata_service(&sandbox, provider);
@@ -336,6 +339,9 @@ fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_addre
         assert_eq!(fs::read(&binary).unwrap(), sandbox.served(BINARY_URL));
         assert_eq!(mode(&binary), 0o755);
 
+        // The certificate names the reserved address the workflow gave it, first; and the address
+        // the metadata shows (the same once the address is the VM's; on EC2's first boot it may
+        // still be the ephemeral one, until the Elastic IP is associated).
         let ip = public_ip(provider);
         assert_eq!(
             sandbox.installs(),
@@ -435,12 +441,22 @@ fn a_cluster_across_providers_advertises_public_addresses_and_runs_wireguard_bot
     for (control_plane, capacity) in [(ProviderKind::Aws, ProviderKind::Gcp), (ProviderKind::Gcp, ProviderKind::Aws)] {
         let secrets = secrets();
         let server = Sandbox::new();
-        let script =
-            user_data::control_plane_with(control_plane, Reach::AcrossNetworks, &server.downloads(), "c1", &secrets);
+        let script = user_data::control_plane_with(
+            control_plane,
+            Reach::AcrossNetworks,
+            &server.downloads(),
+            "c1",
+            RESERVED,
+            &secrets,
+        );
         server.run(&script).assert_ok();
         assert_asked_its_metadata_service(&server, control_plane);
-        let server_ip = public_ip(control_plane);
-        assert_eq!(server.installs()[0], server_args(Reach::AcrossNetworks, server_ip), "{control_plane} server");
+        assert_eq!(
+            server.installs()[0],
+            server_args(Reach::AcrossNetworks, public_ip(control_plane)),
+            "{control_plane} server"
+        );
+        let server_ip = RESERVED;
 
         let agent = Sandbox::new();
         let joining = Join { server_address: server_ip, ..join(Reach::AcrossNetworks) };
@@ -470,7 +486,7 @@ fn a_cluster_across_providers_advertises_public_addresses_and_runs_wireguard_bot
 #[test]
 fn across_networks_a_vm_without_a_public_address_installs_nothing() {
     for (role, script) in [
-        ("control plane", user_data::control_plane(ProviderKind::Aws, Reach::AcrossNetworks, "c1", &secrets())),
+        ("worker in another network", user_data::worker(ProviderKind::Gcp, &join(Reach::AcrossNetworks), &secrets())),
         ("worker", user_data::worker(ProviderKind::Aws, &join(Reach::AcrossNetworks), &secrets())),
     ] {
         let sandbox = Sandbox::new();
@@ -511,7 +527,7 @@ fn no_script_fetches_anything_it_has_not_pinned() {
     for provider in [ProviderKind::Aws, ProviderKind::Gcp] {
         for reach in [Reach::OneNetwork, Reach::AcrossNetworks] {
             for (role, script) in [
-                ("control plane", user_data::control_plane(provider, reach, "c1", &secrets())),
+                ("control plane", user_data::control_plane(provider, reach, "c1", RESERVED, &secrets())),
                 ("worker", user_data::worker(provider, &join(reach), &secrets())),
             ] {
                 assert!(!script.contains("sha256sum-"), "{provider} {role}: a sums file fetched from the release");
@@ -528,7 +544,7 @@ fn no_script_fetches_anything_it_has_not_pinned() {
 fn the_production_scripts_download_the_pinned_release() {
     let pinned = K3sDownloads::pinned();
     assert_eq!(pinned.version, K3S_VERSION);
-    let script = user_data::control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", &secrets());
+    let script = user_data::control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", RESERVED, &secrets());
     assert!(script.contains(&format!("verify \"$work/install.sh\" '{}'", pinned.install_sh_sha256)));
     let release = BINARY_URL.strip_suffix("/k3s").unwrap();
     assert!(script.contains(&format!("release='{release}'")), "{script}");
@@ -549,6 +565,7 @@ fn hosted_api(provider: ProviderKind, sum: Option<&str>) -> String {
         storage_secret_endpoint: None,
         binary_url: ANYCLOUD_URL,
         binary_sha256: sum,
+        address: "198.51.100.9",
         hosting_credential: "aws-host",
         region: "eu-west-1",
         vm_type: "t3.medium",
@@ -564,13 +581,14 @@ fn a_hosted_apis_vm_installs_the_checked_binary_and_runs_the_unit_for_its_addres
         sandbox.serve(&url, &binary);
         let script = hosted_api(provider, Some(&sha256_hex(binary.as_bytes())));
         sandbox.run(&script).assert_ok();
-        assert_asked_its_metadata_service(&sandbox, provider);
         assert!(sandbox.requests().contains(&format!("GET {url}")), "{:?}", sandbox.requests());
         let installed = sandbox.root("usr/local/bin/anycloud");
         assert_eq!(fs::read_to_string(&installed).unwrap(), binary);
         assert_eq!(mode(&installed), 0o755);
         let address = fs::read_to_string(sandbox.root("etc/anycloud/address.env")).unwrap();
-        assert_eq!(address, format!("ANYCLOUD_ADDRESS={}\n", public_ip(provider)));
+        // The reserved address the deploy gave it, not the metadata's (which changes on a stop).
+        assert_eq!(address, "ANYCLOUD_ADDRESS=198.51.100.9\n");
+        assert!(!sandbox.log("curl.log").contains("169.254.169.254"), "it asked the metadata service");
         let unit = fs::read_to_string(sandbox.root("etc/systemd/system/anycloud-api.service")).unwrap();
         assert!(unit.contains("EnvironmentFile=/etc/anycloud/address.env\n"), "{unit}");
         assert!(unit.contains("Restart=always\n"), "{unit}");
@@ -603,9 +621,12 @@ fn shellcheck_passes_every_script() {
     let secrets = secrets();
     for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
         for (role, script) in [
-            ("control-plane", user_data::control_plane(provider, Reach::OneNetwork, "c1", &secrets)),
+            ("control-plane", user_data::control_plane(provider, Reach::OneNetwork, "c1", RESERVED, &secrets)),
             ("worker", user_data::worker(provider, &join(Reach::OneNetwork), &secrets)),
-            ("control-plane-across", user_data::control_plane(provider, Reach::AcrossNetworks, "c1", &secrets)),
+            (
+                "control-plane-across",
+                user_data::control_plane(provider, Reach::AcrossNetworks, "c1", RESERVED, &secrets),
+            ),
             ("worker-across", user_data::worker(provider, &join(Reach::AcrossNetworks), &secrets)),
             ("hosted-api", hosted_api(provider, Some("ab12"))),
             ("hosted-api-unchecked", hosted_api(provider, None)),

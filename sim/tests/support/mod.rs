@@ -77,7 +77,7 @@ impl Cluster {
         let store = Store::sqlite(&dir.path().join("api.db")).await.unwrap();
         let db = Db::open(&store).await.unwrap();
         let secrets = ClusterSecrets::generate("jobs").unwrap();
-        let script = user_data::control_plane(ProviderKind::Sim, Reach::OneNetwork, "c1", &secrets);
+        let script = user_data::control_plane(ProviderKind::Sim, Reach::OneNetwork, "c1", "10.0.0.1", &secrets);
         let cp = machine(CONTROL_PLANE, "cp", true, script, "10.0.0.1");
         let workers = ["w0", "w1"]
             .iter()

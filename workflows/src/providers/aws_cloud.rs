@@ -18,8 +18,10 @@ use aws_sdk_ec2::types::{
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::{Verdict, aws, aws_iam, aws_secrets};
-use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
+use super::{Verdict, aws, aws_addresses, aws_iam, aws_secrets};
+use crate::cloud::{
+    Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
+};
 use crate::cluster_network::Openings;
 use crate::db::credentials::PublicPart;
 
@@ -248,17 +250,17 @@ fn image_rank(image: &Image) -> ((u32, u32), &str, &str) {
 }
 
 /// An EC2 filter on `name` matching any of `values`.
-fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filter {
+pub(super) fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filter {
     Filter::builder().name(name).set_values(Some(values.into_iter().map(str::to_owned).collect())).build()
 }
 
 /// The filter on the cluster's tag.
-fn cluster_filter(cluster_id: &str) -> Filter {
+pub(super) fn cluster_filter(cluster_id: &str) -> Filter {
     filter(&format!("tag:{CLUSTER_TAG}"), [cluster_id])
 }
 
 /// A tag.
-fn tag(key: &str, value: &str) -> Tag {
+pub(super) fn tag(key: &str, value: &str) -> Tag {
     Tag::builder().key(key).value(value).build()
 }
 
@@ -268,7 +270,7 @@ fn tag_value<'a>(tags: &'a [Tag], key: &str) -> Option<&'a str> {
 }
 
 /// The `Name` tag shown in the EC2 console: the VM's name and the start of the cluster's id.
-fn console_name(cluster_id: &str, vm_name: &str) -> String {
+pub(super) fn console_name(cluster_id: &str, vm_name: &str) -> String {
     let short = cluster_id.get(..8).unwrap_or(cluster_id);
     format!("anycloud-{vm_name}-{short}")
 }
@@ -534,7 +536,7 @@ async fn keep_one_named(client: &Client, cluster_id: &str, name: &str) -> Result
 /// What an EC2 failure means for the step: refused keys and requests that cannot succeed as
 /// asked are terminal; throttling, 5xx, network failures and eventual consistency are worth
 /// another attempt. Any other client error (4xx) is terminal.
-fn ec2_failure<E>(operation: &str, err: &SdkError<E>) -> CloudError
+pub(super) fn ec2_failure<E>(operation: &str, err: &SdkError<E>) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
@@ -675,6 +677,23 @@ impl Cloud for AwsCloud {
         authorize_missing(&client, &group, &[Ingress::TcpFromAnywhere(i32::from(port))]).await?;
         let id = group.group_id().unwrap_or_default().to_owned();
         Ok(Network { id })
+    }
+
+    /// An Elastic IP (`aws_addresses`).
+    async fn ensure_address(&self, placement: &Placement, name: &str) -> Result<Address, CloudError> {
+        aws_addresses::ensure(&self.client_in(&placement.region), placement, name).await
+    }
+
+    async fn attach_address(&self, placement: &Placement, address: &Address, vm: &Vm) -> Result<bool, CloudError> {
+        aws_addresses::attach(&self.client_in(&placement.region), placement, address, vm).await
+    }
+
+    async fn release_addresses(&self, placement: &Placement) -> Result<(), CloudError> {
+        aws_addresses::release_all(&self.client_in(&placement.region), placement).await
+    }
+
+    async fn list_addresses(&self, placement: &Placement) -> Result<Vec<Address>, CloudError> {
+        aws_addresses::list(&self.client_in(&placement.region), placement).await
     }
 
     async fn ensure_vm_identity(&self, owner: &str, bucket: &str, secret: Option<&str>) -> Result<String, CloudError> {

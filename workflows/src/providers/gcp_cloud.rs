@@ -21,15 +21,19 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use google_cloud_compute_v1::client::{Firewalls, GlobalOperations, Instances, MachineTypes, ZoneOperations, Zones};
+use google_cloud_compute_v1::client::{
+    Addresses, Firewalls, GlobalOperations, Instances, MachineTypes, RegionOperations, ZoneOperations, Zones,
+};
 use google_cloud_compute_v1::model::{
     AccessConfig, AttachedDisk, AttachedDiskInitializeParams, Firewall, Instance, Metadata, NetworkInterface,
     Operation, ServiceAccount, Tags, access_config, firewall, machine_type, metadata, operation,
 };
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 
-use super::{Verdict, gcp, gcp_secrets};
-use crate::cloud::{CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm};
+use super::{Verdict, gcp, gcp_addresses, gcp_secrets};
+use crate::cloud::{
+    Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
+};
 use crate::cluster_network::{KUBE_API_PORT, Openings, WIREGUARD_PORT};
 use crate::db::credentials::PublicPart;
 
@@ -75,6 +79,8 @@ pub struct GcpCloud {
     global_operations: GlobalOperations,
     zones: Zones,
     machine_types: MachineTypes,
+    /// The stable addresses of control planes and hosted APIs.
+    reserved: gcp_addresses::Reserved,
 }
 
 impl std::fmt::Debug for GcpCloud {
@@ -109,7 +115,7 @@ impl GcpCloud {
             }};
         }
         Ok(Self {
-            project,
+            project: project.clone(),
             client_email,
             credentials: credentials.clone(),
             endpoint: endpoint.clone(),
@@ -119,6 +125,11 @@ impl GcpCloud {
             global_operations: client!(GlobalOperations),
             zones: client!(Zones),
             machine_types: client!(MachineTypes),
+            reserved: gcp_addresses::Reserved {
+                project: project.clone(),
+                addresses: client!(Addresses),
+                operations: client!(RegionOperations),
+            },
         })
     }
 
@@ -552,6 +563,19 @@ impl Cloud for GcpCloud {
         gcp_secrets::delete(&client, &self.project, name).await
     }
 
+    /// A static external address (`gcp_addresses`), the instance's `natIP` at launch.
+    async fn ensure_address(&self, placement: &Placement, name: &str) -> Result<Address, CloudError> {
+        self.reserved.ensure(placement, name).await
+    }
+
+    async fn release_addresses(&self, placement: &Placement) -> Result<(), CloudError> {
+        self.reserved.release_all(placement).await
+    }
+
+    async fn list_addresses(&self, placement: &Placement) -> Result<Vec<Address>, CloudError> {
+        self.reserved.list(placement).await
+    }
+
     async fn delete_network(&self, placement: &Placement) -> Result<(), CloudError> {
         let prefix = cluster_prefix(&placement.cluster_id)?;
         for rule in firewall_names(&prefix) {
@@ -612,7 +636,11 @@ impl Cloud for GcpCloud {
                 AttachedDiskInitializeParams::new().set_source_image(image).set_labels(labels),
             )])
             .set_network_interfaces([NetworkInterface::new().set_network(NETWORK).set_access_configs([
-                AccessConfig::new().set_name("External NAT").set_type(access_config::Type::OneToOneNat),
+                // The reserved address, when the VM has one; else an ephemeral one.
+                AccessConfig::new()
+                    .set_name("External NAT")
+                    .set_type(access_config::Type::OneToOneNat)
+                    .set_or_clear_nat_ip(spec.address.map(|address| address.ip.clone())),
             ])])
             // Once, as `startup-script`: GCE's guest agent runs it at every boot (the script stops
             // at its own run-once marker). Sent as `user-data` too, Ubuntu's cloud-init would run
@@ -720,7 +748,7 @@ const STORAGE_SCOPE: &str = "https://www.googleapis.com/auth/devstorage.read_wri
 const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
 /// A deterministic request id: UUID v5 of `key` and `what`.
-fn request_id(key: &str, what: &str) -> String {
+pub(super) fn request_id(key: &str, what: &str) -> String {
     uuid::Uuid::new_v5(&REQUEST_ID_NAMESPACE, format!("{key}/{what}").as_bytes()).to_string()
 }
 
@@ -746,13 +774,13 @@ fn status_name(instance: &Instance) -> String {
 
 /// The `reason`s of a service error (`alreadyExists`, `quotaExceeded`, ...), as text to search.
 /// The details are google-cloud-gax types, which this crate does not name.
-fn reasons(err: &google_cloud_compute_v1::Error) -> String {
+pub(super) fn reasons(err: &google_cloud_compute_v1::Error) -> String {
     err.status().map(|status| format!("{:?}", status.details)).unwrap_or_default()
 }
 
 /// Retryable or terminal: 5xx, 429, rate limits, a resource busy with another operation, and
 /// transport failures are worth another attempt; quota, 400 and refusals are not.
-fn classify(context: &str, err: &google_cloud_compute_v1::Error) -> CloudError {
+pub(super) fn classify(context: &str, err: &google_cloud_compute_v1::Error) -> CloudError {
     if let Some(code) = err.http_status_code() {
         let reasons = reasons(err);
         let message = err.status().map(|s| s.message.clone()).unwrap_or_else(|| err.to_string());
@@ -787,7 +815,7 @@ fn answer_is_retryable(code: u16, reasons: &str, message: &str) -> bool {
 }
 
 /// The error a `DONE` operation carries, if any, as a [`CloudError`].
-fn check_operation(context: &str, op: &Operation) -> Result<(), CloudError> {
+pub(super) fn check_operation(context: &str, op: &Operation) -> Result<(), CloudError> {
     let Some(error) = op.error.as_ref().filter(|e| !e.errors.is_empty()) else {
         return Ok(());
     };

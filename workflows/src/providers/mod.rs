@@ -4,10 +4,12 @@
 //! one place that picks an implementation for a credential: a new provider is one more arm there.
 
 pub mod aws;
+mod aws_addresses;
 pub mod aws_cloud;
 pub mod aws_iam;
 pub mod aws_secrets;
 pub mod gcp;
+mod gcp_addresses;
 pub mod gcp_cloud;
 pub mod gcp_secrets;
 pub mod sim_settings;
