@@ -243,19 +243,25 @@ async fn kubectl_applies_creates_and_waits_as_against_a_real_apiserver() {
     assert_eq!(applied, "deployment.apps/server-sleepy serverside-applied\n");
 
     // Unknown fields: refused under kubectl's default strict validation, as the apiserver does.
-    let bad = write("bad.yaml", job_manifest("bad", "true").replace("  backoffLimit: 0\n", "  backoffLimit: 0\n  bogus: 1\n"));
+    let bad = write(
+        "bad.yaml",
+        job_manifest("bad", "true").replace("  backoffLimit: 0\n", "  backoffLimit: 0\n  bogus: 1\n"),
+    );
     let (code, _, stderr) = kubectl(&config, &["apply", "-f", &bad]).await;
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("strict decoding error: unknown field \"spec.bogus\""), "{stderr}");
 
     // Imperative creates: kubectl's typed clients.
-    let created = succeeds(&config, &["create", "job", "made", "--image=busybox:1.36", "--", "sh", "-c", "echo made"]).await;
+    let created =
+        succeeds(&config, &["create", "job", "made", "--image=busybox:1.36", "--", "sh", "-c", "echo made"]).await;
     assert_eq!(created, "job.batch/made created\n");
-    let created = succeeds(&config, &["create", "deployment", "made", "--image=busybox:1.36", "--", "sleep", "600"]).await;
+    let created =
+        succeeds(&config, &["create", "deployment", "made", "--image=busybox:1.36", "--", "sleep", "600"]).await;
     assert_eq!(created, "deployment.apps/made created\n");
 
     for job in ["applied", "server-applied", "made"] {
-        let waited = succeeds(&config, &["wait", "--for=condition=complete", &format!("job/{job}"), "--timeout=60s"]).await;
+        let waited =
+            succeeds(&config, &["wait", "--for=condition=complete", &format!("job/{job}"), "--timeout=60s"]).await;
         assert_eq!(waited, format!("job.batch/{job} condition met\n"));
     }
     assert_eq!(succeeds(&config, &["logs", "job/made"]).await, "made\n");
@@ -264,28 +270,46 @@ async fn kubectl_applies_creates_and_waits_as_against_a_real_apiserver() {
 
     let patched = succeeds(
         &config,
-        &["patch", "deployment", "made", "--type=json", "-p", r#"[{"op":"replace","path":"/spec/replicas","value":2}]"#],
+        &[
+            "patch",
+            "deployment",
+            "made",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/replicas","value":2}]"#,
+        ],
     )
     .await;
     assert_eq!(patched, "deployment.apps/made patched\n");
-    let patched = succeeds(&config, &["patch", "deployment", "made", "--type=merge", "-p", r#"{"spec":{"replicas":3}}"#]).await;
+    let patched =
+        succeeds(&config, &["patch", "deployment", "made", "--type=merge", "-p", r#"{"spec":{"replicas":3}}"#]).await;
     assert_eq!(patched, "deployment.apps/made patched\n");
     assert_eq!(deployments.get("made").await.unwrap().spec.unwrap().replicas, Some(3));
 
-    let version: serde_json::Value = serde_json::from_str(&succeeds(&config, &["get", "--raw", "/version/"]).await).unwrap();
+    let version: serde_json::Value =
+        serde_json::from_str(&succeeds(&config, &["get", "--raw", "/version/"]).await).unwrap();
     assert_eq!((version["major"].as_str(), version["minor"].as_str()), (Some("1"), Some("34")), "{version}");
     let explained = succeeds(&config, &["explain", "job.spec.backoffLimit"]).await;
     assert!(explained.contains("Specifies the number of retries before marking this job failed."), "{explained}");
 
     let yaml = succeeds(&config, &["get", "job/applied", "-o", "yaml"]).await;
     println!("{yaml}");
-    for line in ["kind: Job", "  name: applied", "status:", "  succeeded: 1", "    type: Complete", "  completionTime:"] {
+    for line in ["kind: Job", "  name: applied", "status:", "  succeeded: 1", "    type: Complete", "  completionTime:"]
+    {
         assert!(yaml.lines().any(|l| l.starts_with(line)), "`get -o yaml` lacks {line:?}:\n{yaml}");
     }
     let nodes = succeeds(&config, &["get", "nodes", "-o", "yaml"]).await;
     for field in [
-        "bootID", "kernelVersion", "machineID", "systemUUID", "osImage", "containerRuntimeVersion", "kubeletVersion",
-        "kubeProxyVersion", "operatingSystem", "architecture",
+        "bootID",
+        "kernelVersion",
+        "machineID",
+        "systemUUID",
+        "osImage",
+        "containerRuntimeVersion",
+        "kubeletVersion",
+        "kubeProxyVersion",
+        "operatingSystem",
+        "architecture",
     ] {
         assert_eq!(nodes.matches(&format!("      {field}: ")).count(), 3, "{field} on each node:\n{nodes}");
     }
@@ -328,10 +352,7 @@ async fn the_typed_client_creates_reads_and_replaces_status() {
 
     // A strategic merge patch merges containers and their variables by name.
     let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
-    deployments
-        .create(&PostParams::default(), &serde_json::from_value(web("typed")).unwrap())
-        .await
-        .unwrap();
+    deployments.create(&PostParams::default(), &serde_json::from_value(web("typed")).unwrap()).await.unwrap();
     let strategic = serde_json::json!({ "spec": { "template": { "spec": { "containers": [
         { "name": "main", "env": [{ "name": "ADDED", "value": "1" }] },
     ] } } } });

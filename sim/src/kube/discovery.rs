@@ -44,7 +44,9 @@ fn aggregated_wanted(headers: &HeaderMap) -> bool {
     let first = accept.split(',').next().unwrap_or_default();
     let parameters: Vec<&str> = first.split(';').map(str::trim).collect();
     parameters.first() == Some(&"application/json")
-        && ["g=apidiscovery.k8s.io", "v=v2", "as=APIGroupDiscoveryList"].iter().all(|wanted| parameters.contains(wanted))
+        && ["g=apidiscovery.k8s.io", "v=v2", "as=APIGroupDiscoveryList"]
+            .iter()
+            .all(|wanted| parameters.contains(wanted))
 }
 
 /// `/api` or `/apis` as an `APIGroupDiscoveryList`.

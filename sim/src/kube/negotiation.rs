@@ -43,9 +43,10 @@ pub(crate) enum PatchKind {
 /// Whether the client accepts a JSON answer.
 pub(crate) fn accepts_json(headers: &HeaderMap) -> bool {
     let Some(accept) = headers.get(header::ACCEPT).and_then(|accept| accept.to_str().ok()) else { return true };
-    accept.split(',').map(|range| range.split(';').next().unwrap_or_default().trim()).any(|media| {
-        media.is_empty() || matches!(media, "*/*" | "application/*" | "application/json")
-    })
+    accept
+        .split(',')
+        .map(|range| range.split(';').next().unwrap_or_default().trim())
+        .any(|media| media.is_empty() || matches!(media, "*/*" | "application/*" | "application/json"))
 }
 
 /// Answers 406 to a request that accepts no JSON, before any route reads it.
@@ -66,7 +67,9 @@ fn unsupported(media: &str, accepted: &str) -> ApiError {
     ApiError::new(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "UnsupportedMediaType",
-        format!("the body of the request was in an unknown format ({media}) - accepted media types include: {accepted}"),
+        format!(
+            "the body of the request was in an unknown format ({media}) - accepted media types include: {accepted}"
+        ),
     )
 }
 
@@ -82,7 +85,10 @@ pub(crate) fn object(resource: &Resource, headers: &HeaderMap, body: &[u8]) -> R
         "application/yaml" => parse(resource, body, true),
         "application/vnd.kubernetes.protobuf" => {
             let object = protobuf::decode(body).map_err(|err| {
-                unsupported(&format!("application/vnd.kubernetes.protobuf: {err}"), "application/json, application/yaml")
+                unsupported(
+                    &format!("application/vnd.kubernetes.protobuf: {err}"),
+                    "application/json, application/yaml",
+                )
             })?;
             if object["kind"] != resource.kind {
                 return Err(ApiError::bad_request(format!(
@@ -136,7 +142,10 @@ fn parse(resource: &Resource, body: &[u8], yaml: bool) -> Result<Value, ApiError
         ))
     })?;
     if !value.is_object() {
-        return Err(ApiError::bad_request(format!("the object provided is not a {}: expected an object", resource.kind)));
+        return Err(ApiError::bad_request(format!(
+            "the object provided is not a {}: expected an object",
+            resource.kind
+        )));
     }
     Ok(value)
 }
@@ -169,6 +178,9 @@ mod tests {
         let err = super::object(&JOBS, &cbor, b"\xa0").unwrap_err();
         assert_eq!(err.code(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
         let apply = with(header::CONTENT_TYPE, "application/apply-patch+yaml");
-        assert_eq!(patch(&JOBS, &apply, b"kind: Job\n").unwrap(), (PatchKind::Apply, serde_json::json!({ "kind": "Job" })));
+        assert_eq!(
+            patch(&JOBS, &apply, b"kind: Job\n").unwrap(),
+            (PatchKind::Apply, serde_json::json!({ "kind": "Job" }))
+        );
     }
 }

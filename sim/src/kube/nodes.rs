@@ -150,12 +150,12 @@ fn capacity() -> Value {
 /// derived from its provider id, as a VM's `/etc/machine-id` and DMI UUID are), and the
 /// kernel, OS and architecture of the host its Pods' processes really run on.
 fn node_info(machine: &Machine) -> Value {
-    let id = |what: &str| uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("sim-node/{what}/{}", machine.id).as_bytes());
+    let id = |what: &str| {
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("sim-node/{what}/{}", machine.id).as_bytes())
+    };
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|text| text.trim().to_owned());
     let os_image = std::fs::read_to_string("/etc/os-release").ok().and_then(|text| {
-        text.lines()
-            .find_map(|line| line.strip_prefix("PRETTY_NAME="))
-            .map(|name| name.trim_matches('"').to_owned())
+        text.lines().find_map(|line| line.strip_prefix("PRETTY_NAME=")).map(|name| name.trim_matches('"').to_owned())
     });
     let architecture = match std::env::consts::ARCH {
         "x86_64" => "amd64",

@@ -381,7 +381,8 @@ async fn patch_request(
     body: &[u8],
     status: bool,
 ) -> Result<Response, ApiError> {
-    let scope = if status { status_scope(kube, target, headers).await? } else { resolve(kube, target, headers, false).await? };
+    let scope =
+        if status { status_scope(kube, target, headers).await? } else { resolve(kube, target, headers, false).await? };
     refuse_dry_run(query)?;
     let validation = Validation::parse(query.get("fieldValidation").map(String::as_str))?;
     let name = target.name.as_deref().unwrap_or_default();
@@ -410,7 +411,8 @@ async fn replace_request(
     body: &[u8],
     status: bool,
 ) -> Result<Response, ApiError> {
-    let scope = if status { status_scope(kube, target, headers).await? } else { resolve(kube, target, headers, false).await? };
+    let scope =
+        if status { status_scope(kube, target, headers).await? } else { resolve(kube, target, headers, false).await? };
     refuse_dry_run(query)?;
     let validation = Validation::parse(query.get("fieldValidation").map(String::as_str))?;
     let name = target.name.as_deref().unwrap_or_default();
@@ -427,8 +429,16 @@ async fn replace_request(
 }
 
 /// The metadata a replace cannot set: the server's own.
-const SERVER_METADATA: [&str; 8] =
-    ["uid", "creationTimestamp", "generation", "managedFields", "namespace", "name", "deletionTimestamp", "deletionGracePeriodSeconds"];
+const SERVER_METADATA: [&str; 8] = [
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "managedFields",
+    "namespace",
+    "name",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
 
 async fn write(
     kube: &Kube,
@@ -466,7 +476,11 @@ async fn write(
             }
             Change::Patch(PatchKind::Json, patch) => {
                 patches::json_patch(&mut changed, patch).map_err(|err| {
-                    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("the server rejected our request due to an error in our request: {err}"))
+                    ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "Invalid",
+                        format!("the server rejected our request due to an error in our request: {err}"),
+                    )
                 })?;
                 patch
             }
@@ -523,7 +537,8 @@ async fn write(
         if let Some(written) = kube.store.update(&scope.cluster, scope.resource, changed).await? {
             return Ok(json_response(StatusCode::OK, &written));
         }
-        if matches!(change, Change::Replace(ref object) if object["metadata"]["resourceVersion"].as_str().is_some_and(|rv| !rv.is_empty())) {
+        if matches!(change, Change::Replace(ref object) if object["metadata"]["resourceVersion"].as_str().is_some_and(|rv| !rv.is_empty()))
+        {
             return Err(ApiError::conflict(scope.resource, name));
         }
     }

@@ -114,7 +114,11 @@ fn v3_document(group: &str, version: &str) -> Value {
             paths.insert(path, Value::Object(operations));
         }
     }
-    let title = if group.is_empty() { format!("Kubernetes /api/{version}") } else { format!("Kubernetes /apis/{group}/{version}") };
+    let title = if group.is_empty() {
+        format!("Kubernetes /api/{version}")
+    } else {
+        format!("Kubernetes /apis/{group}/{version}")
+    };
     json!({
         "openapi": "3.0.0",
         "info": { "title": title, "version": "v1.34.0" },
@@ -143,8 +147,17 @@ struct Operation {
 }
 
 const LIST_QUERY: &[&str] = &[
-    "allowWatchBookmarks", "continue", "fieldSelector", "labelSelector", "limit", "resourceVersion",
-    "resourceVersionMatch", "sendInitialEvents", "timeoutSeconds", "watch", "pretty",
+    "allowWatchBookmarks",
+    "continue",
+    "fieldSelector",
+    "labelSelector",
+    "limit",
+    "resourceVersion",
+    "resourceVersionMatch",
+    "sendInitialEvents",
+    "timeoutSeconds",
+    "watch",
+    "pretty",
 ];
 const WRITE_QUERY: &[&str] = &["dryRun", "fieldManager", "fieldValidation", "pretty"];
 const PATCH_QUERY: &[&str] = &["dryRun", "fieldManager", "fieldValidation", "force", "pretty"];
@@ -178,8 +191,8 @@ fn endpoints(resource: &'static Resource) -> Vec<(String, Vec<Operation>)> {
     let list_kind = format!("{kind}List");
     let definition = schemas::definition(resource);
     let writable = resource.verbs().contains(&"create");
-    let operation = |method: &'static str, action: &'static str, id: String, body: bool, answer: &str, query| {
-        Operation {
+    let operation =
+        |method: &'static str, action: &'static str, id: String, body: bool, answer: &str, query| Operation {
             method,
             action,
             id,
@@ -189,8 +202,7 @@ fn endpoints(resource: &'static Resource) -> Vec<(String, Vec<Operation>)> {
             answer: answer.to_owned(),
             query,
             path_parameters: Vec::new(),
-        }
-    };
+        };
     let (collection, parameters) = if resource.namespaced {
         (format!("{prefix}/namespaces/{{namespace}}/{}", resource.plural), vec!["namespace"])
     } else {
@@ -204,30 +216,100 @@ fn endpoints(resource: &'static Resource) -> Vec<(String, Vec<Operation>)> {
     };
     let status_definition = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
     let mut all = Vec::new();
-    let mut listing = vec![operation("get", "list", format!("list{id_group}{id_version}{scoped}{kind}"), false, &format!("{definition}List"), LIST_QUERY)];
+    let mut listing = vec![operation(
+        "get",
+        "list",
+        format!("list{id_group}{id_version}{scoped}{kind}"),
+        false,
+        &format!("{definition}List"),
+        LIST_QUERY,
+    )];
     listing[0].kind = list_kind.clone();
     if writable {
-        listing.push(operation("post", "post", format!("create{id_group}{id_version}{scoped}{kind}"), true, &definition, WRITE_QUERY));
+        listing.push(operation(
+            "post",
+            "post",
+            format!("create{id_group}{id_version}{scoped}{kind}"),
+            true,
+            &definition,
+            WRITE_QUERY,
+        ));
     }
     all.push((collection.clone(), with(listing, &parameters)));
-    let mut one = vec![operation("get", "get", format!("read{id_group}{id_version}{scoped}{kind}"), false, &definition, READ_QUERY)];
+    let mut one = vec![operation(
+        "get",
+        "get",
+        format!("read{id_group}{id_version}{scoped}{kind}"),
+        false,
+        &definition,
+        READ_QUERY,
+    )];
     if writable {
-        one.push(operation("put", "put", format!("replace{id_group}{id_version}{scoped}{kind}"), true, &definition, WRITE_QUERY));
-        one.push(operation("patch", "patch", format!("patch{id_group}{id_version}{scoped}{kind}"), true, &definition, PATCH_QUERY));
-        one.push(operation("delete", "delete", format!("delete{id_group}{id_version}{scoped}{kind}"), false, status_definition, DELETE_QUERY));
+        one.push(operation(
+            "put",
+            "put",
+            format!("replace{id_group}{id_version}{scoped}{kind}"),
+            true,
+            &definition,
+            WRITE_QUERY,
+        ));
+        one.push(operation(
+            "patch",
+            "patch",
+            format!("patch{id_group}{id_version}{scoped}{kind}"),
+            true,
+            &definition,
+            PATCH_QUERY,
+        ));
+        one.push(operation(
+            "delete",
+            "delete",
+            format!("delete{id_group}{id_version}{scoped}{kind}"),
+            false,
+            status_definition,
+            DELETE_QUERY,
+        ));
     }
     let named = [parameters.as_slice(), &["name"]].concat();
     all.push((format!("{collection}/{{name}}"), with(one, &named)));
     if has_status(resource) {
         let status = vec![
-            operation("get", "get", format!("read{id_group}{id_version}{scoped}{kind}Status"), false, &definition, READ_QUERY),
-            operation("put", "put", format!("replace{id_group}{id_version}{scoped}{kind}Status"), true, &definition, WRITE_QUERY),
-            operation("patch", "patch", format!("patch{id_group}{id_version}{scoped}{kind}Status"), true, &definition, PATCH_QUERY),
+            operation(
+                "get",
+                "get",
+                format!("read{id_group}{id_version}{scoped}{kind}Status"),
+                false,
+                &definition,
+                READ_QUERY,
+            ),
+            operation(
+                "put",
+                "put",
+                format!("replace{id_group}{id_version}{scoped}{kind}Status"),
+                true,
+                &definition,
+                WRITE_QUERY,
+            ),
+            operation(
+                "patch",
+                "patch",
+                format!("patch{id_group}{id_version}{scoped}{kind}Status"),
+                true,
+                &definition,
+                PATCH_QUERY,
+            ),
         ];
         all.push((format!("{collection}/{{name}}/status"), with(status, &named)));
     }
     if resource.namespaced {
-        let mut across = operation("get", "list", format!("list{id_group}{id_version}{kind}ForAllNamespaces"), false, &format!("{definition}List"), LIST_QUERY);
+        let mut across = operation(
+            "get",
+            "list",
+            format!("list{id_group}{id_version}{kind}ForAllNamespaces"),
+            false,
+            &format!("{definition}List"),
+            LIST_QUERY,
+        );
         across.kind = list_kind;
         all.push((format!("{prefix}/{}", resource.plural), vec![across]));
     }
@@ -280,7 +362,8 @@ impl Operation {
         });
         if let Some(body) = &self.body {
             let content: Map<String, Value> = if self.method == "patch" {
-                let schema = json!({ "schema": { "$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch" } });
+                let schema =
+                    json!({ "schema": { "$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch" } });
                 PATCH_TYPES.iter().map(|kind| ((*kind).to_owned(), schema.clone())).collect()
             } else {
                 let schema = json!({ "schema": { "$ref": format!("#/components/schemas/{body}") } });
@@ -319,7 +402,10 @@ mod tests {
     fn the_job_patch_takes_field_validation_and_strategic_merge_patches() {
         let document = v3_document("batch", "v1");
         let patch = &document["paths"]["/apis/batch/v1/namespaces/{namespace}/jobs/{name}"]["patch"];
-        assert_eq!(patch["x-kubernetes-group-version-kind"], json!({ "group": "batch", "version": "v1", "kind": "Job" }));
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"],
+            json!({ "group": "batch", "version": "v1", "kind": "Job" })
+        );
         assert!(patch["parameters"].as_array().into_iter().flatten().any(|p| p["name"] == "fieldValidation"));
         assert!(patch["requestBody"]["content"].get("application/strategic-merge-patch+json").is_some());
         let status = &document["paths"]["/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status"];

@@ -126,9 +126,9 @@ fn strategy(property: &Value) -> &str {
 /// A list with no directives left in it.
 fn strip(value: &Value) -> Value {
     match value {
-        Value::Object(map) => {
-            Value::Object(map.iter().filter(|(key, _)| !key.starts_with('$')).map(|(k, v)| (k.clone(), strip(v))).collect())
-        }
+        Value::Object(map) => Value::Object(
+            map.iter().filter(|(key, _)| !key.starts_with('$')).map(|(k, v)| (k.clone(), strip(v))).collect(),
+        ),
         Value::Array(items) => Value::Array(items.iter().map(strip).collect()),
         other => other.clone(),
     }
@@ -191,7 +191,8 @@ pub(crate) fn json_patch(target: &mut Value, operations: &Value) -> Result<(), S
                 add(target, path, moved)?;
             }
             "copy" => {
-                let copied = target.pointer(from()?).cloned().ok_or(format!("copy operation: missing value at {path}"))?;
+                let copied =
+                    target.pointer(from()?).cloned().ok_or(format!("copy operation: missing value at {path}"))?;
                 add(target, path, copied)?;
             }
             "test" => {
@@ -222,7 +223,8 @@ fn add(target: &mut Value, path: &str, value: Value) -> Result<(), String> {
             Ok(())
         }
         Some(Value::Array(list)) => {
-            let index = if key == "-" { list.len() } else { key.parse().map_err(|_| format!("invalid index {key}"))? };
+            let index =
+                if key == "-" { list.len() } else { key.parse().map_err(|_| format!("invalid index {key}"))? };
             if index > list.len() {
                 return Err(format!("add operation: index out of bounds at {path}"));
             }

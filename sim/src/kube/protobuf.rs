@@ -72,7 +72,14 @@ const MESSAGES: &[(&str, Fields)] = &[
     ),
     (
         "OwnerReference",
-        &[(1, "kind", Text), (3, "name", Text), (4, "uid", Text), (5, "apiVersion", Text), (6, "controller", SetFlag), (7, "blockOwnerDeletion", SetFlag)],
+        &[
+            (1, "kind", Text),
+            (3, "name", Text),
+            (4, "uid", Text),
+            (5, "apiVersion", Text),
+            (6, "controller", SetFlag),
+            (7, "blockOwnerDeletion", SetFlag),
+        ],
     ),
     ("LabelSelector", &[(1, "matchLabels", TextMap), (2, "matchExpressions", Messages("LabelSelectorRequirement"))]),
     ("LabelSelectorRequirement", &[(1, "key", Text), (2, "operator", Text), (3, "values", Texts)]),
@@ -159,7 +166,16 @@ const MESSAGES: &[(&str, Fields)] = &[
             (24, "restartPolicy", Text),
         ],
     ),
-    ("ContainerPort", &[(1, "name", Text), (2, "hostPort", Int), (3, "containerPort", Int), (4, "protocol", Text), (5, "hostIP", Text)]),
+    (
+        "ContainerPort",
+        &[
+            (1, "name", Text),
+            (2, "hostPort", Int),
+            (3, "containerPort", Int),
+            (4, "protocol", Text),
+            (5, "hostIP", Text),
+        ],
+    ),
     ("EnvVar", &[(1, "name", Text), (2, "value", Text)]),
     ("ResourceRequirements", &[(1, "limits", QuantityMap), (2, "requests", QuantityMap)]),
     (
@@ -178,7 +194,14 @@ const MESSAGES: &[(&str, Fields)] = &[
     ),
     (
         "ServicePort",
-        &[(1, "name", Text), (2, "protocol", Text), (3, "port", Int), (4, "targetPort", IntOrString), (5, "nodePort", Int), (6, "appProtocol", Text)],
+        &[
+            (1, "name", Text),
+            (2, "protocol", Text),
+            (3, "port", Int),
+            (4, "targetPort", IntOrString),
+            (5, "nodePort", Int),
+            (6, "appProtocol", Text),
+        ],
     ),
     ("NamespaceSpec", &[(1, "finalizers", Texts)]),
 ];
@@ -404,7 +427,14 @@ mod tests {
 
     #[test]
     fn a_job_as_kubectl_create_sends_it() {
-        let container = [tagged(1, 2, b"main"), tagged(2, 2, b"busybox"), tagged(3, 2, b"echo"), tagged(13, 2, b""), tagged(16, 0, &[0])].concat();
+        let container = [
+            tagged(1, 2, b"main"),
+            tagged(2, 2, b"busybox"),
+            tagged(3, 2, b"echo"),
+            tagged(13, 2, b""),
+            tagged(16, 0, &[0]),
+        ]
+        .concat();
         let pod_spec = [tagged(2, 2, &container), tagged(3, 2, b"Never"), tagged(11, 0, &[0])].concat();
         let template = [tagged(1, 2, &tagged(8, 2, b"")), tagged(2, 2, &pod_spec)].concat();
         let spec = [tagged(6, 2, &template), tagged(7, 0, &[0])].concat();

@@ -118,7 +118,8 @@ fn generate(settings: SchemaSettings) -> Map<String, Value> {
                     schema.remove("required");
                 }
             }
-            schema.insert("x-kubernetes-group-version-kind".into(), json!([group_version_kind(resource, resource.kind)]));
+            schema
+                .insert("x-kubernetes-group-version-kind".into(), json!([group_version_kind(resource, resource.kind)]));
         }
         let list_kind = format!("{}List", resource.kind);
         let list = json!({
@@ -174,7 +175,10 @@ mod tests {
     fn a_job_is_described_as_the_apiserver_describes_it() {
         let definitions = v3();
         let job = &definitions["io.k8s.api.batch.v1.Job"];
-        assert_eq!(job["x-kubernetes-group-version-kind"], json!([{ "group": "batch", "version": "v1", "kind": "Job" }]));
+        assert_eq!(
+            job["x-kubernetes-group-version-kind"],
+            json!([{ "group": "batch", "version": "v1", "kind": "Job" }])
+        );
         assert!(job.get("required").is_none(), "{job}");
         let spec = resolve(definitions, &job["properties"]["spec"]);
         assert_eq!(spec["required"], json!(["template"]));
