@@ -3,11 +3,12 @@
 //! delete (which watches the Job until it is gone); on a Deployment behind a Service, get,
 //! `rollout status`, `rollout history`, describe and delete; `apply -f` (client-side, then
 //! again as a strategic merge patch) and `apply --server-side -f` of Job and Deployment
-//! manifests, `create job`, `create deployment`, `wait --for=condition=complete`, `explain`
+//! manifests (an unknown field refused), `create job` and `create deployment` (protobuf
+//! bodies), `wait --for=condition=complete`, `patch --type=json` and `--type=merge`, `explain`
 //! (from the OpenAPI v3 documents), `get --raw /version/`, `get -o yaml` of a Job with its status
-//! and of the nodes; and the same through kube's typed API (create, `/status`, strategic and
-//! JSON patches, nodes decoded into `k8s_openapi` types). kubectl is required (scripts/test
-//! installs it): without it these tests fail.
+//! and of the nodes; and the same through kube's typed API (create, `get_status` and
+//! `replace_status`, a strategic merge patch, nodes decoded into `k8s_openapi` types). kubectl
+//! is required (scripts/test installs it): without it these tests fail.
 
 #![allow(clippy::unwrap_used)]
 
