@@ -9,7 +9,12 @@
 //!   Deployment and ReplicaSet controllers, a scheduler and a kubelet that runs each container's
 //!   command as a local process (detached, so it survives API restarts; restarted when it exits
 //!   under `restartPolicy: Always`), with logs and exec; ClusterIP Services on loopback addresses
-//!   that forward to the ready replicas. Simulated, not isolated: no image is
+//!   that forward to the ready replicas. It answers kubectl and kube's typed clients as the
+//!   apiserver does: aggregated and legacy discovery, OpenAPI v3 and v2 documents generated
+//!   from `k8s_openapi`'s schemas, server-side field validation, apply, merge, strategic merge
+//!   and JSON patches, `/status` subresources and complete nodes; it answers in JSON (to clients
+//!   that accept protobuf too, as client-go's do) and reads JSON, YAML and protobuf bodies.
+//!   Simulated, not isolated: no image is
 //!   pulled, commands run on the API's host as its user, `resources` are recorded, not
 //!   enforced. Tests also serve it for clusters on moto and the fake Compute server, whose VMs
 //!   cannot boot here, so the project has one fake Kubernetes. Mount it with

@@ -2,7 +2,8 @@
 //! cluster with the kubeconfig `anycloud cluster kubeconfig --output` writes, works on a job that
 //! Anycloud submitted: `get nodes`, `get jobs,pods -o wide`, `describe job`, `logs` (and `-f`),
 //! `exec` (its exit code is the remote command's) and `delete job` (after which Anycloud's run
-//! sees the Job gone and ends the job `failed`, saying so).
+//! sees the Job gone and ends the job `failed`, saying so); and, as against a real apiserver,
+//! `get --raw /version/`, `get nodes -o yaml`, `apply -f`, `create job` and `wait`.
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt;
@@ -69,6 +70,19 @@ fn kubectl_works_on_a_job_anycloud_submitted() {
     for node in ["cp", "w0", "w1"] {
         assert!(nodes.lines().any(|line| line.starts_with(node) && line.contains("Ready")), "{nodes}");
     }
+    let version: serde_json::Value = serde_json::from_str(&kubectl.ok(&["get", "--raw", "/version/"])).unwrap();
+    assert_eq!(version["major"], "1", "{version}");
+    let nodes_yaml = kubectl.ok(&["get", "nodes", "-o", "yaml"]);
+    assert_eq!(nodes_yaml.matches("      bootID: ").count(), 3, "{nodes_yaml}");
+    let manifest = api.scratch().join("applied.yaml");
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: applied\nspec:\n  template:\n    spec:\n      \
+               restartPolicy: Never\n      containers:\n      - name: main\n        image: busybox\n        command: [\"true\"]\n";
+    std::fs::write(&manifest, job).unwrap();
+    assert_eq!(kubectl.ok(&["apply", "-f", manifest.to_str().unwrap()]), "job.batch/applied created\n");
+    let made = kubectl.ok(&["create", "job", "made", "--image=busybox", "--", "true"]);
+    assert_eq!(made, "job.batch/made created\n");
+    kubectl.ok(&["wait", "--for=condition=complete", "job/applied", "job/made", "--timeout=60s"]);
+
     let wide = kubectl.ok(&["get", "jobs,pods", "-o", "wide"]);
     assert!(wide.contains("job.batch/seen-1"), "{wide}");
     let pod_line = wide.lines().find(|line| line.starts_with("pod/seen-1-")).unwrap_or_else(|| panic!("{wide}"));

@@ -9,11 +9,22 @@
 //! - [`store`]: objects (namespaces, Jobs, Pods, Deployments, ReplicaSets, Services, Endpoints,
 //!   Events) kept in SQL (`sim_kube_objects`) in the database of the API that hosts them, with
 //!   uids, a monotonic `resourceVersion` per cluster and `generation`s.
-//! - [`objects`]: get, list (label and `metadata.name` field selectors), create, server-side
-//!   apply and merge patches, delete with propagation, and watch (by polling the store).
-//! - [`discovery`] and [`tables`]: what `kubectl` needs to find resources and print them.
+//! - [`objects`]: get, list (label and `metadata.name` field selectors), create, replace,
+//!   patch, the `/status` subresource, delete with propagation, and watch (by polling the
+//!   store).
+//! - [`discovery`] and [`tables`]: what `kubectl` needs to find resources and print them
+//!   (legacy and aggregated discovery, with or without a trailing slash).
+//! - [`openapi`] and [`schemas`]: the OpenAPI v3 and v2 documents of the served kinds,
+//!   generated from `k8s_openapi`'s schemas; kubectl validates (server-side, once it finds
+//!   `fieldValidation`), explains and computes apply patches with them.
+//! - [`negotiation`], [`protobuf`], [`fields`] and [`patches`]: media types in and out (JSON
+//!   out, to clients that accept protobuf too; JSON, YAML and the served kinds' protobuf bodies
+//!   in; 406/415 for the rest), `fieldValidation`
+//!   (`Strict`, `Warn`, `Ignore`), and the four patch types (apply, merge, strategic merge,
+//!   JSON patch).
 //! - [`nodes`]: a node is what a booted VM would register: the control plane itself, and every
-//!   running VM whose user-data joins this control plane's address with its join token. Where
+//!   running VM whose user-data joins this control plane's address with its join token, with
+//!   every field a kubelet reports (`nodeInfo` complete). Where
 //!   the VMs come from is a [`Machines`]: the simulated cloud's own, or (in tests) another
 //!   provider's instances that cannot boot here (moto's, the fake Compute server's).
 //! - [`jobs`]: the Job controller (one Pod per Job attempt, status and conditions as Kubernetes
@@ -47,7 +58,11 @@
 //! find Services by their environment variables), and they are served only while the API runs
 //! (the proxy lives in its process; the replicas' processes do not). Deployments are not paused
 //! and scale proportionally only through their newest ReplicaSet; probes run every pass (250 ms)
-//! rather than every `periodSeconds`; `logs --previous` is not simulated. There is one fake
+//! rather than every `periodSeconds`; `logs --previous` is not simulated. Answers are JSON only
+//! (clients that accept protobuf accept JSON too); protobuf bodies are read for the fields a
+//! client sets on creating the served kinds, CBOR not at all; OpenAPI v2 is served as JSON only (kubectl reads v3),
+//! `dryRun` is refused, `deletecollection` is not served, and server-side apply replaces the
+//! top-level fields it is sent rather than merging field ownership. There is one fake
 //! Kubernetes: the simulated cloud's and the tests' of clusters on moto and on the fake Compute
 //! server.
 
@@ -58,19 +73,25 @@ mod discovery;
 mod endpoints;
 mod events;
 mod exec;
+mod fields;
 mod jobs;
 mod kubelet;
 mod logs;
+mod negotiation;
 mod network;
 mod nodes;
 mod objects;
+mod openapi;
+mod patches;
 mod probes;
 mod process;
+mod protobuf;
 mod proxy;
 mod reconcile;
 mod replicasets;
 mod resources;
 mod scheduler;
+mod schemas;
 mod selectors;
 mod status;
 mod storage;
@@ -151,21 +172,31 @@ pub fn router(machines: Arc<dyn Machines>, storage: Storage) -> Router {
     });
     reconcile::start(&kube);
     let at = |path: &str| format!("/sim/kube/{{vm}}{path}");
+    let one = || get(objects::get).put(objects::replace).patch(objects::patch).delete(objects::delete);
+    let status = || get(objects::get_status).put(objects::replace_status).patch(objects::patch_status);
     Router::new()
         .route(&at("/version"), get(discovery::version))
+        .route(&at("/version/"), get(discovery::version))
         .route(&at("/api"), get(discovery::api))
+        .route(&at("/api/"), get(discovery::api))
         .route(&at("/api/v1"), get(discovery::core_v1))
+        .route(&at("/api/v1/"), get(discovery::core_v1))
         .route(&at("/apis"), get(discovery::groups))
+        .route(&at("/apis/"), get(discovery::groups))
         .route(&at("/apis/{group}/{version}"), get(discovery::group_version))
+        .route(&at("/apis/{group}/{version}/"), get(discovery::group_version))
+        .route(&at("/openapi/v2"), get(openapi::v2))
+        .route(&at("/openapi/v3"), get(openapi::v3_index))
+        .route(&at("/openapi/v3/"), get(openapi::v3_index))
+        .route(&at("/openapi/v3/{*group_version}"), get(openapi::v3_group_version))
         .route(&at("/api/v1/nodes"), get(nodes::list))
         .route(&at("/api/v1/nodes/{name}"), get(nodes::get))
         .route(&at("/api/v1/{resource}"), get(objects::list).post(objects::create))
-        .route(&at("/api/v1/{resource}/{name}"), get(objects::get).patch(objects::patch).delete(objects::delete))
+        .route(&at("/api/v1/{resource}/{name}"), one())
+        .route(&at("/api/v1/{resource}/{name}/status"), status())
         .route(&at("/api/v1/namespaces/{namespace}/{resource}"), get(objects::list).post(objects::create))
-        .route(
-            &at("/api/v1/namespaces/{namespace}/{resource}/{name}"),
-            get(objects::get).patch(objects::patch).delete(objects::delete),
-        )
+        .route(&at("/api/v1/namespaces/{namespace}/{resource}/{name}"), one())
+        .route(&at("/api/v1/namespaces/{namespace}/{resource}/{name}/status"), status())
         .route(&at("/api/v1/namespaces/{namespace}/pods/{name}/log"), get(logs::log))
         .route(&at("/api/v1/namespaces/{namespace}/pods/{name}/exec"), get(exec::exec).post(exec::exec))
         .route(&at("/apis/{group}/{version}/{resource}"), get(objects::list))
@@ -173,10 +204,9 @@ pub fn router(machines: Arc<dyn Machines>, storage: Storage) -> Router {
             &at("/apis/{group}/{version}/namespaces/{namespace}/{resource}"),
             get(objects::list).post(objects::create),
         )
-        .route(
-            &at("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}"),
-            get(objects::get).patch(objects::patch).delete(objects::delete),
-        )
+        .route(&at("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}"), one())
+        .route(&at("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}/status"), status())
         .route(&at("/{*rest}"), any(discovery::not_found))
+        .layer(axum::middleware::from_fn(negotiation::refuse_unacceptable))
         .with_state(kube)
 }

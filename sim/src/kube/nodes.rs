@@ -1,7 +1,9 @@
 //! Nodes: what booted VMs would register. The control plane itself (tainted, so that no Pod is
 //! scheduled there, as the control plane's user-data asks of k3s), and every running VM whose
 //! user-data joins this control plane's address with its join token. They are computed from the
-//! [`Machines`] on every request, never stored.
+//! [`Machines`] on every request, never stored. Each is complete as a kubelet reports it: every
+//! field of `nodeInfo` the API requires, `capacity` and `allocatable` (the host's, where every
+//! node's Pods run; nothing is enforced) and `daemonEndpoints`.
 
 use std::collections::HashMap;
 
@@ -125,10 +127,52 @@ pub(crate) fn node(machine: &Machine) -> Value {
                 "message": if ready { "kubelet is posting ready status (simulated)" } else { "node is not ready (simulated)" },
             }],
             "addresses": addresses,
-            "nodeInfo": {
-                "kubeletVersion": user_data::K3S_VERSION, "containerRuntimeVersion": "sim://local-processes",
-                "operatingSystem": "linux", "architecture": "amd64", "osImage": "simulated",
-            },
+            "nodeInfo": node_info(machine),
+            "capacity": capacity(),
+            "allocatable": capacity(),
+            "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },
         },
+    })
+}
+
+/// What the node offers: the host's CPUs and memory (its Pods run there) and the kubelet's
+/// default of 110 Pods.
+fn capacity() -> Value {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        text.lines()
+            .find_map(|line| line.strip_prefix("MemTotal:"))
+            .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
+    });
+    json!({ "cpu": cpus.to_string(), "memory": format!("{}Ki", memory.unwrap_or_else(|| "0".into())), "pods": "110" })
+}
+
+/// `status.nodeInfo`, every field the API marks required: the machine's own ids (stable,
+/// derived from its provider id, as a VM's `/etc/machine-id` and DMI UUID are), and the
+/// kernel, OS and architecture of the host its Pods' processes really run on.
+fn node_info(machine: &Machine) -> Value {
+    let id = |what: &str| {
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("sim-node/{what}/{}", machine.id).as_bytes())
+    };
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|text| text.trim().to_owned());
+    let os_image = std::fs::read_to_string("/etc/os-release").ok().and_then(|text| {
+        text.lines().find_map(|line| line.strip_prefix("PRETTY_NAME=")).map(|name| name.trim_matches('"').to_owned())
+    });
+    let architecture = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    json!({
+        "machineID": id("machine").simple().to_string(),
+        "systemUUID": id("system").to_string(),
+        "bootID": id("boot").to_string(),
+        "kernelVersion": kernel.unwrap_or_else(|_| "unknown".into()),
+        "osImage": os_image.unwrap_or_else(|| "unknown".into()),
+        "containerRuntimeVersion": "sim://local-processes",
+        "kubeletVersion": user_data::K3S_VERSION,
+        "kubeProxyVersion": user_data::K3S_VERSION,
+        "operatingSystem": std::env::consts::OS,
+        "architecture": architecture,
     })
 }

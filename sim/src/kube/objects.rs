@@ -2,13 +2,17 @@
 //!
 //! - `GET` a collection: list (`labelSelector`, `fieldSelector`), a `Table` when asked, or a
 //!   watch (`watch=true`, see [`super::watch`]).
-//! - `GET`/`POST` one object: get (404 `NotFound`), create (201; 409 `AlreadyExists`, 422
-//!   `Invalid`, 400 `BadRequest`; `generateName` honoured).
-//! - `PATCH`: server-side apply (`application/apply-patch+yaml` with a JSON body, `fieldManager`,
-//!   `force`): creates the object if absent, else replaces the labels, annotations and top-level
-//!   fields (`spec`, ...) the applier sent and records it in `managedFields`. Merge and
-//!   strategic-merge patches are applied as JSON merge patches (RFC 7386); JSON patches are not
-//!   simulated (415).
+//! - `GET`/`POST`/`PUT` one object: get (404 `NotFound`), create (201; 409 `AlreadyExists`, 422
+//!   `Invalid`, 400 `BadRequest`; `generateName` honoured), replace (409 `Conflict` when the
+//!   body's `resourceVersion` is not the object's). Bodies are read as
+//!   [`super::negotiation`] says, their unknown fields as [`super::fields`] says.
+//! - `PATCH` ([`super::patches`]): server-side apply (`application/apply-patch+yaml`,
+//!   `fieldManager`, `force`): creates the object if absent, else replaces the labels,
+//!   annotations and top-level fields (`spec`, ...) the applier sent and records it in
+//!   `managedFields`; JSON merge patches, strategic merge patches and JSON patches.
+//! - The `/status` subresource of Pods, Services, Jobs, Deployments, ReplicaSets and namespaces:
+//!   `GET` reads the object, `PUT` and `PATCH` change its `status` only; a write to the object
+//!   itself leaves its `status` alone, as the apiserver's status strategies do.
 //! - `DELETE` with `propagationPolicy`: a Pod is marked for deletion and the kubelet ends it
 //!   (SIGTERM, then SIGKILL after its grace period); a Job's Pods are deleted with it
 //!   (`Background`), before it (`Foreground`: it stays, with a `deletionTimestamp`, until they
@@ -17,6 +21,7 @@
 //!   ReplicaSet's Pods go after it (`Background`, apps/v1's default, by the reconcile loop's
 //!   garbage collection), before it (`Foreground`) or stay (`Orphan`).
 //! - A Service's `clusterIP` is allocated on create (see [`super::proxy`]) and cannot change.
+//! - `dryRun` is not simulated: a request that asks for it is refused (400), never written.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,12 +34,14 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::fields::Validation;
+use super::negotiation::{self, PatchKind};
 use super::resources::{self, Resource};
 use super::selectors::Selector;
 use super::status::ApiError;
 use super::store::resource_version;
 use super::validation::validate;
-use super::{Kube, Shared, auth, defaults, proxy, tables, time, watch};
+use super::{Kube, Shared, auth, defaults, openapi, patches, proxy, schemas, tables, time, watch};
 
 /// The apiserver's warning when a batch/v1 Job is deleted without a propagation policy.
 const ORPHAN_WARNING: &str = "299 - \"child pods are preserved by default when jobs are deleted; set \
@@ -174,23 +181,6 @@ async fn existing(kube: &Kube, scope: &Scope, name: &str) -> Result<Value, ApiEr
         .ok_or_else(|| ApiError::not_found(scope.resource, name))
 }
 
-fn parse_body(resource: &Resource, body: &[u8]) -> Result<Value, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|err| {
-        ApiError::bad_request(format!(
-            "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: \
-             {err} (the simulated apiserver reads JSON bodies only)",
-            resource.kind
-        ))
-    })?;
-    if !value.is_object() {
-        return Err(ApiError::bad_request(format!(
-            "the object provided is not a {}: expected a JSON object",
-            resource.kind
-        )));
-    }
-    Ok(value)
-}
-
 /// Who wrote: the `fieldManager` parameter, else the client's name from its User-Agent.
 fn manager(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
     if let Some(manager) = query.get("fieldManager") {
@@ -219,7 +209,10 @@ async fn create_posted(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let scope = resolve(kube, target, headers, false).await?;
-    let mut object = parse_body(scope.resource, body)?;
+    refuse_dry_run(query)?;
+    let validation = Validation::parse(query.get("fieldValidation").map(String::as_str))?;
+    let mut object = negotiation::object(scope.resource, headers, body)?;
+    let warnings = validation.check(scope.resource, &mut object)?;
     let metadata = defaults::child(defaults::root(&mut object), "metadata");
     if metadata.get("name").and_then(Value::as_str).is_none_or(str::is_empty)
         && let Some(prefix) = metadata.get("generateName").and_then(Value::as_str)
@@ -228,7 +221,24 @@ async fn create_posted(
         metadata.insert("name".into(), json!(name));
     }
     let created = create_object(kube, &scope, object, &manager(query, headers), "Update").await?;
-    Ok(json_response(StatusCode::CREATED, &created))
+    Ok(warned(json_response(StatusCode::CREATED, &created), warnings))
+}
+
+/// A response with the apiserver's `Warning` headers.
+fn warned(mut response: Response, warnings: Vec<header::HeaderValue>) -> Response {
+    for warning in warnings {
+        response.headers_mut().append(header::WARNING, warning);
+    }
+    response
+}
+
+fn refuse_dry_run(query: &HashMap<String, String>) -> Result<(), ApiError> {
+    match query.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(()),
+        Some(_) => Err(ApiError::bad_request(
+            "dryRun is not simulated by this Kubernetes: the request was not carried out; send it without dryRun",
+        )),
+    }
 }
 
 /// Five characters from the apiserver's alphabet for generated names (no vowels, no lookalikes).
@@ -279,7 +289,7 @@ async fn create_object(
     }
     let fields = managed_fields(&object);
     defaults::on_create(scope.resource, scope.namespace(), &mut object);
-    record_manager(&mut object, manager, operation, scope.resource, fields);
+    record_manager(&mut object, manager, operation, scope.resource, fields, None);
     kube.store
         .create(&scope.cluster, scope.resource, object)
         .await?
@@ -294,32 +304,91 @@ pub(crate) async fn patch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    reply(patch_object(&kube, &target, &query, &headers, &body).await)
+    reply(patch_request(&kube, &target, &query, &headers, &body, false).await)
 }
 
-async fn patch_object(
+/// `PUT` one object.
+pub(crate) async fn replace(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    reply(replace_request(&kube, &target, &query, &headers, &body, false).await)
+}
+
+/// `GET` an object's `/status`.
+pub(crate) async fn get_status(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+) -> Response {
+    let result = async {
+        status_scope(&kube, &target, &headers).await?;
+        get_object(&kube, &target, &query, &headers).await
+    };
+    reply(result.await)
+}
+
+/// `PUT` an object's `/status`.
+pub(crate) async fn replace_status(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    reply(replace_request(&kube, &target, &query, &headers, &body, true).await)
+}
+
+/// `PATCH` an object's `/status`.
+pub(crate) async fn patch_status(
+    State(kube): Shared,
+    Path(target): Path<Target>,
+    Query(query): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    reply(patch_request(&kube, &target, &query, &headers, &body, true).await)
+}
+
+/// The scope of a `/status` request: 404 for a resource without one.
+async fn status_scope(kube: &Kube, target: &Target, headers: &HeaderMap) -> Result<Scope, ApiError> {
+    let scope = resolve(kube, target, headers, false).await?;
+    if !openapi::has_status(scope.resource) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    }
+    Ok(scope)
+}
+
+/// What a write does to the object it finds.
+enum Change {
+    Patch(PatchKind, Value),
+    Replace(Value),
+}
+
+async fn patch_request(
     kube: &Kube,
     target: &Target,
     query: &HashMap<String, String>,
     headers: &HeaderMap,
     body: &[u8],
+    status: bool,
 ) -> Result<Response, ApiError> {
-    let scope = resolve(kube, target, headers, false).await?;
+    let scope =
+        if status { status_scope(kube, target, headers).await? } else { resolve(kube, target, headers, false).await? };
+    refuse_dry_run(query)?;
+    let validation = Validation::parse(query.get("fieldValidation").map(String::as_str))?;
     let name = target.name.as_deref().unwrap_or_default();
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
-    let apply = content_type.starts_with("application/apply-patch");
-    if !apply && !content_type.contains("merge-patch+json") {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format ({content_type}): the simulated apiserver takes \
-                 apply, merge and strategic-merge patches"
-            ),
-        ));
-    }
-    let patch = parse_body(scope.resource, body)?;
-    if apply {
+    let (kind, mut patch) = negotiation::patch(scope.resource, headers, body)?;
+    let warnings = if kind == PatchKind::Json { Vec::new() } else { validation.check(scope.resource, &mut patch)? };
+    if kind == PatchKind::Apply {
         if !query.contains_key("fieldManager") {
             return Err(ApiError::bad_request("PATCH requests with apply content type must have a fieldManager"));
         }
@@ -330,49 +399,126 @@ async fn patch_object(
             )));
         }
     }
-    let manager = manager(query, headers);
+    let response = write(kube, &scope, name, &manager(query, headers), Change::Patch(kind, patch), status).await?;
+    Ok(warned(response, warnings))
+}
+
+async fn replace_request(
+    kube: &Kube,
+    target: &Target,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+    status: bool,
+) -> Result<Response, ApiError> {
+    let scope =
+        if status { status_scope(kube, target, headers).await? } else { resolve(kube, target, headers, false).await? };
+    refuse_dry_run(query)?;
+    let validation = Validation::parse(query.get("fieldValidation").map(String::as_str))?;
+    let name = target.name.as_deref().unwrap_or_default();
+    let mut object = negotiation::object(scope.resource, headers, body)?;
+    let warnings = validation.check(scope.resource, &mut object)?;
+    if object["metadata"]["name"].as_str() != Some(name) {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            object["metadata"]["name"].as_str().unwrap_or_default()
+        )));
+    }
+    let response = write(kube, &scope, name, &manager(query, headers), Change::Replace(object), status).await?;
+    Ok(warned(response, warnings))
+}
+
+/// The metadata a replace cannot set: the server's own.
+const SERVER_METADATA: [&str; 8] = [
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "managedFields",
+    "namespace",
+    "name",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+
+async fn write(
+    kube: &Kube,
+    scope: &Scope,
+    name: &str,
+    manager: &str,
+    change: Change,
+    status: bool,
+) -> Result<Response, ApiError> {
+    let apply = matches!(change, Change::Patch(PatchKind::Apply, _));
+    let schema = json!({ "$ref": format!("#/components/schemas/{}", schemas::definition(scope.resource)) });
     // Optimistic: read, change, write if nobody wrote meanwhile; the reconcile loop writes
     // statuses concurrently, so try a few times.
     for _ in 0..5 {
         let Some(current) = kube.store.get(&scope.cluster, scope.resource, scope.namespace(), name).await? else {
-            if apply {
-                let created = create_object(kube, &scope, patch, &manager, "Apply").await?;
+            if let (Change::Patch(PatchKind::Apply, applied), false) = (&change, status) {
+                let created = create_object(kube, scope, applied.clone(), manager, "Apply").await?;
                 return Ok(json_response(StatusCode::CREATED, &created));
             }
             return Err(ApiError::not_found(scope.resource, name));
         };
         let mut changed = current.clone();
-        if apply {
-            apply_fields(&mut changed, &patch);
-        } else {
-            merge(&mut changed, &patch);
-        }
-        match scope.resource.plural {
-            "deployments" => defaults::deployment(&mut changed),
-            "replicasets" => defaults::replica_set(&mut changed),
-            "services" => {
-                let kept = &current["spec"]["clusterIP"];
-                let given = changed["spec"]["clusterIP"].as_str().filter(|ip| !ip.is_empty());
-                if given.is_some_and(|ip| Some(ip) != kept.as_str()) {
-                    let cause = (
-                        "spec.clusterIP".to_owned(),
-                        format!("Invalid value: \"{}\": field is immutable", given.unwrap_or_default()),
-                        "FieldValueInvalid",
-                    );
-                    return Err(ApiError::invalid(scope.resource, name, &[cause]));
+        let written = match &change {
+            Change::Patch(PatchKind::Apply, applied) => {
+                apply_fields(&mut changed, applied);
+                applied
+            }
+            Change::Patch(PatchKind::Merge, patch) => {
+                patches::merge(&mut changed, patch);
+                patch
+            }
+            Change::Patch(PatchKind::Strategic, patch) => {
+                patches::strategic(schemas::v3(), &schema, &mut changed, patch);
+                patch
+            }
+            Change::Patch(PatchKind::Json, patch) => {
+                patches::json_patch(&mut changed, patch).map_err(|err| {
+                    ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "Invalid",
+                        format!("the server rejected our request due to an error in our request: {err}"),
+                    )
+                })?;
+                patch
+            }
+            Change::Replace(object) => {
+                let given = object["metadata"]["resourceVersion"].as_str().filter(|rv| !rv.is_empty());
+                if given.is_some_and(|given| Some(given) != current["metadata"]["resourceVersion"].as_str()) {
+                    return Err(ApiError::conflict(scope.resource, name));
                 }
-                changed["spec"]["clusterIP"] = kept.clone();
-                defaults::service(&mut changed);
+                changed = object.clone();
+                for field in SERVER_METADATA.into_iter().chain(["resourceVersion"]) {
+                    let kept = current["metadata"].get(field).cloned();
+                    let metadata = defaults::child(defaults::root(&mut changed), "metadata");
+                    match kept {
+                        Some(kept) => metadata.insert(field.into(), kept),
+                        None => metadata.remove(field),
+                    };
+                }
+                changed["kind"] = current["kind"].clone();
+                changed["apiVersion"] = current["apiVersion"].clone();
+                object
             }
-            _ => {}
+        };
+        if status {
+            // A write to /status changes the status only.
+            let new_status = changed.get("status").cloned();
+            changed = current.clone();
+            match new_status {
+                Some(new_status) => changed["status"] = new_status,
+                None => drop(defaults::root(&mut changed).remove("status")),
+            }
+        } else if openapi::has_status(scope.resource) {
+            match current.get("status") {
+                Some(kept) => changed["status"] = kept.clone(),
+                None => drop(defaults::root(&mut changed).remove("status")),
+            }
         }
-        if scope.resource.plural == resources::JOBS.plural {
-            defaults::job(&mut changed);
-            if changed["spec"]["template"] != current["spec"]["template"] {
-                let cause =
-                    ("spec.template".to_owned(), "Invalid value: field is immutable".to_owned(), "FieldValueInvalid");
-                return Err(ApiError::invalid(scope.resource, name, &[cause]));
-            }
+        if !status {
+            check_update(scope, name, &current, &mut changed)?;
         }
         let causes = validate(scope.resource, &changed);
         if !causes.is_empty() {
@@ -383,15 +529,53 @@ async fn patch_object(
             changed["metadata"]["generation"] = json!(generation + 1);
         }
         let operation = if apply { "Apply" } else { "Update" };
-        record_manager(&mut changed, &manager, operation, scope.resource, managed_fields(&patch));
+        let subresource = status.then_some("status");
+        record_manager(&mut changed, manager, operation, scope.resource, managed_fields(written), subresource);
         if changed == current {
             return Ok(json_response(StatusCode::OK, &current));
         }
         if let Some(written) = kube.store.update(&scope.cluster, scope.resource, changed).await? {
             return Ok(json_response(StatusCode::OK, &written));
         }
+        if matches!(change, Change::Replace(ref object) if object["metadata"]["resourceVersion"].as_str().is_some_and(|rv| !rv.is_empty()))
+        {
+            return Err(ApiError::conflict(scope.resource, name));
+        }
     }
     Err(ApiError::conflict(scope.resource, name))
+}
+
+/// The defaults and immutable fields of a changed object, as the apiserver's update
+/// strategies keep them.
+fn check_update(scope: &Scope, name: &str, current: &Value, changed: &mut Value) -> Result<(), ApiError> {
+    match scope.resource.plural {
+        "deployments" => defaults::deployment(changed),
+        "replicasets" => defaults::replica_set(changed),
+        "services" => {
+            let kept = &current["spec"]["clusterIP"];
+            let given = changed["spec"]["clusterIP"].as_str().filter(|ip| !ip.is_empty());
+            if given.is_some_and(|ip| Some(ip) != kept.as_str()) {
+                let cause = (
+                    "spec.clusterIP".to_owned(),
+                    format!("Invalid value: \"{}\": field is immutable", given.unwrap_or_default()),
+                    "FieldValueInvalid",
+                );
+                return Err(ApiError::invalid(scope.resource, name, &[cause]));
+            }
+            changed["spec"]["clusterIP"] = kept.clone();
+            defaults::service(changed);
+        }
+        "jobs" => {
+            defaults::job(changed);
+            if changed["spec"]["template"] != current["spec"]["template"] {
+                let cause =
+                    ("spec.template".to_owned(), "Invalid value: field is immutable".to_owned(), "FieldValueInvalid");
+                return Err(ApiError::invalid(scope.resource, name, &[cause]));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Server-side apply, simply: the labels, annotations and top-level fields the applier sent
@@ -411,22 +595,6 @@ fn apply_fields(object: &mut Value, applied: &Value) {
             _ => {
                 defaults::root(object).insert(key.clone(), value.clone());
             }
-        }
-    }
-}
-
-/// A JSON merge patch (RFC 7386).
-fn merge(target: &mut Value, patch: &Value) {
-    let Some(patch) = patch.as_object() else {
-        *target = patch.clone();
-        return;
-    };
-    let target = defaults::root(target);
-    for (key, value) in patch {
-        if value.is_null() {
-            target.remove(key);
-        } else {
-            merge(target.entry(key.clone()).or_insert(Value::Null), value);
         }
     }
 }
@@ -451,15 +619,29 @@ fn managed_fields(written: &Value) -> Value {
     set
 }
 
-fn record_manager(object: &mut Value, manager: &str, operation: &str, resource: &Resource, fields: Value) {
-    let entry = json!({
+fn record_manager(
+    object: &mut Value,
+    manager: &str,
+    operation: &str,
+    resource: &Resource,
+    fields: Value,
+    subresource: Option<&str>,
+) {
+    let mut entry = json!({
         "manager": manager, "operation": operation, "apiVersion": resource.api_version(), "time": time::now(),
         "fieldsType": "FieldsV1", "fieldsV1": fields,
     });
+    if let Some(subresource) = subresource {
+        entry["subresource"] = json!(subresource);
+    }
     let metadata = defaults::child(defaults::root(object), "metadata");
     let managed = metadata.entry("managedFields").or_insert_with(|| json!([]));
     if let Some(entries) = managed.as_array_mut() {
-        entries.retain(|existing| !(existing["manager"] == manager && existing["operation"] == operation));
+        entries.retain(|existing| {
+            !(existing["manager"] == manager
+                && existing["operation"] == operation
+                && existing["subresource"].as_str() == subresource)
+        });
         entries.push(entry);
     }
 }
@@ -688,13 +870,6 @@ pub(crate) async fn delete_pod(kube: &Kube, cluster: &str, pod: Value, grace: Op
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_merge_patch_sets_and_removes_fields() {
-        let mut object = json!({ "metadata": { "labels": { "a": "1", "b": "2" } }, "spec": { "x": 1 } });
-        merge(&mut object, &json!({ "metadata": { "labels": { "a": null, "c": "3" } }, "spec": { "y": 2 } }));
-        assert_eq!(object, json!({ "metadata": { "labels": { "b": "2", "c": "3" } }, "spec": { "x": 1, "y": 2 } }));
-    }
 
     #[test]
     fn managed_fields_name_what_the_applier_sent() {

@@ -22,7 +22,7 @@ pub(crate) struct Resource {
     pub(crate) categories: &'static [&'static str],
 }
 
-const READ_WRITE: &[&str] = &["create", "delete", "get", "list", "patch", "watch"];
+const READ_WRITE: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 const READ_ONLY: &[&str] = &["get", "list"];
 
 /// Namespaces.

@@ -101,6 +101,12 @@ impl ApiError {
         )
     }
 
+    /// Its HTTP status.
+    #[cfg(test)]
+    pub(crate) fn code(&self) -> StatusCode {
+        self.code
+    }
+
     /// The `Status` body.
     pub(crate) fn body(&self) -> Value {
         let mut body = json!({

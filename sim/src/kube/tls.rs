@@ -3,7 +3,8 @@
 //! (k3s is given the same CA and signs its serving certificate with it). One listener serves every
 //! simulated cluster: the client names the control plane in SNI (`{vm}.kube.sim.anycloud.internal`,
 //! kubeconfig's `tls-server-name`), and the certificate for that name is made from that VM's CA on
-//! first use. Behind TLS are the same routes as [`super::router`].
+//! first use. Behind TLS are the same routes as [`super::router`], and, as k3s serves its API,
+//! the same at the root: a path outside `/sim/kube/` is the SNI's control plane's.
 //!
 //! It exists because clients refuse to send a bearer token over plain HTTP (kubectl does), and
 //! because it makes the simulated API as strict as a real one: a client that does not pin the
@@ -14,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use anycloud_workflows::user_data;
 use axum::Router;
+use hyper::service::Service;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -58,11 +60,27 @@ async fn connection(
         .ok_or_else(|| format!("no simulated control plane is named {name:?} (SNI)"))?;
     let config = certificates.config_for(vm).await?;
     let tls = start.into_stream(config).await?;
-    hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(routes))
-        .with_upgrades()
-        .await?;
+    let routes = TowerToHyperService::new(routes);
+    let prefix = format!("/sim/kube/{vm}");
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        at_root(&mut request, &prefix);
+        routes.call(request)
+    });
+    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).with_upgrades().await?;
     Ok(())
+}
+
+/// Serves a path outside `/sim/kube/` as the SNI's control plane's, as k3s serves its API at
+/// the root (kubectl's `get --raw` and the OpenAPI client address paths from the root).
+fn at_root<B>(request: &mut hyper::Request<B>, prefix: &str) {
+    let uri = request.uri();
+    if uri.path().starts_with("/sim/kube/") {
+        return;
+    }
+    let path_and_query = uri.path_and_query().map_or("/", |path| path.as_str());
+    if let Ok(rewritten) = format!("{prefix}{path_and_query}").parse() {
+        *request.uri_mut() = rewritten;
+    }
 }
 
 /// The server configuration of each control plane, made once from its CA.
