@@ -70,6 +70,7 @@ fn deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: &str, 
 
 /// [`deploy`]'s command, started: the CLI follows the deploy until it ends.
 fn spawn_deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: &str, port: &str) -> CliChild {
+    let seamed = e2e::anycloud_seamed_bin().display().to_string();
     api.spawn_cli(&[
         "--json",
         "api",
@@ -88,8 +89,10 @@ fn spawn_deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: 
         BUCKET,
         "--port",
         port,
-        "--binary-url",
-        "https://downloads.example.com/anycloud-{arch}",
+        // The VM needs the seamed binary's seams; `--binary` ships it (the AWS and GCP tests
+        // ship the CLI's own, the default).
+        "--binary",
+        &seamed,
         "--use",
     ])
 }
@@ -206,7 +209,7 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
     ];
     let runner = VmRunner::start(
         MotoMachines::new(&moto.endpoint, REGION),
-        Launcher { binary: e2e::anycloud_seamed_bin(), env: vm_env.clone(), scratch: local.scratch().join("vms") },
+        Launcher { env: vm_env.clone(), scratch: local.scratch().join("vms") },
     );
     let port = e2e::free_port().to_string();
 
@@ -317,7 +320,7 @@ fn an_api_on_gcp_keeps_its_state_in_an_s3_bucket_through_a_secret_only_its_vm_re
     ];
     let runner = VmRunner::start(
         GceMachines::new(google.gce().clone(), PROJECT),
-        Launcher { binary: e2e::anycloud_seamed_bin(), env: vm_env.clone(), scratch: local.scratch().join("vms") },
+        Launcher { env: vm_env.clone(), scratch: local.scratch().join("vms") },
     );
     let port = e2e::free_port().to_string();
 

@@ -88,6 +88,9 @@ pub struct Deps {
     pub clouds: Clouds,
     /// Test seams; all off in production.
     pub seams: TestSeams,
+    /// Where binaries uploaded for hosted APIs wait until their deploy ships them to the
+    /// API's bucket (`DATA_DIR/binaries`, [`crate::api_binary::stage`]).
+    pub binaries: std::path::PathBuf,
 }
 
 impl Deps {

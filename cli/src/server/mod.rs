@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router, middleware};
 use rand::RngCore;
 use serde_json::{Value, json};
@@ -170,7 +170,13 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         (Some(taken), Some(checkpoint)) => Some(checkpoint::start(taken, checkpoint, &options.id).await?),
         _ => None,
     };
-    let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim.clone()))), seams: seams.api.clone() };
+    let deps = Deps {
+        db,
+        sealer,
+        clouds: Clouds::new(Some(Arc::new(sim.clone()))),
+        seams: seams.api.clone(),
+        binaries: data_dir.join("binaries"),
+    };
     // A stable owner name: after a crash, the restarted API takes its runs back at once. The
     // engine holds it exclusively, so a second API with this id on this database is refused.
     let owner = format!("api-{}", options.id);
@@ -339,6 +345,8 @@ fn router(state: AppState, kube_routes: Router) -> Router {
         .route("/v1/apis", get(apis::list).post(apis::deploy))
         .route("/v1/apis/{name}", get(apis::show).delete(apis::remove))
         .route("/v1/apis/{name}/access", get(apis::access))
+        .route("/v1/binaries/{sha256}", put(apis::stage_binary))
+        .route("/v1/credentials/{name}/vm-types/{vm_type}", get(credentials::vm_type))
         .route("/v1/credentials", get(credentials::list).post(credentials::create))
         .route("/v1/credentials/{name}", get(credentials::show).delete(credentials::delete))
         .route("/v1/clusters", get(clusters::list).post(clusters::create))
