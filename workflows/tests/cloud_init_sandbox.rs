@@ -479,7 +479,11 @@ fn a_hosted_apis_vm_installs_the_checked_binary_and_runs_the_unit_for_its_addres
         sandbox.serve(&url, &binary);
         let sum = sha256_hex(binary.as_bytes());
         let other = "0".repeat(64);
-        let script = hosted_api(provider, &[(Arch::parse(machine).unwrap(), &sum), (Arch::X86_64, &other)]);
+        let (arch, other_arch) = match Arch::parse(machine).unwrap() {
+            Arch::X86_64 => (Arch::X86_64, Arch::Aarch64),
+            Arch::Aarch64 => (Arch::Aarch64, Arch::X86_64),
+        };
+        let script = hosted_api(provider, &[(arch, &sum), (other_arch, &other)]);
         sandbox.run(&script).assert_ok();
         assert_asked_its_metadata_service(&sandbox, provider);
         assert!(sandbox.requests().contains(&format!("GET {url}")), "{:?}", sandbox.requests());
