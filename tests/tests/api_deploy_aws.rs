@@ -175,8 +175,8 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     let shipped = std::fs::read(e2e::anycloud_seamed_bin()).unwrap();
     let sha = sha256_hex(&shipped);
     let key = format!("binaries/anycloud-{sha}");
-    let keys = at_moto(&moto)["bucket"]["keys"].clone();
-    assert!(keys.as_array().unwrap().iter().any(|k| k == key.as_str()), "{key} not in the bucket: {keys}");
+    let in_bucket = at_moto(&moto)["bucket"]["keys"].clone();
+    assert!(in_bucket.as_array().unwrap().iter().any(|k| k == key.as_str()), "{key} not in the bucket: {in_bucket}");
     let backup = local.scratch().join("shipped-binary");
     swap_a_byte(&moto, &key, &backup);
     runner.release();
@@ -336,7 +336,7 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
 #[test]
 fn a_binary_of_another_architecture_is_refused_before_anything_is_made() {
     let moto = Moto::start();
-    let local = Api::start();
+    let local = Api::start("local");
     let keys = [("AWS_ACCESS_KEY_ID", "AKIAANYCLOUDHOSTING1"), ("AWS_SECRET_ACCESS_KEY", "moto-hosting-secret-key")];
     let args = ["credentials", "new", HOSTING, "--provider", "aws", "--endpoint", &moto.endpoint, "--region", REGION];
     local.cli_env(&[&args[..], &["--wait"]].concat(), &keys).expect_code(0);
