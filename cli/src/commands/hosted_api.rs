@@ -53,6 +53,11 @@ pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
         Binary::Url { url, sums } => {
             let given = api_binary::parse_sums(&sums)
                 .map_err(|why| CliError::bad_input(format!("API `{name}`: --binary-sha256: {why}")))?;
+            if !url.starts_with("https://") {
+                return Err(CliError::bad_input(format!(
+                    "API `{name}`: --binary-url `{url}` is not an https:// URL: the VM downloads over HTTPS only"
+                )));
+            }
             let runs = architectures(&deployer, &request).await?;
             if !runs.architectures.iter().any(|arch| given.contains_key(arch)) {
                 return Err(CliError::bad_input(format!(

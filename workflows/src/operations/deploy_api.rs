@@ -32,16 +32,7 @@ impl Operations {
                 "--vm-type is empty; pass the provider's machine type (e.g. t3.medium, e2-standard-2)".into()
             ));
         }
-        // Both ride in the VM's unit as arguments of `api serve` (its clusters' control planes).
-        for (flag, value) in [("--vm-type", Some(&request.vm_type)), ("--region", request.region.as_ref())] {
-            if let Some(value) = value
-                && !value.trim().bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-            {
-                return Err(bad(format!(
-                    "{flag} `{value}` is not a provider's name: use letters, digits, `.`, `_`, `-`"
-                )));
-            }
-        }
+        check_names(&request.vm_type, request.region.as_deref()).map_err(bad)?;
         if request.port == Some(0) {
             return Err(bad("--port 0 is not a port a client can be told; pass 1-65535 (default 443)".into()));
         }
@@ -105,6 +96,19 @@ impl Operations {
         self.engine.wake_up();
         Ok(HostedApiStarted { api, workflow_id: run })
     }
+}
+
+/// The machine type and region as a provider names them: both ride in the VM's unit as
+/// arguments of `api serve` (its clusters' control planes), and in the provider's URLs.
+fn check_names(vm_type: &str, region: Option<&str>) -> Result<(), String> {
+    for (flag, value) in [("--vm-type", Some(vm_type)), ("--region", region)] {
+        if let Some(value) = value
+            && !value.trim().bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err(format!("{flag} `{value}` is not a provider's name: use letters, digits, `.`, `_`, `-`"));
+        }
+    }
+    Ok(())
 }
 
 /// The VM's region: the one asked, else the credential's, else the provider's usual default.
@@ -182,12 +186,22 @@ impl Operations {
         vm_type: &str,
     ) -> Result<VmTypeArchitectures, OperationError> {
         let refuse = |code, why: String| OperationError::from(Refusal::new(code, why));
+        check_names(vm_type, region).map_err(|why| refuse(Code::InvalidHostedApi, why))?;
         let Some(found) = credentials::get(&self.deps.db, credential).await? else {
             return Err(refuse(
                 Code::CredentialNotFound,
                 format!("credential `{credential}` does not exist on this API (`anycloud credentials list`)"),
             ));
         };
+        if found.provider == ProviderKind::Sim {
+            return Err(refuse(
+                Code::InvalidHostedApi,
+                format!(
+                    "credential `{credential}` is of the simulated cloud, which hosts an API as a local process: run \
+                     `anycloud api serve --id NAME --credentials sim` instead"
+                ),
+            ));
+        }
         let region = region_of(region, &found);
         let cloud = self
             .deps
