@@ -11,6 +11,8 @@
 //! match is 403 `SignatureDoesNotMatch`, a missing parameter 400; answers are XML. One difference,
 //! written down: the fake listens on a port and GCS does not, and google-cloud-storage signs the
 //! host without its port, so the fake compares the `Host` header without its port.
+// Errors are the responses themselves, as in `fake_gcs.rs`; their size does not matter here.
+#![allow(clippy::result_large_err)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;

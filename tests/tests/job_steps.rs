@@ -75,8 +75,13 @@ impl Harness {
         clusters::insert_in(&mut tx, &cluster).await.unwrap();
         tx.commit().await.unwrap();
         credentials::set_status(&db, CREDENTIAL, CredentialStatus::Valid, None, now).await.unwrap();
-        let deps =
-            Deps { db: db.clone(), sealer, clouds: Clouds::new(Some(Arc::new(sim))), seams: TestSeams::default() };
+        let deps = Deps {
+            db: db.clone(),
+            sealer,
+            clouds: Clouds::new(Some(Arc::new(sim))),
+            seams: TestSeams::default(),
+            binaries: dir.path().join("binaries"),
+        };
 
         // The cluster, made ready by its own workflow.
         let create = Arc::new(CreateCluster { deps: deps.clone() });
