@@ -167,7 +167,7 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     // script refuses it and nothing starts; booted again with the object restored, it serves.
     runner.hold();
     let first = deploy(&[]);
-    let booting = e2e::wait_until(Duration::from_secs(90), "the API's VM at moto", || {
+    let booting = e2e::wait_until(Duration::from_secs(300), "the API's VM at moto", || {
         let state = at_moto(&moto);
         let vms = live(&state);
         (vms.len() == 1).then(|| vms[0]["id"].as_str().unwrap().to_owned())
@@ -186,7 +186,7 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(runner.running().is_empty() && runner.binary(&booting).is_none(), "nothing starts");
     restore(&moto, &key, &backup);
     runner.reboot(&booting);
-    let out = first.wait(Duration::from_secs(180));
+    let out = first.wait(Duration::from_secs(420));
     out.expect_code(0);
     let shown = out.last_json();
     assert_eq!(shown["kind"], "hosted (aws)", "{out}");
@@ -312,7 +312,7 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
     });
 
     // 5. Deployed again on the same bucket: the same API, cluster and all, with the same token.
-    let out = deploy(&[]).wait(Duration::from_secs(180));
+    let out = deploy(&[]).wait(Duration::from_secs(420));
     out.expect_code(0);
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(local.config_dir().join("config.json")).unwrap()).unwrap();

@@ -65,7 +65,7 @@ fn gcp_credential(api: &Api, name: &str, key_file: &Path, google: &FakeGoogle) {
 
 /// `api serve --id team-api` hosted with `hosting`, its bucket with `storage`; followed to its end.
 fn deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: &str, port: &str) -> Output {
-    spawn_deploy(api, hosting, storage, vm_type, region, port).wait(Duration::from_secs(180))
+    spawn_deploy(api, hosting, storage, vm_type, region, port).wait(Duration::from_secs(420))
 }
 
 /// [`deploy`]'s command, started: the CLI follows the deploy until it ends.
@@ -407,7 +407,7 @@ fn a_cancelled_cross_provider_deploy_deletes_the_secret_it_stored() {
     // No VM runner: the VM never answers, and the deploy waits in `wait_until_answers`.
     let port = e2e::free_port().to_string();
     let follower = spawn_deploy(&local, "aws-host", "gcp-state", "t3.medium", REGION, &port);
-    e2e::wait_until(Duration::from_secs(60), "the deploy to store its secret", || {
+    e2e::wait_until(Duration::from_secs(300), "the deploy to store its secret", || {
         (at_moto(&moto)["secrets"].as_object().unwrap().len() == 1).then_some(())
     });
     let run = latest_deploy(&local).unwrap();

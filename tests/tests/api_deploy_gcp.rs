@@ -138,7 +138,7 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     // script refuses it and nothing starts; booted again with the object restored, it serves.
     runner.hold();
     let first = deploy();
-    let booting = e2e::wait_until(Duration::from_secs(90), "the API's VM at the fake GCE", || {
+    let booting = e2e::wait_until(Duration::from_secs(300), "the API's VM at the fake GCE", || {
         let vms = live_instances(&google, ROLE_TAG, "hosted-api");
         (vms.len() == 1).then(|| vms[0]["id"].as_str().unwrap().to_owned())
     });
@@ -158,7 +158,7 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(runner.running().is_empty() && runner.binary(&booting).is_none(), "nothing starts");
     google.gcs().put_raw(BUCKET, &key, shipped.clone());
     runner.reboot(&booting);
-    let out = first.wait(Duration::from_secs(180));
+    let out = first.wait(Duration::from_secs(420));
     out.expect_code(0);
     let shown = out.last_json();
     assert_eq!(shown["kind"], "hosted (gcp)", "{out}");
@@ -285,7 +285,7 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(google.gcs().objects(BUCKET).len() > 3);
 
     // 5. Deployed again on the same bucket: the same API, with the same token and credentials.
-    deploy().wait(Duration::from_secs(180)).expect_code(0);
+    deploy().wait(Duration::from_secs(420)).expect_code(0);
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(local.config_dir().join("config.json")).unwrap()).unwrap();
     assert_eq!(config["apis"]["team-api"]["token"], token.as_str(), "the bucket's token is kept");
