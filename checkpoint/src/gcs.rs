@@ -58,6 +58,9 @@ pub struct GcsBucket {
     /// Scheme, host and port, without a trailing `/`.
     endpoint: String,
     credentials: google_cloud_auth::credentials::Credentials,
+    /// Signs URLs: locally with a service-account key, else through IAM `signBlob` as the
+    /// Application Default Credentials' account.
+    signer: Option<google_cloud_auth::signer::Signer>,
     http: reqwest::Client,
     /// Who the calls run as, for messages: a service account's email or "Application Default
     /// Credentials".
@@ -112,12 +115,19 @@ impl GcsBucket {
         let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60)).build().map_err(|err| {
             BucketError::Failed(format!("building the HTTP client for `{url}`: {}", error_chain(&err)))
         })?;
+        let signer = match service_account_json {
+            Some(json) => serde_json::from_str::<serde_json::Value>(json)
+                .ok()
+                .and_then(|key| google_cloud_auth::credentials::service_account::Builder::new(key).build_signer().ok()),
+            None => google_cloud_auth::credentials::Builder::default().build_signer().ok(),
+        };
         Ok(Self {
             storage,
             bucket_path: format!("projects/_/buckets/{}", url.bucket),
             bucket: url.bucket.clone(),
             endpoint,
             credentials,
+            signer,
             http,
             principal,
             project,
@@ -135,6 +145,27 @@ impl GcsBucket {
         let message = err.status().map(|s| s.message.as_str()).unwrap_or_default();
         let payload = err.http_payload().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
         self.classify_status(call, key, err.http_status_code(), &format!("{message} {payload}"), &error_chain(err))
+    }
+
+    /// A V4 signed URL that lets its holder `GET` object `key` (and nothing else) until `ttl`
+    /// has passed, signed as this bucket's service account, path style on the bucket's
+    /// endpoint (<https://cloud.google.com/storage/docs/access-control/signed-urls>).
+    pub async fn signed_get_url(&self, key: &str, ttl: std::time::Duration) -> Result<String, BucketError> {
+        let Some(signer) = &self.signer else {
+            return Err(BucketError::Refused(format!(
+                "the credentials of {} cannot sign URLs for `gs://{}/{key}`: give a service-account key",
+                self.principal, self.bucket
+            )));
+        };
+        google_cloud_storage::builder::storage::SignedUrlBuilder::for_object(self.bucket_path.clone(), key)
+            .with_method(http::Method::GET)
+            .with_expiration(ttl)
+            .with_endpoint(self.endpoint.clone())
+            .sign_with(signer)
+            .await
+            .map_err(|err| {
+                BucketError::Failed(format!("signing a URL for `gs://{}/{key}`: {}", self.bucket, error_chain(&err)))
+            })
     }
 
     /// The credentials produced no headers for the call `what` ("delete `gs://B/KEY`"):

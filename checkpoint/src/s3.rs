@@ -56,6 +56,19 @@ impl S3Bucket {
         &self.client
     }
 
+    /// A presigned URL that lets its holder `GET` object `key` (and nothing else) until `ttl`
+    /// has passed, signed (SigV4, query string) with this client's keys
+    /// (<https://docs.aws.amazon.com/AmazonS3/latest/userguide/ShareObjectPreSignedURL.html>).
+    pub async fn presigned_get_url(&self, key: &str, ttl: std::time::Duration) -> Result<String, BucketError> {
+        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
+            .map_err(|err| BucketError::Refused(format!("presigning `s3://{}/{key}`: {err}", self.bucket)))?;
+        let request =
+            self.client.get_object().bucket(&self.bucket).key(key).presigned(config).await.map_err(|err| {
+                BucketError::Failed(format!("presigning `s3://{}/{key}`: {}", self.bucket, error_chain(&err)))
+            })?;
+        Ok(request.uri().to_owned())
+    }
+
     /// The bucket's name.
     pub fn name(&self) -> &str {
         &self.bucket

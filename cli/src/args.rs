@@ -423,13 +423,19 @@ pub(crate) struct ServeArgs {
     /// AWS/GCP hosting: the VM's region [default: the credential's, else us-east-1 / us-central1].
     #[arg(long, requires = "credentials")]
     pub(crate) region: Option<String>,
-    /// AWS/GCP hosting: where the VM downloads `anycloud` (`{arch}` becomes x86_64 or aarch64)
-    /// [default: this version's release; docs/hosting.md says how to host your own].
-    #[arg(long, requires = "credentials")]
+    /// AWS/GCP hosting: the `anycloud` binary the deploy ships to the VM (through the API's
+    /// bucket) [default: this CLI's own, when the machine type runs its architecture]. For a
+    /// machine type of another architecture: a Linux build for it (its ELF header must say so).
+    #[arg(long, requires = "credentials", conflicts_with = "binary_url")]
+    pub(crate) binary: Option<PathBuf>,
+    /// AWS/GCP hosting: the VM downloads `anycloud` from this https:// URL that you host instead
+    /// (`{arch}` becomes x86_64 or aarch64); needs --binary-sha256.
+    #[arg(long, requires_all = ["credentials", "binary_sha256"])]
     pub(crate) binary_url: Option<String>,
-    /// AWS/GCP hosting: the binary's SHA-256 (hex); the VM installs nothing else.
-    #[arg(long, requires = "credentials")]
-    pub(crate) binary_sha256: Option<String>,
+    /// With --binary-url: the SHA-256 of each architecture's binary, ARCH=HEX (repeat the flag, or
+    /// separate by commas: x86_64=HEX,aarch64=HEX); the VM runs nothing else.
+    #[arg(long, requires = "binary_url", value_delimiter = ',')]
+    pub(crate) binary_sha256: Vec<String>,
     /// AWS/GCP hosting: how long to follow the deploy (e.g. 15m).
     #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
     pub(crate) timeout: std::time::Duration,

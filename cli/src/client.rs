@@ -82,6 +82,14 @@ impl Client {
         self.send(self.http.post(self.endpoint(path))).await
     }
 
+    /// PUT a large binary body (`application/octet-stream`), with no overall time limit: it
+    /// takes as long as the bytes take to cross.
+    pub async fn put_octets<T: DeserializeOwned>(&self, path: &str, body: Vec<u8>) -> Result<T, CliError> {
+        let http = http_client(&self.entry, reqwest::Client::builder().connect_timeout(Duration::from_secs(10)));
+        let request = http.put(self.endpoint(path)).header("content-type", "application/octet-stream").body(body);
+        self.send(request).await
+    }
+
     /// DELETE a resource.
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
         self.send(self.http.delete(self.endpoint(path))).await

@@ -110,22 +110,30 @@ async fn run(cli: Cli) -> CliResult {
                     checkpoint_bucket: bucket,
                     checkpoint_storage_credentials: args.checkpoint_storage_credentials,
                     port: args.port,
-                    binary_url: args.binary_url,
-                    binary_sha256: args.binary_sha256,
+                    binary: None,
+                    binary_url: None,
+                    binary_sha256: None,
                 };
-                let args = commands::hosted_api::DeployArgs { request, use_it: args.use_it, timeout: args.timeout };
+                let binary = match (args.binary, args.binary_url) {
+                    (_, Some(url)) => commands::hosted_api::Binary::Url { url, sums: args.binary_sha256.join(",") },
+                    (Some(file), None) => commands::hosted_api::Binary::File(file),
+                    (None, None) => commands::hosted_api::Binary::Own,
+                };
+                let args =
+                    commands::hosted_api::DeployArgs { request, binary, use_it: args.use_it, timeout: args.timeout };
                 commands::hosted_api::deploy(args, json).await
             }
             Some(_sim) => {
                 let cloud_hosting_flags = args.vm_type.is_some()
                     || args.region.is_some()
+                    || args.binary.is_some()
                     || args.binary_url.is_some()
-                    || args.binary_sha256.is_some()
+                    || !args.binary_sha256.is_empty()
                     || args.checkpoint_bucket.is_some()
                     || args.checkpoint_storage_credentials.is_some();
                 if cloud_hosting_flags {
                     return Err(CliError::bad_input(
-                        "--vm-type, --region, --binary-url, --binary-sha256, --checkpoint-bucket and \
+                        "--vm-type, --region, --binary, --binary-url, --binary-sha256, --checkpoint-bucket and \
                          --checkpoint-storage-credentials apply to hosting on AWS or GCP; the simulated cloud's host \
                          takes none of them",
                     ));

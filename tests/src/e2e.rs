@@ -590,6 +590,12 @@ impl Api {
         self.spawn_cli_as(wants_seams(env), args, env)
     }
 
+    /// Starts `anycloud-seamed ARGS` in the background: a CLI whose own binary is the seamed one,
+    /// which `api serve --credentials` ships to its VM by default (the tests' VMs need its seams).
+    pub fn spawn_cli_seamed(&self, args: &[&str]) -> CliChild {
+        self.spawn_cli_as(true, args, &[])
+    }
+
     /// Runs `anycloud ARGS` as the `anycloud` binary whatever `env` says (to prove it ignores
     /// seam variables).
     pub fn cli_production(&self, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -54,6 +54,11 @@
 //! whose hash is not the one in `x-goog-hash`, which a client must catch: recomputing the hash
 //! of the planted bytes would make them a valid object, and no client check could fail.
 //!
+//! Signed URLs (V4, path style: `GET /{bucket}/{object}?X-Goog-Signature=..`): checked as GCS
+//! checks them ([`crate::fake_gcs_signed_url`]), against the key of the tests' service account
+//! ([`crate::gcp_test_key`]) and the fake's clock ([`FakeGcs::advance_clock`]); a valid one reads
+//! the live object's bytes without any bearer token.
+//!
 //! Knobs for faults: [`FakeGcs::fail_next`] (any status, before acting) and
 //! [`FakeGcs::lose_next`] (act on a write or delete, then answer 503: a lost response).
 // Errors are the responses themselves; their size does not matter to a test server.
@@ -198,6 +203,11 @@ impl FakeGcs {
         self.lock().list_page_size = items.max(1);
     }
 
+    /// Moves the fake's clock `by` ahead, for the signed URLs it checks.
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.lock().clock_offset += by;
+    }
+
     /// Replaces the stored bytes of an object, keeping its recorded generation, size and hashes
     /// (corruption: see the module docs). With no such object, it writes a valid one, with a new
     /// generation and the hashes of `bytes`.
@@ -271,6 +281,10 @@ struct Fake {
     requests: Vec<String>,
     faults: Vec<Fault>,
     list_page_size: usize,
+    /// Whose signed URLs it accepts.
+    signers: crate::fake_gcs_signed_url::Signers,
+    /// How far its clock is ahead of the system's (for expired signed URLs without waiting).
+    clock_offset: std::time::Duration,
 }
 
 struct FakeBucket {
@@ -411,6 +425,12 @@ impl Fake {
             requests: Vec::new(),
             faults: Vec::new(),
             list_page_size: 1000,
+            signers: {
+                let mut signers = crate::fake_gcs_signed_url::Signers::default();
+                signers.trust(crate::gcp_test_key::CLIENT_EMAIL, crate::gcp_test_key::TEST_ONLY_PRIVATE_KEY);
+                signers
+            },
+            clock_offset: std::time::Duration::ZERO,
         }
     }
 
@@ -548,6 +568,9 @@ async fn handle(
     let mut fake = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let path = uri.path().to_owned();
     fake.requests.push(format!("{method} {}", uri.path_and_query().map_or(path.as_str(), |p| p.as_str())));
+    if crate::fake_gcs_signed_url::is_signed(&query) {
+        return signed_read(&fake, &method, &uri, &headers);
+    }
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -603,6 +626,31 @@ async fn handle(
         return fault_response(503);
     }
     response
+}
+
+/// A request through a signed URL: checked, then the live object's bytes (path style,
+/// `/{bucket}/{object}`); a signed URL reads, nothing else.
+fn signed_read(fake: &Fake, method: &Method, uri: &Uri, headers: &HeaderMap) -> Response {
+    let now = SystemTime::now() + fake.clock_offset;
+    let raw_query = uri.query().unwrap_or_default();
+    if let Err(refused) = crate::fake_gcs_signed_url::check(&fake.signers, method, uri.path(), raw_query, headers, now)
+    {
+        return refused;
+    }
+    if method != Method::GET {
+        return crate::fake_gcs_signed_url::xml(405, "MethodNotAllowed", "The fake serves signed GETs only.");
+    }
+    let path = uri.path().strip_prefix('/').unwrap_or_default();
+    let (bucket, name) = path.split_once('/').unwrap_or((path, ""));
+    let (Some(bucket), Some(name)) = (percent_decode(bucket), percent_decode(name)) else {
+        return crate::fake_gcs_signed_url::xml(400, "InvalidArgument", "Invalid percent-encoding.");
+    };
+    match fake.buckets.get(&bucket).and_then(|b| b.objects.get(&name)) {
+        Some(object) => {
+            (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], object.bytes.clone()).into_response()
+        }
+        None => crate::fake_gcs_signed_url::xml(404, "NoSuchKey", "The specified key does not exist."),
+    }
 }
 
 /// `ifGenerationMatch` / `ifGenerationNotMatch` against the current generation (`None`: no

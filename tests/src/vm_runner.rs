@@ -1,8 +1,13 @@
 //! The tests' stand-in for a hosted API's VM. moto and the fake Compute server boot nothing, so
 //! when the provider holds a running instance whose user-data is a hosted API's boot script, the
-//! runner does what the VM's systemd unit would: it runs the binary with exactly the arguments of
-//! the unit's `ExecStart` line, parsed from the instance's user-data by the production parser
-//! ([`parse_serve_command`]). Two things are a VM's and are mapped here: the VM's address
+//! runner does what the script and the VM's systemd unit would: it downloads the binary from the
+//! URL the script names for this machine's architecture (a signed URL of the object the deploy
+//! shipped to the bucket, served by moto or the fake GCS, or the operator's URL) and checks it
+//! against the SHA-256 the script names, both read by the production parser
+//! ([`parse_download`]); a binary with another sum, an architecture with none, or a failed
+//! download is refused ([`VmRunner::refusal`]) and nothing starts, as the script exits before it
+//! installs anything. Then it runs that binary with exactly the arguments of the unit's
+//! `ExecStart` line ([`parse_serve_command`]). Two things are a VM's and are mapped here: the VM's address
 //! (`${ANYCLOUD_ADDRESS}`, from its metadata service) is 127.0.0.1, where the deployer reaches it
 //! through the seam `ANYCLOUD_TEST_HOSTED_API_ADDRESS`; and its disk (`--data-dir`) is a scratch
 //! directory per instance. The VM's identity (an instance profile, a service account) is the
@@ -17,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anycloud_sim::kube::Machines;
-use anycloud_workflows::api_user_data::{ADDRESS_VARIABLE, parse_serve_command};
+use anycloud_workflows::api_binary::Arch;
+use anycloud_workflows::api_user_data::{ADDRESS_VARIABLE, parse_download, parse_serve_command};
 
 /// The address the runner's VMs are reached at.
 pub const ADDRESS: &str = "127.0.0.1";
@@ -25,6 +31,8 @@ pub const ADDRESS: &str = "127.0.0.1";
 /// One hosted API process and its VM's disk.
 struct Vm {
     child: Child,
+    /// The binary it downloaded and checked (its `/usr/local/bin/anycloud`).
+    binary: PathBuf,
     args: Vec<String>,
     disk: PathBuf,
     log: PathBuf,
@@ -34,6 +42,10 @@ struct Vm {
 #[derive(Default)]
 struct State {
     vms: HashMap<String, Vm>,
+    /// Instances whose boot script refused to install the binary, with what it said.
+    refused: HashMap<String, String>,
+    /// Boot no new instance while set.
+    held: bool,
 }
 
 /// The running runner; dropping it kills every process it started.
@@ -46,8 +58,6 @@ pub struct VmRunner {
 /// How the runner starts a VM's process.
 #[derive(Clone)]
 pub struct Launcher {
-    /// The binary.
-    pub binary: PathBuf,
     /// The environment (the VM's identity; the test's seams).
     pub env: Vec<(String, String)>,
     /// Where the VMs' disks and logs go.
@@ -68,12 +78,15 @@ impl VmRunner {
                         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
                     while !stop.load(Ordering::SeqCst) {
                         if let Ok(running) = runtime.block_on(machines.running()) {
-                            let hosted: HashMap<String, Vec<String>> = running
+                            let hosted: HashMap<String, (Vec<String>, String)> = running
                                 .into_iter()
                                 .filter(|machine| machine.running)
-                                .filter_map(|machine| Some((machine.id, parse_serve_command(&machine.user_data)?)))
+                                .filter_map(|machine| {
+                                    let args = parse_serve_command(&machine.user_data)?;
+                                    Some((machine.id, (args, machine.user_data)))
+                                })
                                 .collect();
-                            reconcile(&mut state.lock().expect("the runner's state"), &hosted, &launcher);
+                            reconcile(&runtime, &state, &hosted, &launcher);
                         }
                         std::thread::sleep(Duration::from_millis(200));
                     }
@@ -102,6 +115,31 @@ impl VmRunner {
     /// The `api serve` arguments it ran for `instance` (after the mapping).
     pub fn args(&self, instance: &str) -> Vec<String> {
         self.state.lock().expect("the runner's state").vms.get(instance).map(|vm| vm.args.clone()).unwrap_or_default()
+    }
+
+    /// Boots no new instance until [`release`](Self::release) (a VM still booting).
+    pub fn hold(&self) {
+        self.state.lock().expect("the runner's state").held = true;
+    }
+
+    /// Boots new instances again.
+    pub fn release(&self) {
+        self.state.lock().expect("the runner's state").held = false;
+    }
+
+    /// What `instance`'s boot script said when it refused to install the binary, if it did.
+    pub fn refusal(&self, instance: &str) -> Option<String> {
+        self.state.lock().expect("the runner's state").refused.get(instance).cloned()
+    }
+
+    /// Runs `instance`'s boot script again on the runner's next look (as GCE does at a reboot).
+    pub fn reboot(&self, instance: &str) {
+        self.state.lock().expect("the runner's state").refused.remove(instance);
+    }
+
+    /// The binary `instance` downloaded and runs.
+    pub fn binary(&self, instance: &str) -> Option<PathBuf> {
+        self.state.lock().expect("the runner's state").vms.get(instance).map(|vm| vm.binary.clone())
     }
 
     /// How many times it started `instance`'s process.
@@ -177,34 +215,86 @@ impl Drop for VmRunner {
     }
 }
 
-/// Starts what runs no process yet (or whose process exited), kills what has no instance.
-fn reconcile(state: &mut State, hosted: &HashMap<String, Vec<String>>, launcher: &Launcher) {
-    state.vms.retain(|id, vm| {
-        if hosted.contains_key(id) {
-            return true;
-        }
-        let _ = vm.child.kill();
-        let _ = vm.child.wait();
-        false
-    });
-    for (id, args) in hosted {
-        match state.vms.get_mut(id) {
-            Some(vm) => {
-                if matches!(vm.child.try_wait(), Ok(Some(_))) {
-                    vm.child = spawn(launcher, &vm.args, &vm.log);
-                    vm.starts += 1;
-                }
+/// Starts what runs no process yet (or whose process exited), kills what has no instance. A new
+/// instance first downloads and checks its binary, without the lock held.
+fn reconcile(
+    runtime: &tokio::runtime::Runtime,
+    state: &Mutex<State>,
+    hosted: &HashMap<String, (Vec<String>, String)>,
+    launcher: &Launcher,
+) {
+    let booting: Vec<String> = {
+        let mut state = state.lock().expect("the runner's state");
+        state.vms.retain(|id, vm| {
+            if hosted.contains_key(id) {
+                return true;
             }
-            None => {
-                let disk = launcher.scratch.join(id).join("disk");
-                std::fs::create_dir_all(&disk).expect("the VM's disk");
+            let _ = vm.child.kill();
+            let _ = vm.child.wait();
+            false
+        });
+        state.refused.retain(|id, _| hosted.contains_key(id));
+        for (id, vm) in &mut state.vms {
+            if matches!(vm.child.try_wait(), Ok(Some(_))) && hosted.contains_key(id) {
+                vm.child = spawn(launcher, &vm.binary, &vm.args, &vm.log);
+                vm.starts += 1;
+            }
+        }
+        if state.held {
+            return;
+        }
+        hosted.keys().filter(|id| !state.vms.contains_key(*id) && !state.refused.contains_key(*id)).cloned().collect()
+    };
+    for id in booting {
+        let (args, user_data) = &hosted[&id];
+        let dir = launcher.scratch.join(&id);
+        let disk = dir.join("disk");
+        std::fs::create_dir_all(&disk).expect("the VM's disk");
+        let log = dir.join("api.log");
+        match runtime.block_on(install(user_data, &dir)) {
+            Ok(binary) => {
                 let args = mapped(args, &disk);
-                let log = launcher.scratch.join(id).join("api.log");
-                let child = spawn(launcher, &args, &log);
-                state.vms.insert(id.clone(), Vm { child, args, disk, log, starts: 1 });
+                let child = spawn(launcher, &binary, &args, &log);
+                let vm = Vm { child, binary, args, disk, log, starts: 1 };
+                state.lock().expect("the runner's state").vms.insert(id, vm);
+            }
+            Err(why) => {
+                let _ = std::fs::write(&log, format!("{why}\n"));
+                state.lock().expect("the runner's state").refused.insert(id, why);
             }
         }
     }
+}
+
+/// What the boot script does before the unit: the binary for this machine's architecture, from
+/// the URL the script names, kept only if it has the SHA-256 the script names.
+async fn install(user_data: &str, dir: &Path) -> Result<PathBuf, String> {
+    let download = parse_download(user_data).ok_or("anycloud: the boot script names no binary")?;
+    let arch = Arch::current().ok_or("anycloud: no anycloud binary for this machine")?;
+    let Some((url, sum)) = download.for_arch(arch) else {
+        return Err(format!("anycloud: this deploy has no anycloud binary for {arch}: installing nothing"));
+    };
+    let response = reqwest::get(&url).await.map_err(|err| format!("anycloud: downloading {url}: {err}"))?;
+    let status = response.status();
+    let bytes = response.bytes().await.map_err(|err| format!("anycloud: downloading {url}: {err}"))?;
+    if !status.is_success() {
+        return Err(format!(
+            "anycloud: downloading {url}: HTTP {status}: {}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(500)])
+        ));
+    }
+    let actual: String =
+        ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    if actual != sum {
+        return Err(format!("anycloud: the downloaded binary has sha256 {actual}, not {sum}: installing nothing"));
+    }
+    let binary = dir.join("anycloud");
+    let staging = dir.join("anycloud.new");
+    std::fs::write(&staging, &bytes).map_err(|err| format!("anycloud: writing the binary: {err}"))?;
+    std::fs::set_permissions(&staging, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(|err| format!("anycloud: chmod: {err}"))?;
+    std::fs::rename(&staging, &binary).map_err(|err| format!("anycloud: installing the binary: {err}"))?;
+    Ok(binary)
 }
 
 /// The unit's arguments with the VM's address and disk mapped.
@@ -223,9 +313,9 @@ fn mapped(args: &[String], disk: &Path) -> Vec<String> {
     out
 }
 
-fn spawn(launcher: &Launcher, args: &[String], log: &Path) -> Child {
+fn spawn(launcher: &Launcher, binary: &Path, args: &[String], log: &Path) -> Child {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("the VM's log");
-    let mut command = Command::new(&launcher.binary);
+    let mut command = Command::new(binary);
     command.args(args).stdin(Stdio::null()).stdout(log.try_clone().expect("the log")).stderr(log);
     for (name, value) in &launcher.env {
         command.env(name, value);

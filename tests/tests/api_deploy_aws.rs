@@ -1,8 +1,10 @@
 //! `anycloud api serve --credentials <aws> --checkpoint-bucket` end to end, against moto: the
-//! local API's `api.deploy` run makes the bucket (versioned, private), the API's identity in it,
-//! the security group, the IAM role and instance profile, and the VM. moto's VM boots nothing,
-//! so the tests' VM runner ([`VmRunner`]) runs the binary with exactly the arguments of the
-//! user-data's systemd unit. Then, on the hosted API, through the CLI config `--use` wrote (its
+//! local API's `api.deploy` run makes the bucket (versioned, private), ships the CLI's own binary
+//! into it, the API's identity in it, the security group, the IAM role and instance profile, and
+//! the VM. moto's VM boots nothing, so the tests' VM runner ([`VmRunner`]) does what its boot
+//! script does: it fetches the binary through the presigned URL in the user-data and checks its
+//! SHA-256 (a swapped byte in the bucket's object is refused and nothing starts), then runs it
+//! with exactly the arguments of the user-data's systemd unit. Then, on the hosted API, through the CLI config `--use` wrote (its
 //! CA pinned): a credential and a cluster at moto; the hosted API SIGKILLed and its disk wiped,
 //! a fresh one restores from the bucket with everything; `api stop` removes the VM, rules and
 //! role and keeps the bucket; a second deploy on that bucket restores the same API; `api delete
@@ -60,6 +62,38 @@ print(json.dumps(out))
     serde_json::from_str(moto.python(SCRIPT, &[("BUCKET", BUCKET)]).trim()).unwrap()
 }
 
+/// Swaps a byte in the middle of object `key` of the bucket (its original kept in `backup`).
+fn swap_a_byte(moto: &Moto, key: &str, backup: &std::path::Path) {
+    moto.python(
+        r#"
+import os, boto3
+s3 = boto3.client("s3", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
+body = s3.get_object(Bucket=os.environ["BUCKET"], Key=os.environ["KEY"])["Body"].read()
+open(os.environ["BACKUP"], "wb").write(body)
+swapped = bytearray(body)
+swapped[len(swapped) // 2] ^= 0xFF
+s3.put_object(Bucket=os.environ["BUCKET"], Key=os.environ["KEY"], Body=bytes(swapped))
+"#,
+        &[("BUCKET", BUCKET), ("KEY", key), ("BACKUP", backup.to_str().unwrap())],
+    );
+}
+
+/// Puts `backup` back as object `key`.
+fn restore(moto: &Moto, key: &str, backup: &std::path::Path) {
+    moto.python(
+        r#"
+import os, boto3
+s3 = boto3.client("s3", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
+s3.put_object(Bucket=os.environ["BUCKET"], Key=os.environ["KEY"], Body=open(os.environ["BACKUP"], "rb").read())
+"#,
+        &[("BUCKET", BUCKET), ("KEY", key), ("BACKUP", backup.to_str().unwrap())],
+    );
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    anycloud_workflows::api_binary::sha256_hex(bytes)
+}
+
 fn live(state: &Value) -> Vec<&Value> {
     state["instances"].as_array().unwrap().iter().filter(|i| i["state"] != "terminated").collect()
 }
@@ -99,7 +133,6 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     let runner = VmRunner::start(
         MotoMachines::new(&moto.endpoint, REGION),
         Launcher {
-            binary: e2e::anycloud_seamed_bin(),
             env: vec![
                 ("AWS_ACCESS_KEY_ID".into(), "AKIAANYCLOUDVMROLE01".into()),
                 ("AWS_SECRET_ACCESS_KEY".into(), "stands-in-for-the-instance-profile".into()),
@@ -128,16 +161,37 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
             BUCKET,
             "--port",
             &port,
-            "--binary-url",
-            "https://downloads.example.com/anycloud-{arch}",
             "--use",
         ];
         args.extend_from_slice(extra);
-        local.spawn_cli(&args).wait(Duration::from_secs(180))
+        // No --binary: the CLI ships its own binary, the seamed one (the VM needs its seams).
+        local.spawn_cli_seamed(&args)
     };
 
-    // 1. The deploy.
-    let out = deploy(&[]);
+    // 1. The deploy. The VM boots while a byte of the binary in the bucket is swapped: its boot
+    // script refuses it and nothing starts; booted again with the object restored, it serves.
+    runner.hold();
+    let first = deploy(&[]);
+    let booting = e2e::wait_until(Duration::from_secs(300), "the API's VM at moto", || {
+        let state = at_moto(&moto);
+        let vms = live(&state);
+        (vms.len() == 1).then(|| vms[0]["id"].as_str().unwrap().to_owned())
+    });
+    let shipped = std::fs::read(e2e::anycloud_seamed_bin()).unwrap();
+    let sha = sha256_hex(&shipped);
+    let key = format!("binaries/anycloud-{sha}");
+    let in_bucket = at_moto(&moto)["bucket"]["keys"].clone();
+    assert!(in_bucket.as_array().unwrap().iter().any(|k| k == key.as_str()), "{key} not in the bucket: {in_bucket}");
+    let backup = local.scratch().join("shipped-binary");
+    swap_a_byte(&moto, &key, &backup);
+    runner.release();
+    let why =
+        e2e::wait_until(Duration::from_secs(60), "the VM to refuse the swapped binary", || runner.refusal(&booting));
+    assert!(why.contains(&format!("not {sha}")) && why.contains("installing nothing"), "{why}");
+    assert!(runner.running().is_empty() && runner.binary(&booting).is_none(), "nothing starts");
+    restore(&moto, &key, &backup);
+    runner.reboot(&booting);
+    let out = first.wait(Duration::from_secs(420));
     out.expect_code(0);
     let shown = out.last_json();
     assert_eq!(shown["kind"], "hosted (aws)", "{out}");
@@ -184,6 +238,13 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     );
     assert_eq!(vms[0]["public_ip"], reserved.as_str(), "{state:#}");
     assert!(user_data.contains(&format!("echo 'ANYCLOUD_ADDRESS={reserved}'")), "{user_data}");
+    // The binary came from the bucket through a presigned GET of 15 minutes, and is the one the
+    // CLI shipped, byte for byte.
+    assert!(user_data.contains(&format!("/team-api-state/{key}?")), "{user_data}");
+    assert!(user_data.contains("X-Amz-Expires=900") && user_data.contains("X-Amz-Signature="), "{user_data}");
+    assert!(user_data.contains(&format!("x86_64) binary_sha256='{sha}'")), "{user_data}");
+    assert!(!user_data.contains("github.com"), "no release server: {user_data}");
+    assert_eq!(std::fs::read(runner.binary(&instance).unwrap()).unwrap(), shipped, "the VM runs what was shipped");
     assert!(!user_data.contains(&token) && !user_data.contains("PRIVATE KEY"), "a secret in the user-data");
     assert!(!user_data.contains("moto-hosting-secret-key"), "the hosting credential's key in the user-data");
 
@@ -268,7 +329,7 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
     });
 
     // 5. Deployed again on the same bucket: the same API, cluster and all, with the same token.
-    let out = deploy(&[]);
+    let out = deploy(&[]).wait(Duration::from_secs(420));
     out.expect_code(0);
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(local.config_dir().join("config.json")).unwrap()).unwrap();
@@ -289,4 +350,57 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
     assert!(state["roles"].as_array().unwrap().is_empty(), "{state:#}");
     assert!(state["addresses"].as_array().unwrap().is_empty(), "{state:#}");
     assert_eq!(state["bucket"], Value::Null, "{state:#}");
+}
+
+/// A deploy whose binary cannot run on the machine type is refused before anything is made: the
+/// CLI's own (x86_64) on an arm64 instance type, a `--binary` for arm64 on an x86_64 one; and
+/// `--binary-url` is https only with a SHA-256 per architecture.
+#[test]
+fn a_binary_of_another_architecture_is_refused_before_anything_is_made() {
+    let moto = Moto::start();
+    let local = Api::start("local");
+    let keys = [("AWS_ACCESS_KEY_ID", "AKIAANYCLOUDHOSTING1"), ("AWS_SECRET_ACCESS_KEY", "moto-hosting-secret-key")];
+    let args = ["credentials", "new", HOSTING, "--provider", "aws", "--endpoint", &moto.endpoint, "--region", REGION];
+    local.cli_env(&[&args[..], &["--wait"]].concat(), &keys).expect_code(0);
+    let serve = |extra: &[&str]| {
+        let base = ["api", "serve", "--id", "team-api", "--credentials", HOSTING, "--checkpoint-bucket", BUCKET];
+        local.cli(&[&base[..], extra].concat())
+    };
+
+    let out = serve(&["--vm-type", "t4g.medium"]);
+    assert_eq!(out.code, 3, "{out}");
+    for part in ["t4g.medium", "runs aarch64", "this anycloud is built for x86_64", "--binary FILE", "nothing was made"]
+    {
+        assert!(out.stderr.contains(part), "`{part}` not in: {out}");
+    }
+    let arm = local.scratch().join("anycloud-aarch64");
+    let mut header = b"\x7fELF\x02\x01\x01".to_vec();
+    header.resize(18, 0);
+    header.extend_from_slice(&183u16.to_le_bytes());
+    header.resize(4096, 0);
+    std::fs::write(&arm, &header).unwrap();
+    let out = serve(&["--vm-type", "t3.medium", "--binary", arm.to_str().unwrap()]);
+    assert_eq!(out.code, 3, "{out}");
+    assert!(out.stderr.contains("runs x86_64") && out.stderr.contains("built for aarch64"), "{out}");
+    assert!(out.stderr.contains("--binary FILE"), "{out}");
+
+    let sum = format!("x86_64={}", "a".repeat(64));
+    let out =
+        serve(&["--vm-type", "t3.medium", "--binary-url", "http://downloads.example.com/a", "--binary-sha256", &sum]);
+    assert_ne!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("https://"), "{out}");
+    let out = serve(&["--vm-type", "t3.medium", "--binary-url", "https://downloads.example.com/a"]);
+    assert_ne!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("--binary-sha256"), "{out}");
+    let out =
+        serve(&["--vm-type", "t4g.medium", "--binary-url", "https://downloads.example.com/a", "--binary-sha256", &sum]);
+    assert!(out.code == 3 && out.stderr.contains("runs aarch64"), "no sum for the machine type's architecture: {out}");
+
+    let state = at_moto(&moto);
+    assert!(state["instances"].as_array().unwrap().is_empty(), "{state:#}");
+    assert!(
+        state["groups"].as_array().unwrap().is_empty() && state["roles"].as_array().unwrap().is_empty(),
+        "{state:#}"
+    );
+    assert_eq!(state["bucket"], Value::Null, "nothing made: {state:#}");
 }

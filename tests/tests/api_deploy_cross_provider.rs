@@ -65,11 +65,12 @@ fn gcp_credential(api: &Api, name: &str, key_file: &Path, google: &FakeGoogle) {
 
 /// `api serve --id team-api` hosted with `hosting`, its bucket with `storage`; followed to its end.
 fn deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: &str, port: &str) -> Output {
-    spawn_deploy(api, hosting, storage, vm_type, region, port).wait(Duration::from_secs(180))
+    spawn_deploy(api, hosting, storage, vm_type, region, port).wait(Duration::from_secs(420))
 }
 
 /// [`deploy`]'s command, started: the CLI follows the deploy until it ends.
 fn spawn_deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: &str, port: &str) -> CliChild {
+    let seamed = e2e::anycloud_seamed_bin().display().to_string();
     api.spawn_cli(&[
         "--json",
         "api",
@@ -88,8 +89,10 @@ fn spawn_deploy(api: &Api, hosting: &str, storage: &str, vm_type: &str, region: 
         BUCKET,
         "--port",
         port,
-        "--binary-url",
-        "https://downloads.example.com/anycloud-{arch}",
+        // The VM needs the seamed binary's seams; `--binary` ships it (the AWS and GCP tests
+        // ship the CLI's own, the default).
+        "--binary",
+        &seamed,
         "--use",
     ])
 }
@@ -206,7 +209,7 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
     ];
     let runner = VmRunner::start(
         MotoMachines::new(&moto.endpoint, REGION),
-        Launcher { binary: e2e::anycloud_seamed_bin(), env: vm_env.clone(), scratch: local.scratch().join("vms") },
+        Launcher { env: vm_env.clone(), scratch: local.scratch().join("vms") },
     );
     let port = e2e::free_port().to_string();
 
@@ -317,7 +320,7 @@ fn an_api_on_gcp_keeps_its_state_in_an_s3_bucket_through_a_secret_only_its_vm_re
     ];
     let runner = VmRunner::start(
         GceMachines::new(google.gce().clone(), PROJECT),
-        Launcher { binary: e2e::anycloud_seamed_bin(), env: vm_env.clone(), scratch: local.scratch().join("vms") },
+        Launcher { env: vm_env.clone(), scratch: local.scratch().join("vms") },
     );
     let port = e2e::free_port().to_string();
 
@@ -404,7 +407,7 @@ fn a_cancelled_cross_provider_deploy_deletes_the_secret_it_stored() {
     // No VM runner: the VM never answers, and the deploy waits in `wait_until_answers`.
     let port = e2e::free_port().to_string();
     let follower = spawn_deploy(&local, "aws-host", "gcp-state", "t3.medium", REGION, &port);
-    e2e::wait_until(Duration::from_secs(60), "the deploy to store its secret", || {
+    e2e::wait_until(Duration::from_secs(300), "the deploy to store its secret", || {
         (at_moto(&moto)["secrets"].as_object().unwrap().len() == 1).then_some(())
     });
     let elastic_ips = || {

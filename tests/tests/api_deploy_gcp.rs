@@ -1,10 +1,13 @@
 //! `anycloud api serve --credentials <gcp> --checkpoint-bucket` end to end, against the fake
 //! Compute Engine and the fake Cloud Storage behind one endpoint ([`FakeGoogle`], as Google's
 //! front serves both): the local API's `api.deploy` run makes the bucket (versioned, uniform
-//! access, public access prevented), the API's identity in it, the firewall rule for the API's
-//! port, and the VM acting as the credential's service account with the storage scope. The
-//! fake's VM boots nothing, so the tests' VM runner ([`VmRunner`]) runs the binary with exactly
-//! the arguments of the startup script's systemd unit, its Google identity a key file (as a GCE
+//! access, public access prevented), the CLI's own binary in it, the API's identity in it, the
+//! firewall rule for the API's port, and the VM acting as the credential's service account with
+//! the storage scope. The fake's VM boots nothing, so the tests' VM runner ([`VmRunner`]) does
+//! what its startup script does: it fetches the binary through the V4 signed URL in the script,
+//! which the fake GCS checks as GCS does, and checks its SHA-256 (a swapped byte in the stored
+//! object is refused and nothing starts); then it runs it with exactly the arguments of the
+//! startup script's systemd unit, its Google identity a key file (as a GCE
 //! VM's metadata server would give it one); the deploy saves the hosting credential on the
 //! hosted API. Then, on the hosted API, a cluster across two providers as the spec's Placement
 //! table puts it: its control plane on the hosting credential (GCP, the API's region and machine
@@ -105,7 +108,6 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     let runner = VmRunner::start(
         GceMachines::new(google.gce().clone(), PROJECT),
         Launcher {
-            binary: e2e::anycloud_seamed_bin(),
             env: vec![
                 ("GOOGLE_APPLICATION_CREDENTIALS".into(), key_file.to_str().unwrap().to_owned()),
                 ("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url()),
@@ -115,33 +117,53 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
         },
     );
     let port = e2e::free_port().to_string();
+    // No --binary: the CLI ships its own binary, the seamed one (the VM needs its seams).
     let deploy = || {
-        local
-            .spawn_cli(&[
-                "--json",
-                "api",
-                "serve",
-                "--id",
-                "team-api",
-                "--credentials",
-                HOSTING,
-                "--vm-type",
-                "e2-medium",
-                "--region",
-                REGION,
-                "--checkpoint-bucket",
-                BUCKET,
-                "--port",
-                &port,
-                "--binary-url",
-                "https://downloads.example.com/anycloud-{arch}",
-                "--use",
-            ])
-            .wait(Duration::from_secs(180))
+        local.spawn_cli_seamed(&[
+            "--json",
+            "api",
+            "serve",
+            "--id",
+            "team-api",
+            "--credentials",
+            HOSTING,
+            "--vm-type",
+            "e2-medium",
+            "--region",
+            REGION,
+            "--checkpoint-bucket",
+            BUCKET,
+            "--port",
+            &port,
+            "--use",
+        ])
     };
 
-    // 1. The deploy.
-    let out = deploy();
+    // 1. The deploy. The VM boots while a byte of the binary in the bucket is swapped: its boot
+    // script refuses it and nothing starts; booted again with the object restored, it serves.
+    runner.hold();
+    let first = deploy();
+    let booting = e2e::wait_until(Duration::from_secs(300), "the API's VM at the fake GCE", || {
+        let vms = live_instances(&google, ROLE_TAG, "hosted-api");
+        (vms.len() == 1).then(|| vms[0]["id"].as_str().unwrap().to_owned())
+    });
+    let shipped = std::fs::read(e2e::anycloud_seamed_bin()).unwrap();
+    let sha = anycloud_workflows::api_binary::sha256_hex(&shipped);
+    let key = format!("binaries/anycloud-{sha}");
+    let stored = google.gcs().objects(BUCKET).into_iter().find(|o| o.name == key).expect("the shipped binary");
+    assert_eq!(stored.bytes.as_ref(), shipped.as_slice(), "the bucket holds the CLI's own binary");
+    let mut swapped = shipped.clone();
+    let middle = swapped.len() / 2;
+    swapped[middle] ^= 0xFF;
+    google.gcs().put_raw(BUCKET, &key, swapped);
+    runner.release();
+    let why =
+        e2e::wait_until(Duration::from_secs(60), "the VM to refuse the swapped binary", || runner.refusal(&booting));
+    assert!(why.contains(&format!("not {sha}")) && why.contains("installing nothing"), "{why}");
+    assert!(runner.running().is_empty() && runner.binary(&booting).is_none(), "nothing starts");
+    google.gcs().put_raw(BUCKET, &key, shipped.clone());
+    runner.reboot(&booting);
+    let out = first.wait(Duration::from_secs(420));
     out.expect_code(0);
     let shown = out.last_json();
     assert_eq!(shown["kind"], "hosted (gcp)", "{out}");
@@ -187,6 +209,10 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert_eq!(addresses[0]["status"], "IN_USE", "{addresses:#?}");
     assert_eq!(vms[0]["networkInterfaces"][0]["accessConfigs"][0]["natIP"], reserved.as_str(), "{:#}", vms[0]);
     assert!(metadata.contains(&format!("echo 'ANYCLOUD_ADDRESS={reserved}'")), "{metadata}");
+    // Fetched through a V4 signed URL of 15 minutes on the bucket's endpoint, and run as shipped.
+    assert!(metadata.contains(&format!("/team-api-state/{key}?X-Goog-Algorithm=GOOG4-RSA-SHA256")), "{metadata}");
+    assert!(metadata.contains("X-Goog-Expires=900") && metadata.contains("X-Goog-Signature="), "{metadata}");
+    assert_eq!(std::fs::read(runner.binary(&instance).unwrap()).unwrap(), shipped, "the VM runs what was shipped");
     assert!(!metadata.contains(&token) && !metadata.contains("PRIVATE KEY"), "a secret in the metadata");
 
     // 2. On the hosted API, over HTTPS through the pinned CA: the deploy saved the hosting
@@ -279,7 +305,7 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(google.gcs().objects(BUCKET).len() > 3);
 
     // 5. Deployed again on the same bucket: the same API, with the same token and credentials.
-    deploy().expect_code(0);
+    deploy().wait(Duration::from_secs(420)).expect_code(0);
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(local.config_dir().join("config.json")).unwrap()).unwrap();
     assert_eq!(config["apis"]["team-api"]["token"], token.as_str(), "the bucket's token is kept");

@@ -89,10 +89,19 @@ fn hosting_requests_that_cannot_be_are_refused_clearly() {
     deploy(&["--credentials", "aws-host"]).expect_code(2).expect_stderr("credential `aws-host` does not exist");
     api.cli(&["credentials", "new", "simmed", "--provider", "sim", "--wait"]).expect_code(0);
     deploy(&["--credentials", "simmed"]).expect_code(3).expect_stderr("is of the simulated cloud");
-    deploy(&["--credentials", "simmed", "--binary-sha256", "abc"]).expect_code(3).expect_stderr("is not a SHA-256");
-    deploy(&["--credentials", "simmed", "--binary-url", "ftp://x/y"])
+    let sum = format!("x86_64={}", "a".repeat(64));
+    deploy(&["--credentials", "simmed", "--binary-url", "https://x/y", "--binary-sha256", "abc"])
         .expect_code(3)
-        .expect_stderr("not an http(s) URL");
+        .expect_stderr("is not ARCH=SHA256");
+    deploy(&["--credentials", "simmed", "--binary-url", "https://x/y"]).expect_code(3).expect_stderr("--binary-sha256");
+    deploy(&["--credentials", "simmed", "--binary-url", "ftp://x/y", "--binary-sha256", &sum])
+        .expect_code(3)
+        .expect_stderr("is not an https:// URL");
+    let script = api.scratch().join("not-a-binary.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    deploy(&["--credentials", "simmed", "--binary", script.to_str().unwrap()])
+        .expect_code(3)
+        .expect_stderr("cannot run on a cloud VM");
     deploy(&["--credentials", "simmed", "--region", "us-east-1 --database-url x"])
         .expect_code(3)
         .expect_stderr("--region `us-east-1 --database-url x` is not a provider's name");

@@ -132,7 +132,14 @@ impl Harness {
         tx.commit().await.unwrap();
         credentials::set_status(&db, CREDENTIAL, CredentialStatus::Valid, None, now).await.unwrap();
 
-        let deps = Deps { db, sealer, clouds: Clouds::new(Some(Arc::new(sim))), seams, api_address: None };
+        let deps = Deps {
+            db,
+            sealer,
+            clouds: Clouds::new(Some(Arc::new(sim))),
+            seams,
+            api_address: None,
+            binaries: dir.path().join("binaries"),
+        };
         Self { store, workflow: Arc::new(CreateCluster { deps }), input: CreateInput { cluster_id, name }, _dir: dir }
     }
 

@@ -81,6 +81,7 @@ impl Harness {
             clouds: Clouds::new(Some(Arc::new(sim))),
             seams: TestSeams::default(),
             api_address: None,
+            binaries: dir.path().join("binaries"),
         };
 
         // The cluster, made ready by its own workflow.

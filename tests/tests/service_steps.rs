@@ -98,6 +98,7 @@ impl Harness {
             clouds: Clouds::new(Some(Arc::new(sim))),
             seams: TestSeams::default(),
             api_address: None,
+            binaries: dir.path().join("binaries"),
         };
 
         let create = Arc::new(CreateCluster { deps: deps.clone() });

@@ -566,12 +566,42 @@ pub struct NewHostedApi {
     /// The public HTTPS port [default: 443].
     #[serde(default)]
     pub port: Option<u16>,
-    /// Where the VM downloads `anycloud` (`{arch}`: x86_64 or aarch64) [default: the release].
+    /// The SHA-256 of the binary the deploy ships to the VM, staged on this API first
+    /// (`PUT /v1/binaries/{sha256}`); its architecture must be the machine type's. Exactly one
+    /// of `binary` and `binary_url`.
+    #[serde(default)]
+    pub binary: Option<String>,
+    /// An operator's own `https://` URL of the binary (`{arch}`: x86_64 or aarch64), with
+    /// `binary_sha256`.
     #[serde(default)]
     pub binary_url: Option<String>,
-    /// The binary's sha256 (hex), checked on the VM before it is installed.
+    /// With `binary_url`: the SHA-256 of each architecture's binary, `x86_64=HEX[,aarch64=HEX]`;
+    /// the VM checks it before it runs a byte.
     #[serde(default)]
     pub binary_sha256: Option<String>,
+}
+
+/// `GET /v1/credentials/{name}/vm-types/{vm_type}?region=R`: what a machine type runs on, which
+/// the binary a hosted API's VM runs must match.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VmTypeArchitectures {
+    /// The credential asked.
+    pub credential: String,
+    /// The region (the credential's or the provider's default when none was given).
+    pub region: String,
+    /// The machine type.
+    pub vm_type: String,
+    /// Its architectures, as the provider names them.
+    pub architectures: Vec<crate::api_binary::Arch>,
+}
+
+/// The query of [`VmTypeArchitectures`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmTypeQuery {
+    /// The region [default: as `api serve --credentials` picks it].
+    #[serde(default)]
+    pub region: Option<String>,
 }
 
 /// A hosted API as its deployer shows it (never its token).

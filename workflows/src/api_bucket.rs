@@ -89,6 +89,16 @@ impl ApiBucket {
         }
     }
 
+    /// A URL that lets its holder GET object `key` and nothing else, until `ttl` has passed (S3:
+    /// presigned with the storage credential's keys; GCS: a V4 signed URL, signed with its
+    /// service account's key).
+    pub async fn signed_get(&self, key: &str, ttl: std::time::Duration) -> Result<String, BucketError> {
+        match self {
+            Self::S3(bucket) => bucket.presigned_get_url(key, ttl).await,
+            Self::Gcs(bucket) => bucket.signed_get_url(key, ttl).await,
+        }
+    }
+
     /// Deletes every object version and the bucket.
     pub async fn destroy(&self) -> Result<usize, BucketError> {
         match self {

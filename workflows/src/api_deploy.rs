@@ -1,9 +1,9 @@
 //! `api.deploy`: puts an API on a cloud VM that keeps its state in a bucket.
 //!
 //! ```text
-//! pin_placement -> ensure_bucket -> store_identity -> ensure_network -> store_storage_secret
-//!   -> ensure_vm_identity -> reserve_address -> launch -> wait_until_answers -> save_hosting_credential
-//!   -> mark_ready
+//! pin_placement -> ensure_bucket -> ship_binary -> store_identity -> ensure_network
+//!   -> store_storage_secret -> ensure_vm_identity -> reserve_address -> launch -> wait_until_answers
+//!   -> save_hosting_credential -> mark_ready
 //! ```
 //!
 //! The `deploy_api` operation writes the record and this run in one transaction. The bucket is
@@ -15,6 +15,10 @@
 //! itself from its own provider's secret store (`store_storage_secret`, [`crate::api_storage_key`]).
 //! The VM is reached at a reserved address (`reserve_address`: an Elastic IP, a static external
 //! address) that survives its stop, start and replacement; its certificate and URL name it.
+//! The binary the VM runs is checked against the machine type's architecture before anything is
+//! made (`pin_placement`); one the deploy ships is copied from where the deploying API staged it
+//! into the bucket (`ship_binary`, by its SHA-256), and the VM fetches it through a signed URL
+//! that expires after [`SIGNED_URL_TTL`] and grants that one GET ([`crate::api_binary`]).
 //! The last step waits until the API answers over HTTPS through the pinned CA. On a terminal
 //! failure or a cancel the undos run in reverse: the VM, the reserved address, the VM identity,
 //! the storage secret and the network rules go, and a bucket this run created is deleted with everything in it (an
@@ -27,10 +31,11 @@ use anycloud_checkpoint::provision::Made;
 use anycloud_engine::{Check, Effect, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
+use crate::api_binary::{self, BinarySource};
 use crate::api_bucket::{ApiBucket, step_error};
 use crate::api_identity::{ApiIdentity, CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
 use crate::api_storage_key::{self, StorageKey};
-use crate::api_user_data::{self, HostedApi as Script};
+use crate::api_user_data::{self, Download, HostedApi as Script};
 use crate::cloud::{Address, Cloud, LaunchSpec, Network, Placement, Role, Vm};
 use crate::db::credentials;
 use crate::db::hosted_apis::{self, HostedApi, Phase};
@@ -69,10 +74,18 @@ pub struct IdentityStored {
 /// The VM's name within its owner.
 const VM_NAME: &str = "api";
 
+/// How long the URL a VM fetches a shipped binary through is valid: long enough for a VM to
+/// boot and fetch it, short enough that a copy of its user-data is soon worth nothing (the
+/// binary is not secret; its SHA-256 in the user-data protects it). A VM that reboots later
+/// keeps the binary it installed (the script checks its sum and fetches nothing).
+pub const SIGNED_URL_TTL: Duration = Duration::from_secs(15 * 60);
+
 /// Where the VM goes, as the provider checked it.
 const PIN_PLACEMENT: StepKey<Placement> = StepKey::new("pin_placement");
 /// Whether the bucket was created or adopted.
 const ENSURE_BUCKET: StepKey<Made> = StepKey::new("ensure_bucket");
+/// The key of the binary the deploy shipped to the bucket; `None` when the operator hosts it.
+const SHIP_BINARY: StepKey<Option<String>> = StepKey::new("ship_binary");
 /// Proof the identity is in the bucket and sealed in the record.
 const STORE_IDENTITY: StepKey<IdentityStored> = StepKey::new("store_identity");
 /// The API's network rules.
@@ -95,7 +108,7 @@ const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
 
 impl Workflow for DeployApi {
     const KIND: &'static str = "api.deploy";
-    /// v2: `save_hosting_credential`; v3: `store_storage_secret`; v4: `reserve_address`. A run of an older version is
+    /// v2: `save_hosting_credential`; v3: `store_storage_secret`; v4: `ship_binary` and `reserve_address`. A run of an older version is
     /// not registered any more: the engine parks it (`needs-attention`, naming the version)
     /// rather than run another step list under it; cancel it and deploy again.
     const VERSION: u32 = 4;
@@ -116,6 +129,13 @@ impl Workflow for DeployApi {
                     .retry(cloud())
                     .attempt_timeout(retry::CLOUD_ATTEMPT)
                     .undo(ensure_bucket_undo)
+                    .undo_retry(retry::sweeps()),
+            )
+            .then(
+                Step::action(SHIP_BINARY, ship_binary)
+                    .retry(cloud())
+                    .attempt_timeout(retry::CLOUD_ATTEMPT)
+                    .undo(ship_binary_undo)
                     .undo_retry(retry::sweeps()),
             )
             .then(
@@ -201,7 +221,9 @@ async fn pin_placement(ctx: StepCtx<DeployApi>) -> Result<Placement, StepError> 
     let result: Result<Placement, StepError> = async {
         let api = record(&ctx).await?;
         let cloud = deps(&ctx).cloud(&api.credential, &api.region).await?;
-        Ok(cloud.placement(&api.owner(), &api.region, &api.vm_type).await?)
+        let placement = cloud.placement(&api.owner(), &api.region, &api.vm_type).await?;
+        check_architecture(&api, cloud.as_ref()).await?;
+        Ok(placement)
     }
     .await;
     if let Err(err) = &result
@@ -211,6 +233,99 @@ async fn pin_placement(ctx: StepCtx<DeployApi>) -> Result<Placement, StepError> 
         hosted_apis::set_phase(&deps(&ctx).db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
     }
     result
+}
+
+/// Fails (terminal) unless the binary the VM would run is built for the machine type.
+async fn check_architecture(api: &HostedApi, cloud: &dyn Cloud) -> Result<(), StepError> {
+    let source = binary(api)?;
+    let runs = cloud.vm_architectures(&api.region, &api.vm_type).await?;
+    if source.arches().iter().any(|arch| runs.contains(arch)) {
+        return Ok(());
+    }
+    let names = |arches: &[api_binary::Arch]| arches.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ");
+    Err(StepError::terminal_msg(match source {
+        BinarySource::Shipped { arch, .. } => format!(
+            "machine type {} runs {} and the binary this deploy ships is built for {arch}: deploy with --binary FILE, \
+             an anycloud built for {}, or pick a machine type of {arch}",
+            api.vm_type,
+            names(&runs),
+            names(&runs)
+        ),
+        BinarySource::Hosted { .. } => format!(
+            "machine type {} runs {} and --binary-sha256 names a binary for {} only: add {}=SHA256 of the binary \
+             your --binary-url serves for it, or ship one with --binary FILE",
+            api.vm_type,
+            names(&runs),
+            names(&source.arches()),
+            names(&runs)
+        ),
+    }))
+}
+
+/// The recorded binary.
+fn binary(api: &HostedApi) -> Result<BinarySource, StepError> {
+    BinarySource::of_record(&api.binary_url, api.binary_sha256.as_deref())
+        .map_err(|why| StepError::terminal_msg(format!("API `{}`: {why}", api.name)))
+}
+
+/// The shipped binary's key in the bucket, under the API's prefix.
+fn binary_key(api: &HostedApi, sha256: &str) -> Result<String, StepError> {
+    let url = anycloud_checkpoint::BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
+    Ok(api_binary::object_key(&url.prefix, sha256))
+}
+
+/// Copies the binary the deploy ships from where the deploying API staged it into the bucket,
+/// unless the bucket holds it already (by its SHA-256: a second deploy of the same binary, or
+/// this step again after a crash); an object under its key with other bytes is replaced.
+async fn ship_binary(ctx: StepCtx<DeployApi>) -> Result<Option<String>, StepError> {
+    let api = record(&ctx).await?;
+    let BinarySource::Shipped { sha256, .. } = binary(&api)? else { return Ok(None) };
+    let key = binary_key(&api, &sha256)?;
+    let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+    let existing = bucket.objects().get(&key).await.map_err(step_error)?;
+    if let Some((bytes, _)) = &existing
+        && api_binary::sha256_hex(bytes) == sha256
+    {
+        return Ok(Some(key));
+    }
+    let path = api_binary::staged_path(&deps(&ctx).binaries, &sha256);
+    let body = match tokio::fs::read(&path).await {
+        Ok(body) => bytes::Bytes::from(body),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StepError::terminal_msg(format!(
+                "the binary {sha256} this deploy ships is no longer staged on this API ({} is gone: its disk was \
+                 replaced?); run `anycloud api serve` again, which uploads it again",
+                path.display()
+            )));
+        }
+        Err(err) => return Err(StepError::retryable_msg(format!("reading {}: {err}", path.display()))),
+    };
+    if api_binary::sha256_hex(&body) != sha256 {
+        return Err(StepError::terminal_msg(format!(
+            "the staged binary {} does not have its SHA-256 {sha256} any more; run `anycloud api serve` again",
+            path.display()
+        )));
+    }
+    match existing {
+        Some((_, version)) => bucket.objects().replace(&key, body, &version).await.map_err(step_error)?,
+        None => bucket.objects().create(&key, body).await.map_err(step_error)?,
+    };
+    Ok(Some(key))
+}
+
+/// Deletes the shipped binary from the bucket (nothing there is success; a bucket this run
+/// created goes with everything in it anyway).
+async fn ship_binary_undo(ctx: StepCtx<DeployApi>, _shipped: Effect<Option<String>>) -> Result<(), StepError> {
+    let api = record(&ctx).await?;
+    let BinarySource::Shipped { sha256, .. } = binary(&api)? else { return Ok(()) };
+    let key = binary_key(&api, &sha256)?;
+    let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+    match bucket.objects().delete(&[key]).await {
+        Ok(()) => Ok(()),
+        // The bucket itself is gone (its own undo ran first, or someone deleted it).
+        Err(err) if err.to_string().contains("does not exist") || err.to_string().contains("NoSuchBucket") => Ok(()),
+        Err(err) => Err(step_error(err)),
+    }
 }
 
 /// Marks the API `failed`, with the cause; it runs last in every unwind.
@@ -363,7 +478,7 @@ async fn reserve_address_undo(ctx: StepCtx<DeployApi>, _address: Effect<Address>
 /// Launches the VM whose boot script installs `anycloud` and serves the API from the bucket.
 async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
-    let (_, access) = ApiBucket::open(deps(&ctx), &api).await?;
+    let (bucket, access) = ApiBucket::open(deps(&ctx), &api).await?;
     let port = api.public_port().map_err(StepError::terminal_msg)?;
     let storage_secret = ctx.output(STORE_STORAGE_SECRET)?;
     // The VM reads the secret from its own provider, at the hosting credential's endpoint.
@@ -372,6 +487,15 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         None => None,
     };
     let address = ctx.output(RESERVE_ADDRESS)?;
+    // A fresh signed URL at each attempt: the VM fetches it within minutes of its launch.
+    let download = match binary(&api)? {
+        BinarySource::Shipped { sha256, arch } => {
+            let key = ctx.output(SHIP_BINARY)?.unwrap_or(binary_key(&api, &sha256)?);
+            let url = bucket.signed_get(&key, SIGNED_URL_TTL).await.map_err(step_error)?;
+            Download { url, sums: api_binary::Sums::from([(arch, sha256)]), https_only: false }
+        }
+        BinarySource::Hosted { url, sums } => Download { url, sums, https_only: true },
+    };
     let script = api_user_data::hosted_api(&Script {
         id: &api.name,
         provider: api.provider,
@@ -381,8 +505,7 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         bucket_endpoint: access.endpoint.as_deref(),
         storage_secret: storage_secret.as_deref(),
         storage_secret_endpoint: secret_endpoint.as_deref(),
-        binary_url: &api.binary_url,
-        binary_sha256: api.binary_sha256.as_deref(),
+        binary: &download,
         address: &address.ip,
         hosting_credential: &api.credential,
         region: &api.region,

@@ -10,22 +10,48 @@
 //! 1. writes the VM's stable public address (the Elastic IP or static address `api.deploy`
 //!    reserved), which the API's serving certificate is issued for: not the metadata's, which
 //!    is ephemeral;
-//! 2. downloads the binary for `uname -m` (`{arch}` in the URL: `x86_64`, `aarch64`) and, when a
-//!    sum is given, checks it before installing it;
+//! 2. installs the `anycloud` binary for `uname -m` (`x86_64`, `aarch64`): unless the installed
+//!    one already has the SHA-256 written here (a reboot, when a signed URL has long expired), it
+//!    downloads it (from the short-lived signed URL of the object the deploy shipped to the
+//!    bucket, or from the operator's `https://` URL, `{arch}` replaced) and checks its SHA-256
+//!    before anything runs; an architecture with no sum here, or a binary with another sum, is
+//!    refused and nothing is installed or started;
 //! 3. writes the unit `anycloud-api.service` (restart always) and starts it.
 //!
 //! It may run again (GCE runs a `startup-script` at every boot): each run rewrites the address,
 //! the binary and the unit, and restarts the service, which restores from the bucket.
 
+use crate::api_binary::{Arch, Sums};
 use crate::providers::ProviderKind;
 
-/// Where the VM downloads `anycloud` unless told otherwise: the project's release for this
-/// version. docs/hosting.md says how to host your own.
-pub const DEFAULT_BINARY_URL: &str = concat!(
-    "https://github.com/anycloud/anycloud/releases/download/v",
-    env!("CARGO_PKG_VERSION"),
-    "/anycloud-{arch}-unknown-linux-gnu"
-);
+/// Where the VM downloads its binary from, with the SHA-256 it must have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// A signed URL of one object (`https://` on the real stores; the store's endpoint override
+    /// otherwise), or the operator's `https://` URL with `{arch}` in it.
+    pub url: String,
+    /// The SHA-256 of each architecture it serves.
+    pub sums: Sums,
+    /// Refuse anything but HTTPS, redirects included: the operator's URL. A store's signed URL
+    /// is on the store's endpoint (HTTPS, but for a private endpoint the storage credential
+    /// names).
+    pub https_only: bool,
+}
+
+impl Download {
+    /// The URL for `arch`, and the SHA-256 its binary must have; `None` if it has none.
+    pub fn for_arch(&self, arch: Arch) -> Option<(String, &str)> {
+        let sum = self.sums.get(&arch)?;
+        Some((self.url.replace("{arch}", arch.as_str()), sum.as_str()))
+    }
+}
+
+/// The start of the line that names the URL; [`parse_download`] reads it back.
+const URL_LINE: &str = "binary_url='";
+/// The curl flags of an HTTPS-only download.
+const HTTPS_ONLY: &str = "--proto =https --proto-redir =https ";
+/// The end of the case arm that names an architecture's sum (`  x86_64) binary_sha256='HEX' ;;`).
+const SUM_ARM: &str = ") binary_sha256='";
 
 /// The start of the line of the unit that runs the API; the tests' VM runner reads the rest.
 const EXEC_START: &str = "ExecStart=/usr/local/bin/anycloud api serve ";
@@ -53,10 +79,8 @@ pub struct HostedApi<'a> {
     pub storage_secret: Option<&'a str>,
     /// Another endpoint than the secret store's public one (the hosting credential's override).
     pub storage_secret_endpoint: Option<&'a str>,
-    /// Where the binary comes from (`{arch}` is replaced).
-    pub binary_url: &'a str,
-    /// Its sha256, hex, when known.
-    pub binary_sha256: Option<&'a str>,
+    /// Where the binary comes from, and its SHA-256.
+    pub binary: &'a Download,
     /// The VM's stable public address (reserved by `api.deploy`): its certificate and URL name it.
     pub address: &'a str,
     /// The credential it is hosted with (saved on it by `api.deploy`), which places its clusters'
@@ -113,17 +137,9 @@ fn serve_arguments(api: &HostedApi<'_>) -> Vec<String> {
 /// The script.
 pub fn hosted_api(api: &HostedApi<'_>) -> String {
     let exec = format!("{EXEC_START}{}", serve_arguments(api).join(" "));
-    let verify = match api.binary_sha256 {
-        Some(sum) => format!(
-            r#"actual=$(sha256sum "$work/anycloud" | cut -d ' ' -f 1)
-if [ "$actual" != '{sum}' ]; then
-  echo "anycloud: $url has sha256 $actual, not {sum}: installing nothing" >&2
-  exit 1
-fi
-"#
-        ),
-        None => String::new(),
-    };
+    let served: Vec<&str> = api.binary.sums.keys().map(|arch| arch.as_str()).collect();
+    let sums: String = api.binary.sums.iter().map(|(arch, sum)| format!("  {arch}{SUM_ARM}{sum}' ;;\n")).collect();
+    let proto = if api.binary.https_only { HTTPS_ONLY } else { "" };
     format!(
         r#"#!/bin/sh
 # anycloud API {id}: restored from {bucket} and served on port {port}.
@@ -131,18 +147,30 @@ fi
 set -eu
 umask 077
 root="${{ANYCLOUD_ROOT:-}}"
-case "$(uname -m)" in
-  x86_64) arch=x86_64 ;;
-  aarch64) arch=aarch64 ;;
-  *) echo "anycloud: no anycloud binary for $(uname -m)" >&2; exit 1 ;;
+arch=$(uname -m)
+case "$arch" in
+{sums}  *) echo "anycloud: this deploy has no anycloud binary for $arch (it has {served}): installing nothing; deploy again with --binary FILE built for $arch" >&2; exit 1 ;;
 esac
-url=$(printf '%s' '{binary_url}' | sed "s/{{arch}}/$arch/g")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-curl -sfL --retry 5 -o "$work/anycloud" "$url"
-{verify}mkdir -p "$root/usr/local/bin" "$root/etc/anycloud" "$root/etc/systemd/system" "$root/var/lib/anycloud"
-cp "$work/anycloud" "$root/usr/local/bin/anycloud"
-chmod 0755 "$root/usr/local/bin/anycloud"
+{URL_LINE}{binary_url}'
+url=$(printf '%s' "$binary_url" | sed "s/{{arch}}/$arch/g")
+installed="$root/usr/local/bin/anycloud"
+if [ -f "$installed" ] && [ "$(sha256sum "$installed" | cut -d ' ' -f 1)" = "$binary_sha256" ]; then
+  echo "anycloud: the installed binary has sha256 $binary_sha256 already"
+else
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  curl -sfL {proto}--retry 5 -o "$work/anycloud" "$url"
+  actual=$(sha256sum "$work/anycloud" | cut -d ' ' -f 1)
+  if [ "$actual" != "$binary_sha256" ]; then
+    echo "anycloud: the downloaded binary has sha256 $actual, not $binary_sha256: installing nothing" >&2
+    exit 1
+  fi
+  mkdir -p "$root/usr/local/bin"
+  cp "$work/anycloud" "$installed.new"
+  chmod 0755 "$installed.new"
+  mv "$installed.new" "$installed"
+fi
+mkdir -p "$root/etc/anycloud" "$root/etc/systemd/system" "$root/var/lib/anycloud"
 echo 'ANYCLOUD_ADDRESS={address}' > "$root/etc/anycloud/address.env"
 cat > "$root/etc/systemd/system/anycloud-api.service" <<'ANYCLOUD_EOF'
 [Unit]
@@ -166,9 +194,26 @@ systemctl restart anycloud-api.service
         id = api.id,
         bucket = api.bucket,
         port = api.port,
-        binary_url = api.binary_url,
+        served = served.join(", "),
+        binary_url = api.binary.url,
         address = api.address,
     )
+}
+
+/// Where a hosted API's script downloads its binary from, with the sums it checks; `None` if
+/// `user_data` is not such a script. The tests' VM runner fetches and checks exactly these.
+pub fn parse_download(user_data: &str) -> Option<Download> {
+    let url = user_data.lines().find_map(|line| line.strip_prefix(URL_LINE)?.strip_suffix('\''))?;
+    let mut sums = Sums::new();
+    for line in user_data.lines() {
+        if let Some((arch, rest)) = line.trim_start().split_once(SUM_ARM)
+            && let (Some(arch), Some(sum)) = (Arch::parse(arch), rest.strip_suffix("' ;;"))
+        {
+            sums.insert(arch, sum.to_owned());
+        }
+    }
+    let https_only = user_data.lines().any(|line| line.trim_start().starts_with("curl ") && line.contains(HTTPS_ONLY));
+    Some(Download { url: url.to_owned(), sums, https_only })
 }
 
 /// The arguments after `anycloud` that a hosted API's script runs (`api serve ...`), its address
@@ -185,6 +230,15 @@ pub fn parse_serve_command(user_data: &str) -> Option<Vec<String>> {
 mod tests {
     use super::*;
 
+    fn download() -> &'static Download {
+        static DOWNLOAD: std::sync::OnceLock<Download> = std::sync::OnceLock::new();
+        DOWNLOAD.get_or_init(|| Download {
+            url: "https://team-api-state.s3.amazonaws.com/binaries/anycloud-ab12?X-Amz-Signature=00".into(),
+            sums: Sums::from([(Arch::X86_64, "ab12".to_owned())]),
+            https_only: false,
+        })
+    }
+
     fn api() -> HostedApi<'static> {
         HostedApi {
             id: "team-api",
@@ -195,8 +249,7 @@ mod tests {
             bucket_endpoint: None,
             storage_secret: None,
             storage_secret_endpoint: None,
-            binary_url: DEFAULT_BINARY_URL,
-            binary_sha256: Some("ab12"),
+            binary: download(),
             address: "198.51.100.9",
             hosting_credential: "aws-host",
             region: "eu-west-1",
@@ -215,6 +268,8 @@ mod tests {
         assert!(!script.contains("169.254.169.254"), "not the metadata's ephemeral address");
         assert!(script.contains("'ab12'"), "the sum is checked");
         assert_eq!(parse_serve_command("#!/bin/sh\necho hi\n"), None);
+        assert_eq!(parse_download(&script).as_ref(), Some(download()), "the runner reads back what it fetches");
+        assert_eq!(parse_download("#!/bin/sh\necho hi\n"), None);
     }
 
     #[test]
@@ -237,6 +292,25 @@ mod tests {
         assert_eq!(after("--checkpoint-bucket").as_deref(), Some("gs://team-api-state/"));
         let without = parse_serve_command(&hosted_api(&HostedApi { storage_secret_endpoint: Some("x"), ..api() }));
         assert!(!without.unwrap_or_default().iter().any(|a| a.starts_with("--checkpoint-storage-secret")));
+    }
+
+    #[test]
+    fn the_operators_url_is_fetched_per_architecture_over_https_only() {
+        let hosted = Download {
+            url: "https://downloads.example.com/anycloud-{arch}".into(),
+            sums: Sums::from([(Arch::X86_64, "aa".repeat(32)), (Arch::Aarch64, "bb".repeat(32))]),
+            https_only: true,
+        };
+        let script = hosted_api(&HostedApi { binary: &hosted, ..api() });
+        assert_eq!(parse_download(&script).as_ref(), Some(&hosted));
+        assert!(script.contains("--proto =https --proto-redir =https"), "{script}");
+        assert_eq!(
+            hosted.for_arch(Arch::Aarch64),
+            Some(("https://downloads.example.com/anycloud-aarch64".to_owned(), "bb".repeat(32).as_str()))
+        );
+        let signed = hosted_api(&api());
+        assert!(!signed.contains("--proto-redir"), "a signed URL is the store's own");
+        assert!(signed.contains("it has x86_64"), "an unserved architecture is refused by name");
     }
 
     #[test]

@@ -245,6 +245,14 @@ pub trait Cloud: Send + Sync {
     /// The IPs of the reserved addresses of `placement.cluster_id` the provider still holds.
     async fn list_addresses(&self, placement: &Placement) -> Result<Vec<Address>, CloudError>;
 
+    /// The architectures machine type `vm_type` runs in `region` (AWS: the instance type's
+    /// `ProcessorInfo.SupportedArchitectures`; GCP: the machine type's `architecture`), which
+    /// the binary a hosted API's VM runs must match. The simulated cloud's machines are x86_64.
+    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::api_binary::Arch>, CloudError> {
+        let _ = (region, vm_type);
+        Ok(vec![crate::api_binary::Arch::X86_64])
+    }
+
     /// Finds or creates the network rules of a hosted API (`placement.cluster_id` is its owner
     /// id): TCP `port` from anywhere. [`Cloud::delete_network`] removes them.
     async fn ensure_api_network(&self, placement: &Placement, port: u16) -> Result<Network, CloudError> {

@@ -93,6 +93,9 @@ pub struct Deps {
     /// for an API on an operator's machine, whose address no cloud can name: its clusters'
     /// APIs are open to every address (docs/hosting.md, "Cluster networks").
     pub api_address: Option<String>,
+    /// Where binaries uploaded for hosted APIs wait until their deploy ships them to the
+    /// API's bucket (`DATA_DIR/binaries`, [`crate::api_binary::stage`]).
+    pub binaries: std::path::PathBuf,
 }
 
 impl Deps {

@@ -19,6 +19,7 @@
 //!   when it boots.
 
 pub mod api;
+pub mod api_binary;
 pub mod api_bucket;
 pub mod api_deploy;
 pub mod api_hosting_credential;

@@ -39,7 +39,18 @@ impl TestWorld {
         let db = Db::open(&store).await.expect("the domain's tables");
         let sealer = SecretBox::load_or_create(dir.path()).expect("a sealer");
         let clouds = Clouds::new(Some(Arc::new(FakeCloud(answer))));
-        Self { deps: Deps { db, sealer, clouds, seams: TestSeams::default(), api_address: None }, store, _dir: dir }
+        Self {
+            deps: Deps {
+                db,
+                sealer,
+                clouds,
+                seams: TestSeams::default(),
+                api_address: None,
+                binaries: dir.path().join("binaries"),
+            },
+            store,
+            _dir: dir,
+        }
     }
 
     pub(crate) async fn engine(&self, registry: Registry) -> Engine {

@@ -17,7 +17,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use anycloud_workflows::api_user_data::{self, HostedApi};
+use anycloud_workflows::api_binary::{Arch, Sums};
+use anycloud_workflows::api_user_data::{self, Download, HostedApi};
 use anycloud_workflows::cluster_network::Reach;
 use anycloud_workflows::cluster_secrets::ClusterSecrets;
 use anycloud_workflows::providers::ProviderKind;
@@ -552,8 +553,13 @@ fn the_production_scripts_download_the_pinned_release() {
 }
 
 /// `shellcheck -s sh` reports nothing on any script: each provider, each role, the production sums.
-/// A hosted API's script for `provider`, checking the binary against `sum`.
-fn hosted_api(provider: ProviderKind, sum: Option<&str>) -> String {
+/// A hosted API's script for `provider`, checking each architecture's binary against its sum.
+fn hosted_api(provider: ProviderKind, sums: &[(Arch, &str)]) -> String {
+    let download = Download {
+        url: ANYCLOUD_URL.to_owned(),
+        sums: sums.iter().map(|(arch, sum)| (*arch, (*sum).to_owned())).collect::<Sums>(),
+        https_only: true,
+    };
     api_user_data::hosted_api(&HostedApi {
         id: "team-api",
         provider,
@@ -563,8 +569,7 @@ fn hosted_api(provider: ProviderKind, sum: Option<&str>) -> String {
         bucket_endpoint: None,
         storage_secret: None,
         storage_secret_endpoint: None,
-        binary_url: ANYCLOUD_URL,
-        binary_sha256: sum,
+        binary: &download,
         address: "198.51.100.9",
         hosting_credential: "aws-host",
         region: "eu-west-1",
@@ -579,7 +584,13 @@ fn a_hosted_apis_vm_installs_the_checked_binary_and_runs_the_unit_for_its_addres
         let binary = format!("#!/bin/sh\necho anycloud {machine}\n");
         let url = ANYCLOUD_URL.replace("{arch}", machine);
         sandbox.serve(&url, &binary);
-        let script = hosted_api(provider, Some(&sha256_hex(binary.as_bytes())));
+        let sum = sha256_hex(binary.as_bytes());
+        let other = "0".repeat(64);
+        let (arch, other_arch) = match Arch::parse(machine).unwrap() {
+            Arch::X86_64 => (Arch::X86_64, Arch::Aarch64),
+            Arch::Aarch64 => (Arch::Aarch64, Arch::X86_64),
+        };
+        let script = hosted_api(provider, &[(arch, &sum), (other_arch, &other)]);
         sandbox.run(&script).assert_ok();
         assert!(sandbox.requests().contains(&format!("GET {url}")), "{:?}", sandbox.requests());
         let installed = sandbox.root("usr/local/bin/anycloud");
@@ -599,8 +610,11 @@ fn a_hosted_apis_vm_installs_the_checked_binary_and_runs_the_unit_for_its_addres
             sandbox.log("systemctl.log"),
             "daemon-reload\nenable anycloud-api.service\nrestart anycloud-api.service\n"
         );
-        // Again (GCE runs it at every boot): the same files, the service restarted.
+        // Again (GCE runs it at every boot, long after a signed URL expired): the binary in place
+        // has its sum, so nothing is fetched; the same files, the service restarted.
+        let fetched = sandbox.requests().iter().filter(|r| **r == format!("GET {url}")).count();
         sandbox.run(&script).assert_ok();
+        assert_eq!(sandbox.requests().iter().filter(|r| **r == format!("GET {url}")).count(), fetched);
         assert_eq!(sandbox.log("systemctl.log").matches("restart").count(), 2);
     }
 }
@@ -609,9 +623,26 @@ fn a_hosted_apis_vm_installs_the_checked_binary_and_runs_the_unit_for_its_addres
 fn a_hosted_apis_vm_with_a_tampered_binary_installs_and_starts_nothing() {
     let sandbox = Sandbox::new();
     sandbox.serve(&ANYCLOUD_URL.replace("{arch}", "x86_64"), "#!/bin/sh\necho swapped\n");
-    sandbox.run(&hosted_api(ProviderKind::Aws, Some(&sha256_hex(b"the real one")))).assert_failed("a swapped binary");
+    let real = sha256_hex(b"the real one");
+    sandbox.run(&hosted_api(ProviderKind::Aws, &[(Arch::X86_64, &real)])).assert_failed("a swapped binary");
     assert!(!sandbox.root("usr/local/bin/anycloud").exists());
     assert!(!sandbox.root("etc/systemd/system/anycloud-api.service").exists());
+    assert_eq!(sandbox.log("systemctl.log"), "");
+}
+
+#[test]
+fn a_hosted_apis_vm_of_an_architecture_the_deploy_has_no_sum_for_fetches_and_starts_nothing() {
+    let sandbox = Sandbox { machine: "aarch64", ..Sandbox::new() };
+    sandbox.serve(
+        &ANYCLOUD_URL.replace("{arch}", "aarch64"),
+        "#!/bin/sh
+echo anycloud
+",
+    );
+    let run = sandbox.run(&hosted_api(ProviderKind::Gcp, &[(Arch::X86_64, &"a".repeat(64))]));
+    run.assert_failed("no binary for aarch64");
+    assert!(!sandbox.requests().iter().any(|r| r.contains("downloads.example.com")), "{:?}", sandbox.requests());
+    assert!(!sandbox.root("usr/local/bin/anycloud").exists());
     assert_eq!(sandbox.log("systemctl.log"), "");
 }
 
@@ -628,8 +659,8 @@ fn shellcheck_passes_every_script() {
                 user_data::control_plane(provider, Reach::AcrossNetworks, "c1", RESERVED, &secrets),
             ),
             ("worker-across", user_data::worker(provider, &join(Reach::AcrossNetworks), &secrets)),
-            ("hosted-api", hosted_api(provider, Some("ab12"))),
-            ("hosted-api-unchecked", hosted_api(provider, None)),
+            ("hosted-api", hosted_api(provider, &[(Arch::X86_64, "ab12")])),
+            ("hosted-api-two-arches", hosted_api(provider, &[(Arch::X86_64, "ab12"), (Arch::Aarch64, "cd34")])),
         ] {
             let path = dir.path().join(format!("{provider}-{role}.sh"));
             fs::write(&path, &script).unwrap();

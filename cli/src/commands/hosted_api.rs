@@ -3,9 +3,11 @@
 //! address, token and pinned CA in the CLI config. `anycloud api stop|delete` of such an API
 //! runs `api.remove` on the API that deployed it, and says what stays.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anycloud_workflows::api::{HostedApiAccess, HostedApiStarted, NewHostedApi};
+use anycloud_workflows::api::{HostedApiAccess, HostedApiStarted, NewHostedApi, VmTypeArchitectures, VmTypeQuery};
+use anycloud_workflows::api_binary::{self, Arch, StagedBinary};
 use anycloud_workflows::db::hosted_apis::Phase;
 
 use super::print_json;
@@ -15,10 +17,27 @@ use crate::config::{ApiEntry, Config};
 use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NOT_OBSERVED, OK};
 use crate::output::say;
 
+/// The binary the VM runs, as `api serve --credentials` was told.
+pub enum Binary {
+    /// This CLI's own executable, shipped by the deploy (the default).
+    Own,
+    /// `--binary FILE`, shipped by the deploy.
+    File(PathBuf),
+    /// `--binary-url URL --binary-sha256 ARCH=HEX,...`: hosted by the operator.
+    Url {
+        /// The URL (`{arch}` replaced on the VM).
+        url: String,
+        /// `ARCH=HEX[,ARCH=HEX]`.
+        sums: String,
+    },
+}
+
 /// What `api serve --credentials` was asked for, beyond the request itself.
 pub struct DeployArgs {
-    /// The request the deployer receives.
+    /// The request the deployer receives (its binary fields are filled from `binary`).
     pub request: NewHostedApi,
+    /// The binary the VM runs.
+    pub binary: Binary,
     /// Make the new API the active one.
     pub use_it: bool,
     /// How long to follow the deploy.
@@ -29,7 +48,34 @@ pub struct DeployArgs {
 pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
     let deployer = Client::active()?;
     let name = args.request.name.clone();
-    let started: HostedApiStarted = deployer.post("/v1/apis", &args.request).await?;
+    let mut request = args.request;
+    match args.binary {
+        Binary::Url { url, sums } => {
+            let given = api_binary::parse_sums(&sums)
+                .map_err(|why| CliError::bad_input(format!("API `{name}`: --binary-sha256: {why}")))?;
+            if !url.starts_with("https://") {
+                return Err(CliError::bad_input(format!(
+                    "API `{name}`: --binary-url `{url}` is not an https:// URL: the VM downloads over HTTPS only"
+                )));
+            }
+            let runs = architectures(&deployer, &request).await?;
+            if !runs.architectures.iter().any(|arch| given.contains_key(arch)) {
+                return Err(CliError::bad_input(format!(
+                    "API `{name}`: machine type {} in {} runs {}, and --binary-sha256 names a binary for {} only: add \
+                     ARCH=SHA256 of the binary your --binary-url serves for it; nothing was made",
+                    runs.vm_type,
+                    runs.region,
+                    names(&runs.architectures),
+                    names(&given.keys().copied().collect::<Vec<_>>())
+                )));
+            }
+            request.binary_url = Some(url);
+            request.binary_sha256 = Some(sums);
+        }
+        Binary::Own => request.binary = Some(ship(&deployer, &request, None, json).await?),
+        Binary::File(file) => request.binary = Some(ship(&deployer, &request, Some(file), json).await?),
+    }
+    let started: HostedApiStarted = deployer.post("/v1/apis", &request).await?;
     let run = started.workflow_id.to_string();
     if !json {
         let api = &started.api;
@@ -85,6 +131,60 @@ pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
         say!("stop it with `anycloud api stop {name}` (its bucket {} and the state in it stay)", shown.bucket);
     }
     Ok(OK)
+}
+
+/// Checks that the binary the deploy ships (`file`, else this CLI's own) runs on the machine
+/// type (asked of the provider through the deployer, before anything is made), and uploads it
+/// to the deployer, which keeps it until the deploy puts it in the API's bucket. Answers its
+/// SHA-256.
+async fn ship(
+    deployer: &Client,
+    request: &NewHostedApi,
+    file: Option<PathBuf>,
+    json: bool,
+) -> Result<String, CliError> {
+    let own = file.is_none();
+    let path = match file {
+        Some(file) => file,
+        None => std::env::current_exe().map_err(|err| {
+            CliError::bad_input(format!("cannot find this CLI's own binary to ship ({err}): pass --binary FILE"))
+        })?,
+    };
+    let what = if own { "this anycloud".to_owned() } else { format!("--binary {}", path.display()) };
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|err| CliError::bad_input(format!("reading {what} ({}): {err}", path.display())))?;
+    let arch = Arch::of_elf(&bytes[..bytes.len().min(64)]).map_err(|why| {
+        CliError::bad_input(format!(
+            "{what} cannot run on a cloud VM: {why}; pass --binary FILE, an anycloud built for Linux (x86_64 or \
+             aarch64), or --binary-url with --binary-sha256"
+        ))
+    })?;
+    let runs = architectures(deployer, request).await?;
+    if !runs.architectures.contains(&arch) {
+        let theirs = names(&runs.architectures);
+        return Err(CliError::bad_input(format!(
+            "API `{}`: machine type {} in {} runs {theirs}, and {what} is built for {arch}: pass --binary FILE, an \
+             anycloud built for Linux {theirs}, or pick a machine type that runs {arch}; nothing was made",
+            request.name, runs.vm_type, runs.region
+        )));
+    }
+    let sha256 = api_binary::sha256_hex(&bytes);
+    if !json {
+        say!("shipping {what} ({arch}, {} MiB, sha256 {sha256}) to `{}`", bytes.len() / (1024 * 1024), deployer.name());
+    }
+    let staged: StagedBinary = deployer.put_octets(&format!("/v1/binaries/{sha256}"), bytes).await?;
+    Ok(staged.sha256)
+}
+
+/// What the machine type of `request` runs on, asked of its provider through the deployer.
+async fn architectures(deployer: &Client, request: &NewHostedApi) -> Result<VmTypeArchitectures, CliError> {
+    let path = format!("/v1/credentials/{}/vm-types/{}", segment(&request.credentials), segment(&request.vm_type));
+    deployer.get_query(&path, &VmTypeQuery { region: request.region.clone() }).await
+}
+
+fn names(arches: &[Arch]) -> String {
+    arches.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 /// Removes a deployed API through `deployer`, follows the removal, forgets the API in the CLI

@@ -20,6 +20,17 @@ pub async fn deploy(
     Ok((StatusCode::CREATED, Json(state.ops.deploy_api(request).await?)))
 }
 
+/// Receives a binary a deploy will ship to its VM, streamed (at most
+/// [`anycloud_workflows::api_binary::MAX_BINARY_BYTES`]), kept only if it has the SHA-256 in the
+/// path and runs on a VM (ELF, x86_64 or aarch64).
+pub async fn stage_binary(
+    State(state): State<AppState>,
+    PathParam(sha256): PathParam<String>,
+    body: axum::body::Body,
+) -> Result<Json<anycloud_workflows::api_binary::StagedBinary>, ApiError> {
+    Ok(Json(state.ops.stage_binary(&sha256, body.into_data_stream()).await?))
+}
+
 /// The live hosted APIs.
 pub async fn list(State(state): State<AppState>) -> Result<Json<HostedApiList>, ApiError> {
     Ok(Json(state.ops.list_apis().await?))

@@ -4,10 +4,13 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use anycloud_workflows::api::{CredentialDeleted, CredentialList, CredentialSaved, CredentialShown, NewCredential};
+use anycloud_workflows::api::{
+    CredentialDeleted, CredentialList, CredentialSaved, CredentialShown, NewCredential, VmTypeArchitectures,
+    VmTypeQuery,
+};
 
 use super::AppState;
-use super::error::{ApiError, JsonBody, PathParam};
+use super::error::{ApiError, JsonBody, PathParam, QueryParams};
 
 /// Saves a credential and starts its verification.
 pub async fn create(
@@ -36,4 +39,13 @@ pub async fn delete(
     PathParam(name): PathParam<String>,
 ) -> Result<Json<CredentialDeleted>, ApiError> {
     Ok(Json(state.ops.delete_credential(&name).await?))
+}
+
+/// What a machine type runs on, asked of the credential's provider.
+pub async fn vm_type(
+    State(state): State<AppState>,
+    PathParam((name, vm_type)): PathParam<(String, String)>,
+    QueryParams(query): QueryParams<VmTypeQuery>,
+) -> Result<Json<VmTypeArchitectures>, ApiError> {
+    Ok(Json(state.ops.vm_type_architectures(&name, query.region.as_deref(), &vm_type).await?))
 }

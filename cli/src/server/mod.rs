@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router, middleware};
 use rand::RngCore;
 use serde_json::{Value, json};
@@ -179,6 +179,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         clouds: Clouds::new(Some(Arc::new(sim.clone()))),
         seams: seams.api.clone(),
         api_address: options.public_address.clone(),
+        binaries: data_dir.join("binaries"),
     };
     // A stable owner name: after a crash, the restarted API takes its runs back at once. The
     // engine holds it exclusively, so a second API with this id on this database is refused.
@@ -348,6 +349,8 @@ fn router(state: AppState, kube_routes: Router) -> Router {
         .route("/v1/apis", get(apis::list).post(apis::deploy))
         .route("/v1/apis/{name}", get(apis::show).delete(apis::remove))
         .route("/v1/apis/{name}/access", get(apis::access))
+        .route("/v1/binaries/{sha256}", put(apis::stage_binary))
+        .route("/v1/credentials/{name}/vm-types/{vm_type}", get(credentials::vm_type))
         .route("/v1/credentials", get(credentials::list).post(credentials::create))
         .route("/v1/credentials/{name}", get(credentials::show).delete(credentials::delete))
         .route("/v1/clusters", get(clusters::list).post(clusters::create))

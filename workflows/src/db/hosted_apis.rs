@@ -79,9 +79,12 @@ pub struct HostedApi {
     pub bucket: String,
     /// The public HTTPS port.
     pub port: i64,
-    /// Where the VM downloads `anycloud`.
+    /// Where the VM gets `anycloud`: the object the deploy shipped to the bucket
+    /// (`s3://B/P/binaries/anycloud-SHA256`, fetched through a signed URL), or the operator's
+    /// `https://` URL (`{arch}` replaced) ([`crate::api_binary::BinarySource`]).
     pub binary_url: String,
-    /// The binary's sha256, when given.
+    /// The SHA-256 of each architecture's binary, `x86_64=HEX[,aarch64=HEX]` (one for a shipped
+    /// binary); the VM checks it before it runs a byte.
     pub binary_sha256: Option<String>,
     /// Where it stands.
     #[sqlx(try_from = "String")]

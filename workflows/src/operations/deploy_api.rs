@@ -3,9 +3,9 @@
 
 use uuid::Uuid;
 
-use crate::api::{HostedApiStarted, NewHostedApi};
+use crate::api::{HostedApiStarted, NewHostedApi, VmTypeArchitectures};
+use crate::api_binary::{self, Arch, BinarySource, StagedBinary, Sums};
 use crate::api_deploy::{DeployApi, DeployInput};
-use crate::api_user_data::DEFAULT_BINARY_URL;
 use crate::db::credentials::{self, Credential, CredentialStatus, Hold};
 use crate::db::hosted_apis::{self, HostedApi, Phase};
 use crate::db::is_unique_violation;
@@ -32,28 +32,11 @@ impl Operations {
                 "--vm-type is empty; pass the provider's machine type (e.g. t3.medium, e2-standard-2)".into()
             ));
         }
-        // Both ride in the VM's unit as arguments of `api serve` (its clusters' control planes).
-        for (flag, value) in [("--vm-type", Some(&request.vm_type)), ("--region", request.region.as_ref())] {
-            if let Some(value) = value
-                && !value.trim().bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-            {
-                return Err(bad(format!(
-                    "{flag} `{value}` is not a provider's name: use letters, digits, `.`, `_`, `-`"
-                )));
-            }
-        }
+        check_names(&request.vm_type, request.region.as_deref()).map_err(bad)?;
         if request.port == Some(0) {
             return Err(bad("--port 0 is not a port a client can be told; pass 1-65535 (default 443)".into()));
         }
-        if let Some(sum) = &request.binary_sha256
-            && (sum.len() != 64 || !sum.bytes().all(|b| b.is_ascii_hexdigit()))
-        {
-            return Err(bad(format!("--binary-sha256 `{sum}` is not a SHA-256 (64 hex digits)")));
-        }
-        let binary_url = request.binary_url.clone().unwrap_or_else(|| DEFAULT_BINARY_URL.to_owned());
-        if !binary_url.starts_with("https://") && !binary_url.starts_with("http://") {
-            return Err(bad(format!("--binary-url `{binary_url}` is not an http(s) URL")));
-        }
+        let binary = binary_source(&request, &self.deps.binaries).map_err(bad)?;
         let storage_name =
             request.checkpoint_storage_credentials.clone().unwrap_or_else(|| request.credentials.clone());
 
@@ -69,15 +52,17 @@ impl Operations {
             )));
         }
         let bucket = bucket_url(&request.checkpoint_bucket, storage.provider).map_err(bad)?;
-        let region = request.region.clone().or_else(|| hosting.public.region.clone()).unwrap_or_else(|| match hosting
-            .provider
-        {
-            ProviderKind::Gcp => "us-central1".to_owned(),
-            _ => "us-east-1".to_owned(),
-        });
+        let region = region_of(request.region.as_deref(), &hosting);
         if let Some(existing) = hosted_apis::lock_live_in(&mut tx, &name).await? {
             return Err(exists(&name, existing.phase).into());
         }
+        let (binary_url, binary_sums) = match binary {
+            BinarySource::Shipped { sha256, arch } => (
+                format!("{bucket}{}", api_binary::object_key("", &sha256)),
+                api_binary::format_sums(&Sums::from([(arch, sha256)])),
+            ),
+            BinarySource::Hosted { url, sums } => (url, api_binary::format_sums(&sums)),
+        };
         let id = Uuid::new_v4().simple().to_string()[..12].to_owned();
         let input = DeployInput { api_id: id.clone(), name: name.clone() };
         let run = self.engine.submit_in::<DeployApi>(&mut tx, &input, Some(&HostedApi::resource_key(&name))).await?;
@@ -93,7 +78,7 @@ impl Operations {
             bucket,
             port: i64::from(request.port.unwrap_or(DEFAULT_API_PORT)),
             binary_url,
-            binary_sha256: request.binary_sha256.map(|sum| sum.to_ascii_lowercase()),
+            binary_sha256: Some(binary_sums),
             phase: Phase::Deploying,
             reason: None,
             url: None,
@@ -110,6 +95,143 @@ impl Operations {
         tx.commit().await?;
         self.engine.wake_up();
         Ok(HostedApiStarted { api, workflow_id: run })
+    }
+}
+
+/// The machine type and region as a provider names them: both ride in the VM's unit as
+/// arguments of `api serve` (its clusters' control planes), and in the provider's URLs.
+fn check_names(vm_type: &str, region: Option<&str>) -> Result<(), String> {
+    for (flag, value) in [("--vm-type", Some(vm_type)), ("--region", region)] {
+        if let Some(value) = value
+            && !value.trim().bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err(format!("{flag} `{value}` is not a provider's name: use letters, digits, `.`, `_`, `-`"));
+        }
+    }
+    Ok(())
+}
+
+/// The VM's region: the one asked, else the credential's, else the provider's usual default.
+fn region_of(asked: Option<&str>, hosting: &Credential) -> String {
+    asked.map(str::to_owned).or_else(|| hosting.public.region.clone()).unwrap_or_else(|| match hosting.provider {
+        ProviderKind::Gcp => "us-central1".to_owned(),
+        _ => "us-east-1".to_owned(),
+    })
+}
+
+/// The binary the VM runs, as asked: one staged on this API (`binary`), or the operator's
+/// `https://` URL with a SHA-256 per architecture. The error says what to pass instead.
+fn binary_source(request: &NewHostedApi, staging: &std::path::Path) -> Result<BinarySource, String> {
+    match (&request.binary, &request.binary_url, &request.binary_sha256) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            Err("give either the binary the deploy ships (--binary, or none: this CLI's own) or --binary-url with \
+             --binary-sha256, not both"
+                .to_owned())
+        }
+        (Some(sha256), None, None) => {
+            let sha256 = sha256.to_ascii_lowercase();
+            if !api_binary::is_sha256(&sha256) {
+                return Err(format!("binary `{sha256}` is not a SHA-256 (64 hex digits)"));
+            }
+            match api_binary::staged(staging, &sha256)? {
+                Some(staged) => Ok(BinarySource::Shipped { sha256, arch: staged.arch }),
+                None => Err(format!(
+                    "no binary with SHA-256 {sha256} was uploaded to this API; upload it first (PUT \
+                     /v1/binaries/{sha256}), as `anycloud api serve --credentials` does"
+                )),
+            }
+        }
+        (None, Some(url), Some(sums)) => {
+            let sums = api_binary::parse_sums(sums).map_err(|why| format!("--binary-sha256: {why}"))?;
+            check_binary_url(url)?;
+            Ok(BinarySource::Hosted { url: url.clone(), sums })
+        }
+        (None, Some(url), None) => Err(format!(
+            "--binary-url {url} needs --binary-sha256 ARCH=SHA256 for each architecture it serves (e.g. \
+             x86_64=<64 hex digits>): the VM runs nothing it cannot check"
+        )),
+        (None, None, Some(_)) => Err("--binary-sha256 goes with --binary-url".to_owned()),
+        (None, None, None) => {
+            Err("no binary for the VM: ship one (--binary FILE, or none: the CLI's own), or give --binary-url with \
+             --binary-sha256"
+                .to_owned())
+        }
+    }
+}
+
+/// An operator's binary URL: `https://` with a host, `{arch}` allowed, nothing a shell would read.
+fn check_binary_url(url: &str) -> Result<(), String> {
+    let refuse = |why: &str| Err(format!("--binary-url `{url}` {why}"));
+    if !url.starts_with("https://") {
+        return refuse("is not an https:// URL: the VM downloads over HTTPS only");
+    }
+    if url.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || b"'\"`$\\".contains(&b)) {
+        return refuse("has a space, quote, `$` or backslash in it");
+    }
+    match reqwest::Url::parse(&url.replace("{arch}", Arch::X86_64.as_str())) {
+        Ok(parsed) if parsed.host_str().is_some_and(|h| !h.is_empty()) => Ok(()),
+        Ok(_) => refuse("has no host"),
+        Err(err) => refuse(&format!("is not a URL: {err}")),
+    }
+}
+
+impl Operations {
+    /// The architectures machine type `vm_type` runs (in `region`, else the region a deploy
+    /// with `credential` would pick), asked of the provider: what `api serve --credentials`
+    /// checks its binary against before it uploads anything.
+    pub async fn vm_type_architectures(
+        &self,
+        credential: &str,
+        region: Option<&str>,
+        vm_type: &str,
+    ) -> Result<VmTypeArchitectures, OperationError> {
+        let refuse = |code, why: String| OperationError::from(Refusal::new(code, why));
+        check_names(vm_type, region).map_err(|why| refuse(Code::InvalidHostedApi, why))?;
+        let Some(found) = credentials::get(&self.deps.db, credential).await? else {
+            return Err(refuse(
+                Code::CredentialNotFound,
+                format!("credential `{credential}` does not exist on this API (`anycloud credentials list`)"),
+            ));
+        };
+        if found.provider == ProviderKind::Sim {
+            return Err(refuse(
+                Code::InvalidHostedApi,
+                format!(
+                    "credential `{credential}` is of the simulated cloud, which hosts an API as a local process: run \
+                     `anycloud api serve --id NAME --credentials sim` instead"
+                ),
+            ));
+        }
+        let region = region_of(region, &found);
+        let cloud = self
+            .deps
+            .cloud(credential, &region)
+            .await
+            .map_err(|err| refuse(Code::CredentialInvalid, err.to_string()))?;
+        let architectures = cloud.vm_architectures(&region, vm_type).await.map_err(|err| {
+            let code = match err {
+                crate::cloud::CloudError::Retryable(_) => Code::ProviderUnavailable,
+                crate::cloud::CloudError::Terminal(_) => Code::InvalidPlacement,
+            };
+            refuse(code, format!("machine type {vm_type} in {region} with credential `{credential}`: {err}"))
+        })?;
+        Ok(VmTypeArchitectures {
+            credential: credential.to_owned(),
+            region,
+            vm_type: vm_type.to_owned(),
+            architectures,
+        })
+    }
+
+    /// Receives a binary a deploy will ship (`PUT /v1/binaries/{sha256}`), as it streams in.
+    pub async fn stage_binary<S, E>(&self, sha256: &str, body: S) -> Result<StagedBinary, OperationError>
+    where
+        S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        api_binary::stage(&self.deps.binaries, sha256, body)
+            .await
+            .map_err(|why| Refusal::new(Code::InvalidHostedApi, format!("binary {sha256}: {why}")).into())
     }
 }
 
@@ -172,6 +294,43 @@ fn exists(name: &str, phase: Phase) -> Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request() -> NewHostedApi {
+        NewHostedApi {
+            name: "team-api".into(),
+            credentials: "aws-host".into(),
+            vm_type: "t3.medium".into(),
+            region: None,
+            checkpoint_bucket: "b-1".into(),
+            checkpoint_storage_credentials: None,
+            port: None,
+            binary: None,
+            binary_url: Some("https://downloads.example.com/anycloud-{arch}".into()),
+            binary_sha256: Some(format!("x86_64={}", "a".repeat(64))),
+        }
+    }
+
+    #[test]
+    fn the_vms_binary_is_checked_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosted = binary_source(&request(), dir.path()).unwrap();
+        assert_eq!(hosted.arches(), vec![Arch::X86_64]);
+        let http = NewHostedApi { binary_url: Some("http://downloads.example.com/a".into()), ..request() };
+        assert!(binary_source(&http, dir.path()).unwrap_err().contains("https://"));
+        let quoted = NewHostedApi { binary_url: Some("https://h/a'$(id)".into()), ..request() };
+        assert!(binary_source(&quoted, dir.path()).unwrap_err().contains("quote"));
+        let unsummed = NewHostedApi { binary_sha256: None, ..request() };
+        assert!(binary_source(&unsummed, dir.path()).unwrap_err().contains("--binary-sha256 ARCH=SHA256"));
+        let bare_sum = NewHostedApi { binary_sha256: Some("a".repeat(64)), ..request() };
+        assert!(binary_source(&bare_sum, dir.path()).unwrap_err().contains("ARCH=SHA256"));
+        let unstaged =
+            NewHostedApi { binary: Some("b".repeat(64)), binary_url: None, binary_sha256: None, ..request() };
+        assert!(binary_source(&unstaged, dir.path()).unwrap_err().contains("upload it first"));
+        let both = NewHostedApi { binary: Some("b".repeat(64)), ..request() };
+        assert!(binary_source(&both, dir.path()).unwrap_err().contains("not both"));
+        let neither = NewHostedApi { binary_url: None, binary_sha256: None, ..request() };
+        assert!(binary_source(&neither, dir.path()).unwrap_err().contains("--binary"));
+    }
 
     #[test]
     fn a_bare_bucket_name_takes_its_providers_scheme() {

@@ -611,6 +611,35 @@ impl Cloud for AwsCloud {
         })
     }
 
+    /// The instance type's `ProcessorInfo.SupportedArchitectures` (DescribeInstanceTypes);
+    /// `x86_64_mac`, `i386` and the like are left out (no Linux VM of ours runs them).
+    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::api_binary::Arch>, CloudError> {
+        self.check_region(region).await?;
+        let types = self
+            .client_in(region)
+            .describe_instance_types()
+            .instance_types(InstanceType::from(vm_type))
+            .send()
+            .await
+            .map_err(|err| ec2_failure("DescribeInstanceTypes", &err))?;
+        let mut arches: Vec<crate::api_binary::Arch> = types
+            .instance_types()
+            .iter()
+            .filter_map(|info| info.processor_info())
+            .flat_map(|processor| processor.supported_architectures())
+            .filter_map(|arch| crate::api_binary::Arch::parse(arch.as_str()))
+            .collect();
+        arches.sort();
+        arches.dedup();
+        if arches.is_empty() {
+            return Err(CloudError::Terminal(format!(
+                "instance type `{vm_type}` in region {region}: EC2 names no x86_64 or arm64 processor for it; pick \
+                 another, e.g. {EXAMPLE_VM_TYPE}"
+            )));
+        }
+        Ok(arches)
+    }
+
     /// Finds the security group tagged with the cluster in the default VPC, or creates
     /// `anycloud-<cluster id>`, and makes sure it allows all traffic from itself (a rule a crash
     /// left unmade is added on the next call). It lets nothing else in.

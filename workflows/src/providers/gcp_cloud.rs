@@ -462,6 +462,31 @@ impl Cloud for GcpCloud {
         })
     }
 
+    /// The machine type's `architecture` (`X86_64`, `ARM64`) in the region's first zone, as
+    /// [`Cloud::placement`] picks it; a type that names none (older ones) is x86_64.
+    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::api_binary::Arch>, CloudError> {
+        let placement = self.placement("architecture", region, vm_type).await?;
+        let zone = placement.zone.unwrap_or_default();
+        let machine = self
+            .machine_types
+            .get()
+            .set_project(&self.project)
+            .set_zone(&zone)
+            .set_machine_type(vm_type)
+            .send()
+            .await
+            .map_err(|err| classify(&format!("reading machine type {vm_type} in {zone}"), &err))?;
+        let name = machine.architecture.as_ref().and_then(|a| a.name()).map(str::to_owned);
+        match name.as_deref().filter(|a| !a.is_empty() && *a != "ARCHITECTURE_UNSPECIFIED") {
+            None => Ok(vec![crate::api_binary::Arch::X86_64]),
+            Some(name) => crate::api_binary::Arch::parse(name).map(|arch| vec![arch]).ok_or_else(|| {
+                CloudError::Terminal(format!(
+                    "machine type {vm_type} runs {name}, which no anycloud binary is built for"
+                ))
+            }),
+        }
+    }
+
     /// The rule `<prefix>-internal`: everything between the VMs tagged `<prefix>`.
     async fn ensure_network(&self, placement: &Placement) -> Result<Network, CloudError> {
         let prefix = cluster_prefix(&placement.cluster_id)?;
