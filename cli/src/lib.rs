@@ -314,7 +314,7 @@ async fn run(cli: Cli) -> CliResult {
         }
         Command::Status { id: None, .. } => commands::deployment::list(None, None, 100, json).await,
         Command::List { status, limit } => commands::deployment::list(status, None, limit, json).await,
-        Command::Logs { id, follow } => commands::deployment::logs(&id, follow).await,
+        Command::Logs { id, follow } => commands::logs::logs(&id, follow).await,
         Command::Exec { id, stdin, command } => commands::exec::exec(&id, command, stdin).await,
         Command::Terminate { id, wait, timeout } => commands::deployment::terminate(&id, wait, timeout, json).await,
         Command::Resubmit { id, wait, timeout } => commands::deployment::resubmit(&id, wait, timeout, json).await,

@@ -75,11 +75,12 @@ pub fn anycloud_seamed_bin() -> PathBuf {
 }
 
 /// The variables `anycloud-seamed` reads (and `anycloud` does not).
-pub const SEAM_VARS: [&str; 4] = [
+pub const SEAM_VARS: [&str; 5] = [
     "ANYCLOUD_TEST_SIMULATED_KUBE",
     "ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS",
     "ANYCLOUD_TEST_HOSTED_API_ADDRESS",
     "ANYCLOUD_TEST_FOLLOW_GAP_MS",
+    "ANYCLOUD_TEST_EXEC_IDLE_LIMIT_MS",
 ];
 
 /// Whether an environment turns a test seam on: then only the seamed binary will honour it.

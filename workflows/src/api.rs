@@ -497,6 +497,14 @@ pub struct LogsQuery {
     /// Keep streaming until the container ends.
     #[serde(default)]
     pub follow: bool,
+    /// Start every line with the time the container runtime read it (RFC 3339 with nanoseconds)
+    /// and a space, as Kubernetes' `timestamps=true` does: what a client needs to resume a
+    /// stream that broke ([`crate::log_cursor`]).
+    #[serde(default)]
+    pub timestamps: bool,
+    /// Only the lines stamped at or after this time (Kubernetes' `sinceTime`, whole seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_time: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// The first message of `GET /v1/deployments/{id}/exec`, a WebSocket: the command to run in the

@@ -140,6 +140,14 @@ impl Deps {
         crate::kube_api::client(&endpoint, &secrets).map_err(StepError::terminal)
     }
 
+    /// A client for the Kubernetes API of a cluster for its long streams (followed logs, exec),
+    /// without the read timeout of ordinary calls ([`crate::kube_api::stream_client`]).
+    pub async fn kube_stream_client(&self, cluster: &Cluster) -> Result<kube::Client, StepError> {
+        let endpoint = self.kube_endpoint_of(cluster).await?;
+        let secrets = self.secrets(&cluster.id).await?;
+        crate::kube_api::stream_client(&endpoint, &secrets).map_err(StepError::terminal)
+    }
+
     /// Where the Kubernetes API of a cluster answers, from its control plane as last recorded.
     pub async fn kube_endpoint_of(&self, cluster: &Cluster) -> Result<KubeEndpoint, StepError> {
         let recorded = vms::of_cluster(&self.db, &cluster.id).await?;

@@ -48,8 +48,30 @@ impl KubeEndpoint {
     }
 }
 
-/// A client for the cluster at `endpoint`, trusting the cluster CA and carrying the API token.
+/// How long an ordinary call (a get, a list, an apply) may wait for the next bytes of its answer
+/// before it fails: a hung API server fails it fast.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A client for the cluster at `endpoint`, trusting the cluster CA and carrying the API token,
+/// for ordinary calls: every read of its sockets times out after [`READ_TIMEOUT`].
 pub fn client(endpoint: &KubeEndpoint, secrets: &ClusterSecrets) -> Result<kube::Client, KubeError> {
+    build(endpoint, secrets, Some(READ_TIMEOUT))
+}
+
+/// A client for the cluster at `endpoint` for streams that may rightly stay silent for as long
+/// as their container does: a followed log and an exec session. kube applies a read timeout to
+/// every read of the socket, so this client has none; a stream that dies is noticed otherwise
+/// (the follower checks its container when it is silent, exec sessions have kube's WebSocket
+/// pings and the API's idle limit).
+pub fn stream_client(endpoint: &KubeEndpoint, secrets: &ClusterSecrets) -> Result<kube::Client, KubeError> {
+    build(endpoint, secrets, None)
+}
+
+fn build(
+    endpoint: &KubeEndpoint,
+    secrets: &ClusterSecrets,
+    read_timeout: Option<std::time::Duration>,
+) -> Result<kube::Client, KubeError> {
     install_crypto_provider();
     let url = &endpoint.url;
     let config_error =
@@ -60,7 +82,7 @@ pub fn client(endpoint: &KubeEndpoint, secrets: &ClusterSecrets) -> Result<kube:
     config.root_cert = Some(vec![pem_to_der(&secrets.ca_cert_pem).map_err(config_error)?]);
     config.auth_info.token = Some(secrecy::SecretString::from(secrets.api_token.clone()));
     config.connect_timeout = Some(std::time::Duration::from_secs(5));
-    config.read_timeout = Some(std::time::Duration::from_secs(20));
+    config.read_timeout = read_timeout;
     kube::Client::try_from(config).map_err(|err| config_error(err.into()))
 }
 

@@ -4,15 +4,21 @@
 
 use std::collections::BTreeMap;
 
-use futures::{AsyncReadExt, Stream};
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::{AsyncBufRead, AsyncBufReadExt, Stream};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, AttachParams, AttachedProcess, DeleteParams, ListParams, LogParams, Patch, PatchParams};
 use serde_json::json;
+use tokio::sync::mpsc;
 
 use crate::db::deployments::Deployment;
 use crate::kube_api::KubeError;
+use crate::log_cursor::{self, LogCursor};
 
 /// The field manager of every object Anycloud applies.
 pub const FIELD_MANAGER: &str = "anycloud";
@@ -250,27 +256,157 @@ pub async fn started_pod(client: &kube::Client, deployment: &Deployment) -> Resu
         .and_then(|pod| pod.metadata.name))
 }
 
-/// The container's logs, as a stream of chunks; with `follow`, until the container ends.
+/// How long a followed log may stay silent before the follower asks whether its container still
+/// runs: a stream whose container has ended but which did not end with it (its connection died
+/// unnoticed) is opened again to read the rest.
+const SILENCE_CHECK: Duration = Duration::from_secs(30);
+/// How long a follower keeps trying to open a broken stream again before it gives up.
+const REOPEN_PATIENCE: Duration = Duration::from_secs(120);
+
+/// The container's logs, line by line, each line stamped (`timestamps=true`: RFC 3339 with
+/// nanoseconds, a space, then the line as written), from `since` when given. With `follow`, until
+/// the container ends: a stream that Kubernetes (or anything on the way) drops while the
+/// container runs is opened again from where it was ([`LogCursor`]), and a silent one is checked
+/// every [`SILENCE_CHECK`]. `client` makes the short calls, `stream` (no read timeout,
+/// [`crate::kube_api::stream_client`]) reads the log.
 pub async fn logs(
     client: &kube::Client,
+    stream: &kube::Client,
     namespace: &str,
     pod: &str,
     follow: bool,
+    since: Option<Timestamp>,
 ) -> Result<impl Stream<Item = std::io::Result<Vec<u8>>> + Send + use<>, KubeError> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let params = LogParams { container: Some(CONTAINER.into()), follow, ..LogParams::default() };
-    let reader = pods.log_stream(pod, &params).await?;
-    Ok(futures::stream::unfold(Box::pin(reader), |mut reader| async move {
-        let mut chunk = vec![0; 16 * 1024];
-        match reader.read(&mut chunk).await {
-            Ok(0) => None,
-            Ok(read) => {
-                chunk.truncate(read);
-                Some((Ok(chunk), reader))
+    let reader = Api::<Pod>::namespaced(stream.clone(), namespace).log_stream(pod, &log_params(follow, since)).await?;
+    let (lines, receiver) = mpsc::channel(64);
+    let follower = LogFollower {
+        pods: Api::namespaced(client.clone(), namespace),
+        streams: Api::namespaced(stream.clone(), namespace),
+        pod: pod.to_owned(),
+        since,
+        cursor: LogCursor::new(),
+        lines,
+    };
+    tokio::spawn(follower.run(Box::pin(reader), follow));
+    Ok(futures::stream::unfold(
+        receiver,
+        |mut receiver| async move { receiver.recv().await.map(|line| (line, receiver)) },
+    ))
+}
+
+fn log_params(follow: bool, since: Option<Timestamp>) -> LogParams {
+    LogParams { container: Some(CONTAINER.into()), follow, timestamps: true, since_time: since, ..LogParams::default() }
+}
+
+/// How one stream of a log ended.
+enum StreamEnd {
+    /// The server ended it.
+    Ended,
+    /// It broke (or its connection died: it was silent and its container has ended).
+    Broken(String),
+    /// Nobody reads any more.
+    Abandoned,
+}
+
+/// Reads a container's log through every stream it takes.
+struct LogFollower {
+    pods: Api<Pod>,
+    streams: Api<Pod>,
+    pod: String,
+    since: Option<Timestamp>,
+    cursor: LogCursor,
+    lines: mpsc::Sender<std::io::Result<Vec<u8>>>,
+}
+
+impl LogFollower {
+    async fn run(mut self, mut reader: Pin<Box<dyn AsyncBufRead + Send>>, mut follow: bool) {
+        loop {
+            match self.read(&mut reader, follow).await {
+                StreamEnd::Abandoned => return,
+                // Without `follow` the server ends the stream once it has sent the whole log.
+                StreamEnd::Ended if !follow => return,
+                StreamEnd::Ended => {}
+                StreamEnd::Broken(why) => tracing::info!(pod = %self.pod, %why, "a log stream broke; opening it again"),
             }
-            Err(err) => Some((Err(err), reader)),
+            // What the container does now says what to read next: a running one is followed
+            // again, an ended one read once more to its end, a deleted one has no log left.
+            let started = tokio::time::Instant::now();
+            let reopened = loop {
+                // A server that ends every stream at once is not asked in a tight loop.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let next = match self.container_ended().await {
+                    Ok(None) => return,
+                    Ok(Some(ended)) => {
+                        follow = follow && !ended;
+                        let since = self.cursor.since_time().or(self.since);
+                        self.streams
+                            .log_stream(&self.pod, &log_params(follow, since))
+                            .await
+                            .map_err(|err| err.to_string())
+                    }
+                    Err(err) => Err(err.to_string()),
+                };
+                match next {
+                    Ok(reader) => break reader,
+                    Err(err) if started.elapsed() > REOPEN_PATIENCE => {
+                        let message = format!("the log of Pod {} could not be read again: {err}", self.pod);
+                        let _ = self.lines.send(Err(std::io::Error::other(message))).await;
+                        return;
+                    }
+                    Err(_) if self.lines.is_closed() => return,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            };
+            self.cursor.reopened();
+            reader = Box::pin(reopened);
         }
-    }))
+    }
+
+    /// Passes the stream's new lines on until it ends.
+    async fn read(&mut self, reader: &mut Pin<Box<dyn AsyncBufRead + Send>>, follow: bool) -> StreamEnd {
+        let mut line = Vec::new();
+        loop {
+            match tokio::time::timeout(SILENCE_CHECK, reader.read_until(b'\n', &mut line)).await {
+                Err(_silent) => {
+                    if self.lines.is_closed() {
+                        return StreamEnd::Abandoned;
+                    }
+                    if follow && !matches!(self.container_ended().await, Ok(Some(false))) {
+                        return StreamEnd::Broken("silent, and its container has ended".into());
+                    }
+                }
+                Ok(Ok(0)) => {
+                    // A last line without its newline is whole only once the log has ended.
+                    if !follow && !line.is_empty() && !self.pass(std::mem::take(&mut line)).await {
+                        return StreamEnd::Abandoned;
+                    }
+                    return StreamEnd::Ended;
+                }
+                Ok(Ok(_)) if line.ends_with(b"\n") => {
+                    if !self.pass(std::mem::take(&mut line)).await {
+                        return StreamEnd::Abandoned;
+                    }
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => return StreamEnd::Broken(err.to_string()),
+            }
+        }
+    }
+
+    /// Sends the line on unless an earlier stream sent it; false once nobody reads.
+    async fn pass(&mut self, line: Vec<u8>) -> bool {
+        let new = match log_cursor::split_stamp(&line) {
+            Some((stamp, _)) => self.cursor.pass(stamp),
+            None => true,
+        };
+        !new || self.lines.send(Ok(line)).await.is_ok()
+    }
+
+    /// Whether the Pod's container has ended; `None` once the Pod is gone.
+    async fn container_ended(&self) -> Result<Option<bool>, KubeError> {
+        let Some(pod) = self.pods.get_opt(&self.pod).await? else { return Ok(None) };
+        Ok(Some(container_state(&pod).is_some_and(|state| state.terminated.is_some())))
+    }
 }
 
 /// Runs `command` in the container, with stdin when asked, stdout and stderr.

@@ -13,7 +13,8 @@
 //! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP; the simulated cloud is its own
 //!   crate and plugs in through [`providers::SimulatedCloud`]); [`kube_api`]: what the workflows
 //!   ask of a cluster's Kubernetes API.
-//! - [`kube_job`]: a job's Kubernetes objects, logs and exec; [`kube_service`]: a service's
+//! - [`kube_job`]: a job's Kubernetes objects, logs and exec ([`log_cursor`]: resuming a log
+//!   stream that broke); [`kube_service`]: a service's
 //!   Deployment, Service and rollouts; [`workload`]: checking a workload's spec.
 //! - [`secrets`] and [`cluster_secrets`]: what is sealed at rest; [`user_data`]: what a VM runs
 //!   when it boots.
@@ -40,6 +41,7 @@ pub mod job_run;
 pub mod kube_api;
 pub mod kube_job;
 pub mod kube_service;
+pub mod log_cursor;
 pub mod names;
 pub mod operations;
 pub mod providers;

@@ -18,6 +18,9 @@ pub struct TestSeams {
     /// Where every hosted API's VM is reached (moto's and the fake Compute server's VMs boot
     /// nothing: the tests' VM runner runs the API their user-data names at this address).
     pub hosted_api_address: Option<String>,
+    /// The exec idle limit, instead of [`crate::operations::EXEC_IDLE_LIMIT`], so that a test
+    /// sees a session end without waiting half an hour.
+    pub exec_idle_limit: Option<Duration>,
 }
 
 impl TestSeams {
@@ -37,6 +40,9 @@ impl TestSeams {
         }
         if let Some(address) = &self.hosted_api_address {
             on.push(format!("every hosted API's VM is reached at {address}"));
+        }
+        if let Some(limit) = self.exec_idle_limit {
+            on.push(format!("an exec session ends after {} ms without input or output", limit.as_millis()));
         }
         on
     }

@@ -1,30 +1,29 @@
-//! The deployment commands: `anycloud status | list | job list | service list | logs | terminate
-//! | resubmit` and `anycloud wait deployment/ID`, and the follower of a deployment's state that
+//! The deployment commands: `anycloud status | list | job list | service list | terminate |
+//! resubmit` (`logs` is its own file) and `anycloud wait deployment/ID`, and the follower of a deployment's state that
 //! `--wait` uses (a job until it ends; a service until it runs, or ends).
 //!
 //! A deployment is named by its name or its id wherever one is asked for; the API resolves it.
 
-use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anycloud_engine::RunStatus;
-use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery, LogsQuery};
+use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery};
 use anycloud_workflows::db::deployments::Status;
 use anycloud_workflows::db::revisions::RevisionResult;
 
 use super::print_json;
 use crate::client::{Client, segment};
 use crate::exit::{BAD_INPUT, CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
-use crate::output::{say, stdout_failed};
+use crate::output::say;
 use crate::render;
 
 /// How often a follower asks for the deployment again.
-const POLL: Duration = Duration::from_secs(1);
+pub(crate) const POLL: Duration = Duration::from_secs(1);
 
 /// How long a follower rides out an unreachable API (it may be restarting).
-const UNREACHABLE_FOR: Duration = Duration::from_secs(120);
+pub(crate) const UNREACHABLE_FOR: Duration = Duration::from_secs(120);
 
-fn path(key: &str) -> String {
+pub(crate) fn path(key: &str) -> String {
     format!("/v1/deployments/{}", segment(key))
 }
 
@@ -119,22 +118,6 @@ pub async fn list(status: Option<String>, kind: Option<&str>, limit: u32, json: 
         })
         .collect();
     render::table(&["NAME", "KIND", "STATE", "CLUSTER", "IMAGE", "ATTEMPT / REV", "AGE / ENDED"], &rows);
-    Ok(OK)
-}
-
-/// `anycloud logs ID`: the output so far, or with `follow` until the container ends, written to
-/// stdout chunk by chunk as it arrives.
-pub async fn logs(key: &str, follow: bool) -> CliResult {
-    let client = Client::active()?;
-    let query = LogsQuery { follow };
-    let mut stdout = std::io::stdout();
-    client
-        .get_streamed(&format!("{}/logs", path(key)), &query, |chunk| {
-            if let Err(err) = stdout.write_all(chunk).and_then(|()| stdout.flush()) {
-                stdout_failed(&err);
-            }
-        })
-        .await?;
     Ok(OK)
 }
 

@@ -147,9 +147,13 @@ pub async fn exec(key: &str, command: Vec<String>, force_stdin: bool) -> CliResu
 }
 
 /// The exit code of a refusal that ended an exec before the command ran: bad input or a
-/// conflict (not started, ended, a service) 3; an unknown job or an unreachable cluster 2; an
-/// exec the cluster could not run 1.
+/// conflict (not started, ended, a service) 3; an unknown job, an unreachable cluster or a session
+/// ended by the API's idle limit 2; an exec the cluster could not run 1.
 fn exit_code_of(code: &str) -> u8 {
+    if code == "EXEC_IDLE" {
+        // The session ended before the command did: its outcome was not observed.
+        return NOT_OBSERVED;
+    }
     match Code::ALL.iter().find(|known| known.as_str() == code).map(|known| known.class()) {
         Some(Class::BadInput | Class::Conflict) => BAD_INPUT,
         Some(Class::NotFound | Class::Unavailable) => NOT_OBSERVED,
@@ -235,6 +239,7 @@ mod tests {
         assert_eq!(exit_code_of("WRONG_DEPLOYMENT_KIND"), BAD_INPUT);
         assert_eq!(exit_code_of("DEPLOYMENT_NOT_FOUND"), NOT_OBSERVED);
         assert_eq!(exit_code_of("CLUSTER_UNREACHABLE"), NOT_OBSERVED);
+        assert_eq!(exit_code_of("EXEC_IDLE"), NOT_OBSERVED);
         assert_eq!(exit_code_of("EXEC_FAILED"), ENDED_OTHERWISE);
     }
 }

@@ -11,6 +11,7 @@ pub mod deployment;
 pub mod exec;
 pub mod hosted_api;
 pub mod job;
+pub mod logs;
 pub mod service;
 pub mod workflow;
 

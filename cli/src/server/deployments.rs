@@ -71,13 +71,15 @@ pub async fn resubmit(
     Ok((StatusCode::CREATED, Json(state.ops.resubmit_deployment(&id).await?)))
 }
 
-/// The job's output as `text/plain`, chunk by chunk as the cluster sends it.
+/// The job's output as `text/plain`, line by line as the cluster sends it; with `timestamps`
+/// each line after its stamp, with `since_time` from that time on (what a client that resumes a
+/// broken stream asks, `anycloud_workflows::log_cursor`).
 pub async fn logs(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    let stream = state.ops.deployment_logs(&id, query.follow).await?;
+    let stream = state.ops.deployment_logs(&id, &query).await?;
     let headers = [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")];
     Ok((headers, Body::from_stream(stream)).into_response())
 }

@@ -2,6 +2,11 @@
 //! relays its stdin, stdout, stderr and exit code, framed as Kubernetes frames exec (one channel
 //! byte, then data; see `anycloud_workflows::api::exec_channel`). The first client message is
 //! the `ExecRequest` as JSON text.
+//!
+//! The session ends when the command does, or when it has passed no input and no output for the
+//! exec idle limit (`Operations::exec_idle_limit`, 30 minutes): then the exit message says so in
+//! words. The API pings the client every [`PING_EVERY`], so that a proxy or load balancer on
+//! the way does not take a quiet session for a dead one (kube pings the cluster's side itself).
 
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -9,11 +14,16 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tokio::time::{Duration, Instant};
 
 use anycloud_workflows::api::{ErrorDetail, ExecExit, ExecRequest, exec_channel};
 use anycloud_workflows::refusal::OperationError;
 
 use super::AppState;
+
+/// How often the API pings an exec session's client: below the 60 s idle timeout of common
+/// proxies and load balancers (nginx's `proxy_read_timeout`, AWS ALB's default).
+pub const PING_EVERY: Duration = Duration::from_secs(25);
 use super::error::{ApiError, PathParam};
 
 /// Upgrades to a WebSocket and runs the session on it. A request that is not a WebSocket
@@ -47,7 +57,7 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
     };
     let exit = match request {
         Ok(request) => match state.ops.deployment_exec(&id, &request).await {
-            Ok(session) => relay(session, &mut socket).await,
+            Ok(session) => relay(session, &mut socket, state.ops.exec_idle_limit(), &id).await,
             Err(err) => refused(err),
         },
         Err(exit) => exit,
@@ -77,8 +87,14 @@ fn refused(err: OperationError) -> ExecExit {
     error_exit(err.code, err.message)
 }
 
-/// Passes frames both ways until the command's output ends, then answers how it ended.
-async fn relay(mut session: anycloud_workflows::operations::ExecSession, socket: &mut WebSocket) -> ExecExit {
+/// Passes frames both ways until the command's output ends, then answers how it ended; or ends
+/// the session once nothing has passed either way for `idle_limit`.
+async fn relay(
+    mut session: anycloud_workflows::operations::ExecSession,
+    socket: &mut WebSocket,
+    idle_limit: Duration,
+    id: &str,
+) -> ExecExit {
     let (output, mut outputs) = mpsc::channel::<Vec<u8>>(16);
     if let Some(stdout) = session.stdout() {
         tokio::spawn(pump(stdout, exec_channel::STDOUT, output.clone()));
@@ -88,10 +104,14 @@ async fn relay(mut session: anycloud_workflows::operations::ExecSession, socket:
     }
     drop(output);
     let mut stdin = session.stdin();
+    let idle = tokio::time::sleep(idle_limit);
+    tokio::pin!(idle);
+    let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
     loop {
         tokio::select! {
             frame = outputs.recv() => match frame {
                 Some(frame) => {
+                    idle.as_mut().reset(Instant::now() + idle_limit);
                     if socket.send(Message::Binary(frame.into())).await.is_err() {
                         break;
                     }
@@ -102,6 +122,7 @@ async fn relay(mut session: anycloud_workflows::operations::ExecSession, socket:
             message = socket.recv() => match message {
                 Some(Ok(Message::Binary(data))) => match data.split_first() {
                     Some((&exec_channel::STDIN, bytes)) => {
+                        idle.as_mut().reset(Instant::now() + idle_limit);
                         if let Some(writer) = stdin.as_mut()
                             && writer.write_all(bytes).await.is_err()
                         {
@@ -121,10 +142,34 @@ async fn relay(mut session: anycloud_workflows::operations::ExecSession, socket:
                 }
                 Some(Ok(_)) => {}
             },
+            _ = ping.tick() => {
+                if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
+                    break;
+                }
+            }
+            () = &mut idle => {
+                // Dropping the session closes its stream to the cluster.
+                return error_exit("EXEC_IDLE", idle_message(id, idle_limit));
+            }
         }
     }
     drop(stdin);
     session.exit().await
+}
+
+/// What a person is told when the idle limit ended their session.
+fn idle_message(id: &str, limit: Duration) -> String {
+    let limit = match limit.as_secs() {
+        seconds if seconds >= 60 && seconds % 60 == 0 => format!("{} minutes", seconds / 60),
+        seconds if seconds >= 1 => format!("{seconds} seconds"),
+        _ => format!("{} ms", limit.as_millis()),
+    };
+    format!(
+        "the exec session in `{}` passed no input and no output for {limit}, the API's exec idle limit, and was \
+         ended; the command's exit code is unknown. A command that works quietly for longer can print now and then, \
+         or run as a job of its own",
+        anycloud_workflows::names::shown(id)
+    )
 }
 
 /// Reads one of the command's outputs and sends it as frames of its channel.

@@ -1,6 +1,8 @@
 //! Running a command in a job's container, through the Kubernetes exec API: stdin, stdout and
 //! stderr pass through, and the command's exit code comes back.
 
+use std::time::Duration;
+
 use kube::api::AttachedProcess;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -11,6 +13,12 @@ use crate::refusal::{Code, OperationError, Refusal};
 
 use super::Operations;
 use super::deployment_logs::unreachable_cluster;
+
+/// How long an exec session may pass no input and no output before the API ends it: long
+/// enough for a command that works quietly for a while, short enough that a session forgotten in
+/// a terminal does not hold its connections for ever. kubelet's own limit on an idle streaming
+/// connection (`streamingConnectionIdleTimeout`) is 4 hours by default.
+pub const EXEC_IDLE_LIMIT: Duration = Duration::from_secs(30 * 60);
 
 /// A command running in a container.
 pub struct ExecSession {
@@ -63,6 +71,11 @@ impl ExecSession {
 }
 
 impl Operations {
+    /// How long an exec session may pass no input and no output ([`EXEC_IDLE_LIMIT`]).
+    pub fn exec_idle_limit(&self) -> Duration {
+        self.deps.seams.exec_idle_limit.unwrap_or(EXEC_IDLE_LIMIT)
+    }
+
     /// Starts `request.command` in the running container of job `key`. Refused for a service,
     /// an empty command, and a job whose container is not running.
     pub async fn deployment_exec(&self, key: &str, request: &ExecRequest) -> Result<ExecSession, OperationError> {
@@ -73,7 +86,10 @@ impl Operations {
             )
             .into());
         }
-        let (deployment, client, pod) = self.started_job(key, "exec").await?;
+        let super::deployment_logs::StartedJob { deployment, cluster, pod, .. } = self.started_job(key, "exec").await?;
+        // An exec session may rightly be silent for long: its client has no read timeout.
+        let client =
+            self.deps.kube_stream_client(&cluster).await.map_err(|err| unreachable_cluster(&deployment, &err))?;
         if deployment.status.is_ended() || deployment.status == Status::Queued {
             return Err(Refusal::new(
                 Code::DeploymentEnded,

@@ -1,7 +1,12 @@
 //! A job's logs: its current attempt's container output, read from its Pod through the
 //! Kubernetes API (also after the job ended, while the cluster keeps the Pod).
 
+use futures::StreamExt as _;
 use futures::stream::BoxStream;
+
+use crate::api::LogsQuery;
+use crate::db::clusters::Cluster;
+use crate::log_cursor;
 
 use crate::db::deployments::{self, Deployment};
 use crate::kube_job;
@@ -13,23 +18,53 @@ use super::show_deployments::deployment_not_found;
 /// A container's output, chunk by chunk.
 pub type LogStream = BoxStream<'static, std::io::Result<Vec<u8>>>;
 
+/// A job whose container has started.
+pub(super) struct StartedJob {
+    /// The job.
+    pub(super) deployment: Deployment,
+    /// Its cluster.
+    pub(super) cluster: Cluster,
+    /// A client for the cluster's ordinary calls.
+    pub(super) client: kube::Client,
+    /// The Pod of its current attempt.
+    pub(super) pod: String,
+}
+
 impl Operations {
     /// The job's output so far; with `follow`, then everything it writes until it ends.
-    pub async fn deployment_logs(&self, key: &str, follow: bool) -> Result<LogStream, OperationError> {
-        let (deployment, client, pod) = self.started_job(key, "logs").await?;
-        let stream = kube_job::logs(&client, &deployment.namespace, &pod, follow)
+    pub async fn deployment_logs(&self, key: &str, query: &LogsQuery) -> Result<LogStream, OperationError> {
+        let started = self.started_job(key, "logs").await?;
+        let deployment = &started.deployment;
+        let stream = self
+            .deps
+            .kube_stream_client(&started.cluster)
             .await
-            .map_err(|err| unreachable_cluster(&deployment, &err))?;
-        Ok(Box::pin(stream))
+            .map_err(|err| unreachable_cluster(deployment, &err))?;
+        let lines = kube_job::logs(
+            &started.client,
+            &stream,
+            &deployment.namespace,
+            &started.pod,
+            query.follow,
+            query.since_time,
+        )
+        .await
+        .map_err(|err| unreachable_cluster(deployment, &err))?;
+        if query.timestamps {
+            return Ok(Box::pin(lines));
+        }
+        Ok(Box::pin(lines.map(|line| {
+            line.map(|line| match log_cursor::split_stamp(&line) {
+                Some((_, rest)) => rest.to_vec(),
+                None => line,
+            })
+        })))
     }
 
-    /// The job `key`, a client for its cluster, and its Pod whose container has started; refused
-    /// for a service and for a job whose container has not started (`what` names the command).
-    pub(super) async fn started_job(
-        &self,
-        key: &str,
-        what: &str,
-    ) -> Result<(Deployment, kube::Client, String), OperationError> {
+    /// The job `key`, its cluster and a client for it, and its Pod whose container has started;
+    /// refused for a service and for a job whose container has not started (`what` names the
+    /// command).
+    pub(super) async fn started_job(&self, key: &str, what: &str) -> Result<StartedJob, OperationError> {
         let deployment = deployments::find(&self.deps.db, key).await?.ok_or_else(|| deployment_not_found(key))?;
         let name = &deployment.name;
         if deployment.kind != "job" {
@@ -66,7 +101,7 @@ impl Operations {
             )
             .into());
         };
-        Ok((deployment, client, pod))
+        Ok(StartedJob { deployment, cluster, client, pod })
     }
 }
 

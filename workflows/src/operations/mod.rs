@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 pub use deploy_api::DEFAULT_API_PORT;
 pub use deploy_service::{DEFAULT_PORT, DEFAULT_PROGRESS_DEADLINE_S, MAX_REPLICAS};
-pub use deployment_exec::ExecSession;
+pub use deployment_exec::{EXEC_IDLE_LIMIT, ExecSession};
 pub use deployment_logs::LogStream;
 pub use show_deployments::LIST_LIMIT;
 pub use submit_job::MAX_NAME;
