@@ -472,20 +472,19 @@ async fn launch_workers_undo(ctx: StepCtx<CreateCluster>, _launched: Effect<Vec<
 
 /// Lets exactly the nodes' public addresses through each side's rules: the Kubernetes API from
 /// every worker (they join the control plane's reserved address) and, across networks, WireGuard
-/// between every node. A node without its public address yet is retried.
+/// between every node. The control plane's address is its reserved one (an instance listing may
+/// still show its first, ephemeral one); a worker without its public address yet is retried.
 async fn open_node_paths(ctx: StepCtx<CreateCluster>) -> Result<NodePaths, StepError> {
     let (sides, _) = sides(&ctx).await?;
     let reach = sides.reach();
+    let reserved = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?;
     let live = sides.list_vms().await?;
-    let mut nodes = NodeAddresses::default();
-    for vm in &live {
+    let mut nodes = NodeAddresses { control_plane: Some(&reserved.ip), workers: Vec::new() };
+    for vm in live.iter().filter(|vm| vm.role == Role::Worker) {
         let address = vm.public_ip.as_deref().ok_or_else(|| {
             StepError::retryable_msg(format!("VM {} ({}) has no public address yet", vm.name, vm.provider_id))
         })?;
-        match vm.role {
-            Role::ControlPlane => nodes.control_plane = Some(address),
-            _ => nodes.workers.push(address),
-        }
+        nodes.workers.push(address);
     }
     let control_plane = control_plane_openings(&ctx, reach, &nodes);
     let cp_side = sides.control_plane();
