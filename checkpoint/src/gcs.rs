@@ -13,6 +13,9 @@
 //! success (already gone). An object's [`Version`] is its generation, in decimal
 //! (`x-goog-generation` on a read, the `generation` of the object resource a write answers).
 //!
+//! Every call first checks, once, that the bucket belongs to the key's project
+//! (`gcs_owner.rs`).
+//!
 //! Retries: reads retry inside the crate (its default policy: transient errors, for up to five
 //! minutes), and it checks every full read against the object's CRC32C. Writes are sent once:
 //! a failed write is [`BucketError::Failed`] and the caller decides whether to try again.
@@ -65,9 +68,13 @@ pub struct GcsBucket {
     /// Who the calls run as, for messages: a service account's email or "Application Default
     /// Credentials".
     pub(crate) principal: String,
-    /// The service-account key's `project_id`: where `ensure` creates the bucket. `None` with
-    /// Application Default Credentials.
+    /// The service-account key's `project_id`: where `ensure` creates the bucket, and the
+    /// project the bucket must belong to. `None` with Application Default Credentials.
     pub(crate) project: Option<String>,
+    /// Whether the calls run as Application Default Credentials (no key).
+    pub(crate) adc: bool,
+    /// Set once the bucket is known to be the project's (`gcs_owner.rs`).
+    pub(crate) owner_checked: tokio::sync::OnceCell<()>,
 }
 
 impl GcsBucket {
@@ -131,6 +138,8 @@ impl GcsBucket {
             http,
             principal,
             project,
+            adc: service_account_json.is_none(),
+            owner_checked: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -144,7 +153,13 @@ impl GcsBucket {
         }
         let message = err.status().map(|s| s.message.as_str()).unwrap_or_default();
         let payload = err.http_payload().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
-        self.classify_status(call, key, err.http_status_code(), &format!("{message} {payload}"), &error_chain(err))
+        // An answer that is not a Google API error is told by its size, never shown: an
+        // endpoint override could fill it with what it read from elsewhere.
+        let chain = match (err.http_status_code(), err.status()) {
+            (Some(status), None) => format!("HTTP {status}: {}", google_message(&payload)),
+            _ => error_chain(err),
+        };
+        self.classify_status(call, key, err.http_status_code(), &format!("{message} {payload}"), &chain)
     }
 
     /// A V4 signed URL that lets its holder `GET` object `key` (and nothing else) until `ttl`
@@ -246,7 +261,8 @@ impl GcsBucket {
         if (200..300).contains(&status) {
             return Ok(());
         }
-        match self.classify_status(Call::Delete, key, Some(status), &body, &format!("HTTP {status}: {body}")) {
+        let chain = format!("HTTP {status}: {}", google_message(&body));
+        match self.classify_status(Call::Delete, key, Some(status), &body, &chain) {
             BucketError::Failed(_) if status == 404 => Ok(()),
             err => Err(err),
         }
@@ -288,6 +304,7 @@ impl GcsBucket {
 #[async_trait::async_trait]
 impl Bucket for GcsBucket {
     async fn get(&self, key: &str) -> Result<Option<(Bytes, Version)>, BucketError> {
+        self.check_owner().await?;
         // The crate retries reads for up to 5 minutes; a restore that cannot reach its bucket
         // should say so sooner (the checkpointer retries on its own).
         let policy = google_cloud_storage::retry_policy::RetryableErrors.with_time_limit(READ_RETRY_LIMIT);
@@ -313,11 +330,13 @@ impl Bucket for GcsBucket {
     }
 
     async fn create(&self, key: &str, body: Bytes) -> Result<Version, BucketError> {
+        self.check_owner().await?;
         // Generation 0 matches only an object that does not exist.
         self.write(key, body, 0).await
     }
 
     async fn replace(&self, key: &str, body: Bytes, version: &Version) -> Result<Version, BucketError> {
+        self.check_owner().await?;
         let generation = version.0.parse::<i64>().ok().filter(|g| *g > 0).ok_or_else(|| {
             BucketError::Failed(format!(
                 "replace `gs://{}/{key}`: version `{}` is not a GCS generation (a positive integer)",
@@ -328,6 +347,10 @@ impl Bucket for GcsBucket {
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), BucketError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.check_owner().await?;
         for key in keys {
             self.delete_one(key).await?;
         }
@@ -374,6 +397,16 @@ fn service_account_credentials(
         .build()
         .map_err(|err| refused(error_chain(&err)))?;
     Ok((credentials, principal, project))
+}
+
+/// The `message` of a Google API error body (`{"error":{"code","message"}}`), at most 300
+/// characters; any other body is told by its size, never shown.
+pub(crate) fn google_message(body: &str) -> String {
+    let parsed = serde_json::from_str::<serde_json::Value>(body).ok();
+    match parsed.as_ref().and_then(|error| error["error"]["message"].as_str()) {
+        Some(message) => message.chars().take(300).map(|c| if c.is_control() { ' ' } else { c }).collect(),
+        None => format!("an answer that is not a Google API error ({} bytes, not shown)", body.len()),
+    }
 }
 
 /// Whether a 404's message is GCS's "The specified bucket does not exist." rather than its

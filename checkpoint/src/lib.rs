@@ -12,6 +12,8 @@
 pub mod bucket;
 mod checkpointer;
 pub mod gcs;
+mod gcs_iam;
+mod gcs_owner;
 pub mod identity;
 pub mod layout;
 pub mod object;

@@ -36,7 +36,8 @@ fn failed<E: ProvideErrorMetadata + std::error::Error + 'static>(bucket: &str, c
     match err.code() {
         Some("AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AllAccessDisabled") => {
             BucketError::Refused(format!(
-                "S3 refused {call} on bucket `{bucket}` ({detail}); check the credential's permissions"
+                "S3 refused {call} on bucket `{bucket}` ({detail}); check the credential's permissions, and that the \
+                 bucket is this account's (every call names it as the expected owner)"
             ))
         }
         Some("InvalidBucketName" | "InvalidLocationConstraint" | "IllegalLocationConstraintException") => {
@@ -50,15 +51,19 @@ impl S3Bucket {
     /// Creates the bucket in `region` unless these credentials own it already, then makes it
     /// versioned, private and expiring old versions (each call is idempotent, so a retry after a
     /// crash finishes what the first attempt began).
+    ///
+    /// Every call names the credentials' account as the expected owner: a bucket of that name
+    /// in another account, even one open to these credentials, is refused, never adopted.
     pub async fn ensure(&self, region: &str) -> Result<Made, BucketError> {
         let client = self.client();
         let bucket = self.name();
-        let made = match client.head_bucket().bucket(bucket).send().await {
+        let owner = self.expected_owner().await?;
+        let made = match client.head_bucket().bucket(bucket).expected_bucket_owner(owner).send().await {
             Ok(_) => Made::Adopted,
             Err(err) if err.raw_response().is_some_and(|r| r.status().as_u16() == 403) => {
                 return Err(BucketError::Refused(format!(
-                    "S3 bucket `{bucket}` exists and these credentials may not use it (bucket names are global: another \
-                     account may own it); name another bucket"
+                    "S3 bucket `{bucket}` exists and is not this account's ({owner}), or these credentials may not use \
+                     it (bucket names are global: another account may own it); name another bucket"
                 )));
             }
             Err(err) if err.raw_response().is_some_and(|r| r.status().as_u16() == 404) => {
@@ -93,6 +98,7 @@ impl S3Bucket {
         client
             .put_public_access_block()
             .bucket(bucket)
+            .expected_bucket_owner(owner)
             .public_access_block_configuration(block)
             .send()
             .await
@@ -101,6 +107,7 @@ impl S3Bucket {
         client
             .put_bucket_versioning()
             .bucket(bucket)
+            .expected_bucket_owner(owner)
             .versioning_configuration(versioning)
             .send()
             .await
@@ -124,6 +131,7 @@ impl S3Bucket {
         client
             .put_bucket_lifecycle_configuration()
             .bucket(bucket)
+            .expected_bucket_owner(owner)
             .lifecycle_configuration(lifecycle)
             .send()
             .await
@@ -136,9 +144,11 @@ impl S3Bucket {
     pub async fn destroy(&self) -> Result<usize, BucketError> {
         let client = self.client();
         let bucket = self.name();
+        let owner = self.expected_owner().await?;
         let mut deleted = 0;
         loop {
-            let page = match client.list_object_versions().bucket(bucket).max_keys(1000).send().await {
+            let list = client.list_object_versions().bucket(bucket).expected_bucket_owner(owner).max_keys(1000);
+            let page = match list.send().await {
                 Ok(page) => page,
                 Err(err) if err.code() == Some("NoSuchBucket") => return Ok(deleted),
                 Err(err) => return Err(failed(bucket, "ListObjectVersions", &err)),
@@ -163,12 +173,13 @@ impl S3Bucket {
             client
                 .delete_objects()
                 .bucket(bucket)
+                .expected_bucket_owner(owner)
                 .delete(delete)
                 .send()
                 .await
                 .map_err(|err| failed(bucket, "DeleteObjects", &err))?;
         }
-        match client.delete_bucket().bucket(bucket).send().await {
+        match client.delete_bucket().bucket(bucket).expected_bucket_owner(owner).send().await {
             Ok(_) => Ok(deleted),
             Err(err) if err.code() == Some("NoSuchBucket") => Ok(deleted),
             Err(err) => Err(failed(bucket, "DeleteBucket", &err)),

@@ -1,6 +1,6 @@
 //! The bucket of a hosted API on GCS, made by `ensure` and removed by `destroy` (`provision.rs`
 //! holds what S3 and GCS share). `ensure` creates the bucket in the service-account key's
-//! project unless it exists, adopts it when these credentials can use it, and either way leaves
+//! project unless it exists, adopts it when it is that project's (`gcs_owner.rs`), and either way leaves
 //! it versioned, private (uniform bucket-level access, public access prevention enforced) and
 //! deleting a generation [`NONCURRENT_DAYS`] days after it stopped being live. `destroy` deletes
 //! every generation first: GCS deletes only an empty bucket.
@@ -8,6 +8,7 @@
 //! | step           | request                                           | answer                          |
 //! |----------------|---------------------------------------------------|---------------------------------|
 //! | ensure: look   | `GET /storage/v1/b/B`                             | 200 adopt, 404 create, 403 no   |
+//! | ensure: owner  | `GET /storage/v1/b?project=P&prefix=B`            | adopt only if B is P's          |
 //! | ensure: create | `POST /storage/v1/b?project=P`                    | 200 created, 409 look again     |
 //! | ensure: settle | `PATCH /storage/v1/b/B?ifMetagenerationMatch=M`   | only what an adopted one lacks  |
 //! | destroy: list  | `GET /storage/v1/b/B/o?versions=true&pageToken=T` | every generation, page by page  |
@@ -19,7 +20,8 @@
 // Why a 409 on create looks again. Between the look and the create, someone may have created
 // the bucket: another project (the name is global), or our own earlier create whose answer was
 // lost. GCS answers 409 to both, so a second look tells them apart: 200 means these credentials
-// can use the bucket, and it is adopted.
+// can use the bucket, and it is adopted if it is the key's project's (another project may have
+// opened it to them: `gcs_owner.rs`).
 //
 // Why an adopted bucket is patched only where it falls short. A bucket's lifecycle is one list
 // of rules: writing ours alone would drop the rules the owner of an adopted bucket set, so the
@@ -32,7 +34,8 @@
 use serde_json::{Value, json};
 
 use crate::bucket::BucketError;
-use crate::gcs::{Call, GcsBucket, names_missing_bucket, percent_encode};
+use crate::gcs::{Call, GcsBucket, google_message, names_missing_bucket, percent_encode};
+use crate::gcs_owner::bucket_path;
 use crate::provision::{Made, NONCURRENT_DAYS};
 
 impl GcsBucket {
@@ -40,14 +43,18 @@ impl GcsBucket {
     ///
     /// A missing bucket is created in the project of the service-account key (its `project_id`);
     /// with Application Default Credentials there is no project, and only an existing bucket can
-    /// be adopted. An adopted bucket is given whatever of the settings it lacks, its other
+    /// be adopted. An existing bucket is adopted only if it is the key's project's (a key that
+    /// names no project adopts none). An adopted bucket is given whatever of the settings it lacks, its other
     /// lifecycle rules kept. Every step is idempotent: a retry after a failure finishes what the
     /// first call began.
     pub async fn ensure(&self) -> Result<Made, BucketError> {
         let resource = match self.look().await? {
             Some(resource) => resource,
             None => match self.insert().await? {
-                Inserted::Created => return Ok(Made::Created),
+                Inserted::Created => {
+                    self.made_by_project();
+                    return Ok(Made::Created);
+                }
                 Inserted::NameTaken => self.look().await?.ok_or_else(|| {
                     BucketError::Refused(format!(
                         "the GCS bucket name `{}` is taken (bucket names are global: another project may own it); \
@@ -57,12 +64,17 @@ impl GcsBucket {
                 })?,
             },
         };
+        // Nothing is changed on a bucket before it is known to be the key's project's.
+        if !self.owner_known() {
+            self.owned_by_project(&resource).await?;
+            self.made_by_project();
+        }
         self.settle(&resource).await?;
         Ok(Made::Adopted)
     }
 
     /// The bucket's resource; `None` if there is no such bucket.
-    async fn look(&self) -> Result<Option<Value>, BucketError> {
+    pub(crate) async fn look(&self) -> Result<Option<Value>, BucketError> {
         let (bucket, principal) = (&self.bucket, &self.principal);
         let what = format!("look up GCS bucket `gs://{bucket}`");
         let (status, body) = self.json_api(reqwest::Method::GET, &bucket_path(bucket), &[], None, &what).await?;
@@ -141,6 +153,12 @@ impl GcsBucket {
     /// the bucket is being emptied makes the bucket's delete fail (`Failed`): stop whatever
     /// writes to it, and call again.
     pub async fn destroy(&self) -> Result<usize, BucketError> {
+        // Nothing is deleted from a bucket that is not the key's project's.
+        if !self.owner_known() {
+            let Some(resource) = self.look().await? else { return Ok(0) };
+            self.owned_by_project(&resource).await?;
+            self.made_by_project();
+        }
         let mut deleted = 0;
         let mut page_token: Option<String> = None;
         loop {
@@ -191,7 +209,10 @@ impl GcsBucket {
             200..300 => Ok(Removed::Generation),
             404 if names_missing_bucket(&body) => Ok(Removed::BucketGone),
             404 => Ok(Removed::Nothing),
-            _ => Err(self.classify_status(Call::Delete, key, Some(status), &body, &format!("HTTP {status}: {body}"))),
+            _ => {
+                let chain = format!("HTTP {status}: {}", google_message(&body));
+                Err(self.classify_status(Call::Delete, key, Some(status), &body, &chain))
+            }
         }
     }
 
@@ -302,20 +323,6 @@ fn missing_settings(resource: &Value) -> Option<Value> {
     (!patch.is_empty()).then_some(Value::Object(patch))
 }
 
-/// The JSON API path of the bucket, under `/storage/v1/`.
-fn bucket_path(bucket: &str) -> String {
-    format!("b/{}", percent_encode(bucket))
-}
-
-/// The `message` of a Google API error body (`{"error":{"code","message"}}`), else the body.
-fn google_message(body: &str) -> String {
-    let parsed = serde_json::from_str::<Value>(body).ok();
-    match parsed.as_ref().and_then(|error| error["error"]["message"].as_str()) {
-        Some(message) => message.to_owned(),
-        None => body.trim().chars().take(300).collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +356,7 @@ mod tests {
     fn google_errors_show_their_message() {
         let body = r#"{"error":{"code":403,"message":"x does not have storage.buckets.get access","errors":[]}}"#;
         assert_eq!(google_message(body), "x does not have storage.buckets.get access");
-        assert_eq!(google_message(" Bad Gateway\n"), "Bad Gateway");
+        // Any other body is not shown: an endpoint could fill it with what it read elsewhere.
+        assert_eq!(google_message(" Bad Gateway\n"), "an answer that is not a Google API error (13 bytes, not shown)");
     }
 }

@@ -29,6 +29,10 @@ pub(crate) enum Command {
     /// Save, list and delete cloud credentials on the active API.
     #[command(subcommand)]
     Credentials(CredentialsCommand),
+    /// Keep values workloads take as environment variables (`--secret`), and registry logins
+    /// their images are pulled with; values are sealed and never shown.
+    #[command(subcommand)]
+    Secret(SecretCommand),
     /// Create, inspect and delete Kubernetes clusters (needs a hosted API to create).
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -127,6 +131,13 @@ pub(crate) enum Command {
     /// Inspect and steer the durable workflows of the active API.
     #[command(subcommand)]
     Workflow(WorkflowCommand),
+    /// A simulated cluster's kube-proxy, which the API starts for each simulated cluster with
+    /// Services (not for people): serves the routes file until it is removed.
+    #[command(name = "sim-kube-proxy", hide = true)]
+    SimKubeProxy {
+        /// The cluster's routes file.
+        routes: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -234,6 +245,8 @@ pub(crate) struct SubmitJobArgs {
     /// Memory requested and limited, e.g. 512Mi or 2Gi.
     #[arg(long)]
     pub(crate) memory: Option<String>,
+    #[command(flatten)]
+    pub(crate) secrets: commands::secret::SecretFlags,
     /// Follow the job until it ends; exit 0 completed, 1 errored, terminated, failed or invalid,
     /// 4 timeout, 5 its workflow stopped for a person.
     #[arg(long)]
@@ -303,6 +316,8 @@ pub(crate) struct DeployServiceArgs {
     /// How long a revision may take to become available (e.g. 90s, 10m; at most 24h) [default: 10m].
     #[arg(long, value_parser = commands::parse_duration)]
     pub(crate) progress_deadline: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub(crate) secrets: commands::secret::SecretFlags,
     /// Follow the service until it runs; exit 0 running, 1 failed, 4 timeout, 5 its workflow
     /// stopped for a person.
     #[arg(long)]
@@ -339,6 +354,9 @@ pub(crate) enum DeploymentCommand {
         /// How long the new revision may take to become available (e.g. 90s, 10m; at most 24h).
         #[arg(long, value_parser = commands::parse_duration)]
         progress_deadline: Option<std::time::Duration>,
+        /// Secrets the new revision adds; every secret it takes is taken at its current version.
+        #[command(flatten)]
+        secrets: commands::secret::SecretFlags,
         /// Follow the upgrade; exit 0 once the new revision serves, 1 if it failed and was rolled back.
         #[arg(long)]
         wait: bool,
@@ -362,6 +380,19 @@ pub(crate) enum ApiCommand {
     },
     /// Show the active API and whether it answers.
     Status,
+    /// Give an API deployed on a cloud VM a new TLS CA, through the API that deployed it: the new
+    /// CA goes to its keys secret, the API serves a certificate from it (no restart), and the CLI
+    /// config pins the old and the new CA meanwhile, then the new one alone. Its token and the
+    /// key sealing its state are unchanged. Interrupted, run it again: it follows the rotation in
+    /// hand, or makes another.
+    RotateCa {
+        /// The API's name [default: the active API].
+        #[arg(value_name = "NAME")]
+        id: Option<String>,
+        /// How long to follow the rotation.
+        #[arg(long, default_value = "10m", value_parser = commands::parse_duration)]
+        timeout: std::time::Duration,
+    },
     /// Stop a hosted API: one on a cloud VM is removed by the API that deployed it (VM, network
     /// rules, VM identity; its bucket stays unless --delete-bucket); one this CLI started gets
     /// SIGTERM (it finishes steps in flight and releases leases).
@@ -445,9 +476,15 @@ pub(crate) struct ServeArgs {
     /// (a bare name takes the storage credential's store), created if missing, versioned, private.
     #[arg(long)]
     pub(crate) checkpoint_bucket: Option<String>,
-    /// The checkpoint bucket's endpoint, for an S3-compatible store or a private endpoint.
+    /// The checkpoint bucket's endpoint, for an S3-compatible store or a private endpoint
+    /// (https:// to a public or private-link host, unless --allow-insecure-endpoints).
     #[arg(long, requires = "checkpoint_bucket")]
     pub(crate) checkpoint_endpoint: Option<String>,
+    /// Let this API call plain-http:// endpoints and ones on loopback or inner networks, for
+    /// credentials' --endpoint and --checkpoint-endpoint: only for a local test peer such as moto.
+    /// An API deployed by this one gets the same setting. `api status` shows it.
+    #[arg(long)]
+    pub(crate) allow_insecure_endpoints: bool,
     /// The checkpoint bucket's region (S3) [default: the SDK's, else us-east-1].
     #[arg(long, requires = "checkpoint_bucket")]
     pub(crate) checkpoint_region: Option<String>,
@@ -460,10 +497,15 @@ pub(crate) struct ServeArgs {
     /// read at start as the VM's identity. `api.deploy`'s boot script passes it.
     #[arg(long, hide = true, requires_all = ["hosted_by", "checkpoint_bucket"])]
     pub(crate) checkpoint_storage_secret: Option<String>,
+    /// A hosted API: the secret, in its own provider's secret store, holding its keys (its token,
+    /// sealing key and TLS CA), read at start as the VM's identity and kept on its disk only, never
+    /// in the bucket. `api.deploy`'s boot script passes it.
+    #[arg(long, hide = true, requires_all = ["hosted_by", "checkpoint_bucket"])]
+    pub(crate) keys_secret: Option<String>,
     /// The secret store's endpoint, when not the provider's public one (the hosting credential's
     /// private endpoint).
-    #[arg(long, hide = true, requires = "checkpoint_storage_secret")]
-    pub(crate) checkpoint_storage_secret_endpoint: Option<String>,
+    #[arg(long, hide = true, requires = "hosted_by")]
+    pub(crate) secret_endpoint: Option<String>,
     /// Runs as the hosted API process itself (what `--credentials sim` starts).
     #[arg(long, hide = true, conflicts_with = "credentials")]
     pub(crate) hosted_by: Option<String>,
@@ -475,6 +517,10 @@ pub(crate) struct ServeArgs {
     /// is hosted with; `api.deploy`'s boot script passes it, and saves the credential here).
     #[arg(long, hide = true, requires_all = ["hosted_by", "control_plane_region", "control_plane_vm_type"])]
     pub(crate) control_plane_credentials: Option<String>,
+    /// A hosted API: its owner id at its provider (`api-<id>`), tagged on everything it makes
+    /// there (`anycloud-owner`); its VM's role may change only resources carrying it.
+    #[arg(long, hide = true, requires = "hosted_by")]
+    pub(crate) owner: Option<String>,
     /// The control planes' region (the API's own).
     #[arg(long, hide = true, requires = "control_plane_credentials")]
     pub(crate) control_plane_region: Option<String>,
@@ -484,8 +530,29 @@ pub(crate) struct ServeArgs {
 }
 
 #[derive(Debug, Subcommand)]
+pub(crate) enum SecretCommand {
+    /// Create a secret: values from --from-literal, --from-env-file or KEY=VALUE lines on
+    /// standard input (never echoed); or a registry login with --registry HOST --username U
+    /// --password-stdin.
+    New(commands::secret::ValuesArgs),
+    /// List secrets: names, kinds, keys, versions and the deployments that take them (never values).
+    List,
+    /// Give a secret its next version, whole (keys not given are gone from it). Deployments keep
+    /// the version they took until they are resubmitted or upgraded.
+    Set(commands::secret::ValuesArgs),
+    /// Delete a secret and every version of it; refused while a deployment that has not ended takes it.
+    Delete {
+        /// The secret's name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub(crate) enum CredentialsCommand {
-    /// Save a credential; the API verifies it with the provider (one cheap read call).
+    /// Save a credential; the API verifies it with the provider (one cheap read call). Without
+    /// --provider, on a terminal, it asks for the provider and its keys (secrets typed hidden),
+    /// shows what it will save and follows the verification; without a terminal it is refused
+    /// (PROVIDER_REQUIRED).
     New(Box<NewCredentialArgs>),
     /// List credentials (secrets are never shown).
     List,
@@ -500,9 +567,10 @@ pub(crate) enum CredentialsCommand {
 pub(crate) struct NewCredentialArgs {
     /// The credential's name (a DNS label).
     pub(crate) name: String,
-    /// aws, gcp or sim (the local simulated cloud).
+    /// aws, gcp or sim (the local simulated cloud). Without it, on a terminal, the command asks
+    /// for the provider and its keys; scripts must give it.
     #[arg(long)]
-    pub(crate) provider: String,
+    pub(crate) provider: Option<String>,
     /// AWS access key id [default: $AWS_ACCESS_KEY_ID].
     #[arg(long)]
     pub(crate) access_key_id: Option<String>,
@@ -518,6 +586,13 @@ pub(crate) struct NewCredentialArgs {
     /// Another endpoint for the provider's API (a private endpoint, or a local test peer).
     #[arg(long)]
     pub(crate) endpoint: Option<String>,
+    /// aws, gcp: save no key; the API acts as the machine it runs on (its instance profile, its
+    /// service account). What a deployed API's hosting credential is on the API itself.
+    #[arg(long, conflicts_with_all = ["access_key_id", "secret_access_key", "service_account_file"])]
+    pub(crate) machine_identity: bool,
+    /// gcp with --machine-identity: the project to act in.
+    #[arg(long, requires = "machine_identity")]
+    pub(crate) project: Option<String>,
     #[command(flatten)]
     pub(crate) sim: commands::credentials::SimFlags,
     /// Follow the verification; exit 0 if the credential is valid, 1 if not, 5 if it stops for a person.

@@ -1,11 +1,14 @@
 //! The CLI's configuration: the APIs it knows and which one is active. Kept as JSON in the XDG
 //! config directory (`$ANYCLOUD_CONFIG_DIR`, else `$XDG_CONFIG_HOME/anycloud`, else
-//! `~/.config/anycloud`), mode 0600, since it holds bearer tokens.
+//! `~/.config/anycloud`), since it holds bearer tokens and the certificates the CLI pins: the
+//! directory is made (or brought back to) mode 0700, and the file is written 0600 through a
+//! temporary that is opened only if nothing, not even a symbolic link, has its name
+//! (`O_CREAT|O_EXCL|O_NOFOLLOW`), then renamed over it.
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +51,17 @@ pub fn config_dir() -> PathBuf {
     home().join(".config").join("anycloud")
 }
 
+/// Creates `path` for writing, mode 0600, only if nothing has its name: not a file, not a
+/// symbolic link (which would otherwise be followed to wherever it points).
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits().cast_signed())
+        .open(path)
+}
+
 /// Where local APIs keep their data by default.
 pub fn data_home() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_DATA_HOME") {
@@ -79,30 +93,36 @@ impl Config {
         }
     }
 
-    /// Writes the configuration (mode 0600), replacing the file atomically.
+    /// Writes the configuration (mode 0600, its directory 0700), replacing the file atomically.
     pub fn save(&self) -> Result<(), CliError> {
-        let dir = config_dir();
-        let fail = |err: std::io::Error| {
+        self.save_in(&config_dir())
+    }
+
+    fn save_in(&self, dir: &Path) -> Result<(), CliError> {
+        let fail = |what: &str, err: std::io::Error| {
             CliError::new(
                 NOT_OBSERVED,
                 "CONFIG_UNWRITABLE",
-                format!("writing the CLI config in {}: {err}", dir.display()),
+                format!("{what} the CLI config directory {}: {err}", dir.display()),
             )
         };
-        std::fs::create_dir_all(&dir).map_err(fail)?;
-        let temporary = dir.join(format!(".config.json.{}", std::process::id()));
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temporary)
-            .map_err(fail)?;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|err| fail("creating", err))?;
+        // An existing directory keeps its mode through create: others must not list or swap its files.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|err| fail("restricting (chmod 0700)", err))?;
         let text = serde_json::to_string_pretty(self)
             .map_err(|err| CliError::new(NOT_OBSERVED, "CONFIG_UNWRITABLE", err.to_string()))?;
-        file.write_all(text.as_bytes()).map_err(fail)?;
-        file.sync_all().map_err(fail)?;
-        std::fs::rename(&temporary, dir.join("config.json")).map_err(fail)
+        let temporary = dir.join(format!(".config.json.{}.{}", std::process::id(), uuid::Uuid::new_v4().simple()));
+        let written = create_private(&temporary).and_then(|mut file| {
+            file.write_all(text.as_bytes())?;
+            file.sync_all()
+        });
+        let renamed = written.and_then(|()| std::fs::rename(&temporary, dir.join("config.json")));
+        if let Err(err) = renamed {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(fail("writing config.json in", err));
+        }
+        Ok(())
     }
 
     /// The active API, or an error that says how to get one.
@@ -123,5 +143,53 @@ impl Config {
             )
         })?;
         Ok((name, entry))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_directory_is_forced_to_0700_and_the_file_written_0600() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("anycloud");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let config = Config { active: Some("local".into()), ..Config::default() };
+        config.save_in(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("config.json")), 0o600);
+        // Only config.json is left: no temporary.
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["config.json"]);
+        // A directory made by the save is 0700 too.
+        let fresh = home.path().join("a").join("b");
+        config.save_in(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+    }
+
+    #[test]
+    fn a_planted_link_or_file_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("victim");
+        std::fs::write(&target, "keep me").unwrap();
+        let planted = dir.path().join("planted");
+        std::os::unix::fs::symlink(&target, &planted).unwrap();
+        let err = create_private(&planted).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists, "{err}");
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        assert!(create_private(&dangling).is_err());
+        assert!(!dir.path().join("nowhere").exists(), "the link was followed");
+        std::fs::write(dir.path().join("existing"), "x").unwrap();
+        assert!(create_private(&dir.path().join("existing")).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+        drop(create_private(&dir.path().join("new")).unwrap());
+        assert_eq!(mode(&dir.path().join("new")), 0o600);
     }
 }

@@ -14,6 +14,10 @@ pub const TIMEOUT: u8 = 4;
 /// retries, resumes or cancels it; the message says which command.
 pub const NEEDS_ATTENTION: u8 = 5;
 
+/// A person stopped the command at a prompt (Ctrl-C, or the end of input): nothing it asked for
+/// was sent unless the message says so. 128 + SIGINT, as a shell reports a command Ctrl-C ended.
+pub const INTERRUPTED: u8 = 130;
+
 /// A command's failure: what to print and which code to exit with.
 #[derive(Debug)]
 pub struct CliError {

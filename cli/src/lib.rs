@@ -3,7 +3,7 @@
 //! it reads from its environment.
 //!
 //! Exit codes (docs/cli.md): 0 done or reached, 1 ended another way, 2 could not observe, 3 bad
-//! input, 4 timeout, 5 a workflow stopped for a person.
+//! input, 4 timeout, 5 a workflow stopped for a person, 130 a person stopped it at a prompt.
 
 mod args;
 mod client;
@@ -14,18 +14,22 @@ mod output;
 mod render;
 mod seams;
 mod server;
+mod terminal;
 
 use std::process::ExitCode;
 
 use anycloud_workflows::api::{NewCluster, WorkflowAction};
+use anycloud_workflows::providers::endpoint::{self, EndpointPolicy};
 use clap::Parser;
 
 use crate::args::{
     ApiCommand, Cli, ClusterCommand, Command, CredentialsCommand, DeploymentCommand, JobCommand, JobSubcommand,
-    ServiceCommand, ServiceSubcommand, WorkflowCommand,
+    SecretCommand, ServiceCommand, ServiceSubcommand, WorkflowCommand,
 };
 use crate::exit::{BAD_INPUT, CliError, CliResult, OK};
 pub use crate::seams::Seams;
+/// The API's listener, whose limits (timeouts, connections) the tests hold it to.
+pub use crate::server::listener;
 
 /// Runs the command line with these test seams (none in the `anycloud` binary) and returns the
 /// process's exit code.
@@ -46,6 +50,16 @@ pub fn main(seams: Seams) -> ExitCode {
             return ExitCode::from(BAD_INPUT);
         }
     };
+    if let Command::SimKubeProxy { routes } = &cli.command {
+        // Its own small runtime and no log setup: it writes to the log file the API gave it.
+        return match anycloud_sim::kube::run_proxy(routes) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("simulated kube-proxy: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let serving = matches!(cli.command, Command::Api(ApiCommand::Serve(_)));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ANYCLOUD_LOG").unwrap_or_else(|_| {
@@ -89,6 +103,13 @@ async fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Api(ApiCommand::Serve(args)) => match args.credentials {
             Some(credentials) if !credentials.eq_ignore_ascii_case("sim") => {
+                if args.allow_insecure_endpoints {
+                    return Err(CliError::bad_input(format!(
+                        "--allow-insecure-endpoints applies to the API this command runs; API `{}` is deployed by the \
+                         active API and takes its setting (start that one with --allow-insecure-endpoints)",
+                        args.id
+                    )));
+                }
                 let Some(vm_type) = args.vm_type else {
                     return Err(CliError::bad_input(format!(
                         "hosting API `{}` with credential `{credentials}` needs --vm-type (e.g. t3.medium, e2-standard-2)",
@@ -144,6 +165,7 @@ async fn run(cli: Cli) -> CliResult {
                     data_dir: args.data_dir,
                     database_url: args.database_url,
                     use_it: args.use_it,
+                    allow_insecure_endpoints: args.allow_insecure_endpoints,
                 };
                 commands::api::host(args, json).await
             }
@@ -153,20 +175,38 @@ async fn run(cli: Cli) -> CliResult {
                 {
                     return Err(CliError::bad_input(format!("--hosted-by {host}: use sim, aws or gcp")));
                 }
-                let storage_secret = match (&args.checkpoint_storage_secret, &args.hosted_by) {
-                    (Some(secret), Some(host)) => Some(server::StorageSecret {
-                        store: host.parse().map_err(CliError::bad_input)?,
-                        secret: secret.clone(),
-                        endpoint: args.checkpoint_storage_secret_endpoint,
-                    }),
-                    _ => None,
+                let endpoints = if args.allow_insecure_endpoints {
+                    EndpointPolicy::AllowInsecure
+                } else {
+                    EndpointPolicy::HttpsOnly
                 };
+                for (flag, endpoint) in
+                    [("--checkpoint-endpoint", &args.checkpoint_endpoint), ("--secret-endpoint", &args.secret_endpoint)]
+                {
+                    if let Some(endpoint) = endpoint {
+                        endpoint::check(&format!("API `{}`: {flag}", args.id), endpoint, endpoints)
+                            .map_err(CliError::bad_input)?;
+                    }
+                }
+                let vm_secret = |secret: Option<String>| -> Result<Option<server::VmSecret>, CliError> {
+                    match (secret, &args.hosted_by) {
+                        (Some(secret), Some(host)) => Ok(Some(server::VmSecret {
+                            store: host.parse().map_err(CliError::bad_input)?,
+                            secret,
+                            endpoint: args.secret_endpoint.clone(),
+                        })),
+                        _ => Ok(None),
+                    }
+                };
+                let storage_secret = vm_secret(args.checkpoint_storage_secret)?;
+                let keys_secret = vm_secret(args.keys_secret)?;
                 let checkpoint = match &args.checkpoint_bucket {
                     Some(url) => Some(server::CheckpointOptions {
                         url: anycloud_checkpoint::BucketUrl::parse(url).map_err(CliError::bad_input)?,
                         endpoint: args.checkpoint_endpoint,
                         region: args.checkpoint_region,
                         storage_secret,
+                        keys_secret,
                     }),
                     None => None,
                 };
@@ -194,7 +234,9 @@ async fn run(cli: Cli) -> CliResult {
                     database_url: args.database_url,
                     use_it: args.use_it,
                     public_address,
+                    endpoints,
                     hosted_by: args.hosted_by,
+                    owner: args.owner,
                     control_planes: match (
                         args.control_plane_credentials,
                         args.control_plane_region,
@@ -212,6 +254,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Api(ApiCommand::Stop { id, data_dir, delete_bucket }) => {
             commands::api::stop(&id, data_dir, delete_bucket, json).await
         }
+        Command::Api(ApiCommand::RotateCa { id, timeout }) => commands::hosted_api::rotate_ca(id, timeout, json).await,
         Command::Api(ApiCommand::List) => commands::api::list(json),
         Command::Api(ApiCommand::Use { name }) => commands::api::use_api(&name),
         Command::Api(ApiCommand::Status) => commands::api::status(json).await,
@@ -224,12 +267,18 @@ async fn run(cli: Cli) -> CliResult {
                 service_account_file: args.service_account_file,
                 region: args.region,
                 endpoint: args.endpoint,
+                machine_identity: args.machine_identity,
+                project: args.project,
                 sim: args.sim,
                 wait: args.wait,
             };
             commands::credentials::new(args, json).await
         }
         Command::Credentials(CredentialsCommand::List) => commands::credentials::list(json).await,
+        Command::Secret(SecretCommand::New(args)) => commands::secret::save(args, false, json).await,
+        Command::Secret(SecretCommand::Set(args)) => commands::secret::save(args, true, json).await,
+        Command::Secret(SecretCommand::List) => commands::secret::list(json).await,
+        Command::Secret(SecretCommand::Delete { name }) => commands::secret::delete(&name, json).await,
         Command::Credentials(CredentialsCommand::Delete { name }) => commands::credentials::delete(&name, json).await,
         Command::Cluster(ClusterCommand::Create(args)) => {
             let args = commands::cluster::CreateArgs {
@@ -266,6 +315,7 @@ async fn run(cli: Cli) -> CliResult {
                 env_file: args.env_file,
                 cpus: args.cpus,
                 memory: args.memory,
+                secrets: args.secrets,
                 command: args.command,
                 placement: args.placement,
                 wait: args.wait,
@@ -288,6 +338,7 @@ async fn run(cli: Cli) -> CliResult {
                 cpus: args.cpus,
                 memory: args.memory,
                 progress_deadline: args.progress_deadline,
+                secrets: args.secrets,
                 command: args.command,
                 placement: args.placement,
                 unsupported: args.unsupported,
@@ -302,11 +353,20 @@ async fn run(cli: Cli) -> CliResult {
             env,
             replicas,
             progress_deadline,
+            secrets,
             wait,
             timeout,
         }) => {
-            let args =
-                commands::service::UpgradeArgs { key: id, image, env, replicas, progress_deadline, wait, timeout };
+            let args = commands::service::UpgradeArgs {
+                key: id,
+                image,
+                env,
+                replicas,
+                progress_deadline,
+                secrets,
+                wait,
+                timeout,
+            };
             commands::service::upgrade(args, json).await
         }
         Command::Status { id: Some(id), verbose, watch, health } => {
@@ -352,5 +412,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Workflow(WorkflowCommand::Cancel { id }) => {
             commands::workflow::act(&id, WorkflowAction::Cancel, json).await
         }
+        // Served in `main`, before the runtime starts.
+        Command::SimKubeProxy { .. } => Ok(OK),
     }
 }

@@ -289,6 +289,12 @@ impl Engine {
         Ok(self.inner.store.events(id, after).await?)
     }
 
+    /// The first `limit` entries of the run's timeline after entry `after`: a page of it.
+    pub async fn events_page(&self, id: Uuid, after: i64, limit: u32) -> Result<Vec<EventRecord>, EngineError> {
+        self.run(id).await?;
+        Ok(self.inner.store.events_page(id, after, i64::from(limit)).await?)
+    }
+
     /// Runs the current step of a waiting, backing-off or parked run now. A parked step gets
     /// one more attempt; if it fails again it parks again.
     pub async fn retry(&self, id: Uuid) -> Result<RunStatus, EngineError> {

@@ -609,6 +609,7 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
         }
         Transition::Unwound => {
             let status = if run.cancel_requested { RunStatus::Cancelled } else { RunStatus::Failed };
+            run.error = turned_back_for(inner, run).await;
             run.status = status;
             run.current_step = None;
             run.step_started_at = None;
@@ -620,6 +621,26 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
             let kept = commit(inner, run, true, None, &events).await?;
             Ok(ended_unless_fenced(kept, status))
         }
+    }
+}
+
+/// The error an unwound run ends with: the one it turned back for (its failed forward step's,
+/// or its output's), not the last one an undo attempt left behind (an undo that waited, such as
+/// "waiting until Kubernetes lists none", is no error of the run); none for a cancel that no
+/// failure preceded. A store that cannot be read leaves the error as it is.
+async fn turned_back_for(inner: &Inner, run: &RunRecord) -> Option<StepError> {
+    let steps = match inner.store.steps(run.id).await {
+        Ok(steps) => steps,
+        Err(err) => {
+            debug!(error = %error_chain(&err), "could not read the steps to find the error the run turned back for");
+            return run.error.clone();
+        }
+    };
+    let failed = steps.into_iter().rev().find(|step| step.phase == Phase::Forward && step.status == StepStatus::Failed);
+    match failed.and_then(|step| step.error) {
+        Some(error) => Some(error),
+        None if run.cancel_requested => None,
+        None => run.unwind_reason.clone().map(StepError::terminal_msg),
     }
 }
 

@@ -140,6 +140,8 @@ async fn undo_failure_parks_the_run(db: TestDb) {
     let run = engine.wait(id, WAIT).await.unwrap();
     assert_eq!(run.status, RunStatus::Failed);
     assert!(journal.entries().last().unwrap().starts_with("undo reserve"));
+    // The ended run's error is the one it turned back for, not its undo's last one.
+    assert_eq!(run.error.as_ref().unwrap().chain, ["launching the probe", "quota exceeded"], "{run:?}");
     engine.shutdown(WAIT).await;
 }
 

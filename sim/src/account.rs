@@ -14,7 +14,7 @@ use anycloud_workflows::providers::sim_settings::{REGIONS, SimSettings, VM_TYPES
 use async_trait::async_trait;
 
 use crate::cloud::{SimCloud, SimError, Unavailable};
-use crate::vms::{SELECT_VMS, SHUTDOWN_MS, SimVmRow};
+use crate::vms::{SELECT_VMS, SHUTDOWN_MS, SimVmRow, seal_user_data};
 
 /// One account of the simulated cloud: what a `sim` credential opens.
 #[derive(Clone, Debug)]
@@ -238,20 +238,22 @@ impl Cloud for SimAccount {
         execute!(
             self.cloud.pool(),
             "INSERT INTO sim_vms (id, account, region, vm_type, tags, user_data, client_token, private_ip, \
-             public_ip, boot_ms, never_ready, launched_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             public_ip, boot_ms, never_ready, launched_at, private_registries) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (account, client_token) DO NOTHING",
             &id,
             &self.account,
             &placement.region,
             &placement.vm_type,
             &tags,
-            &spec.user_data,
+            seal_user_data(self.cloud.sealer(), &id, &spec.user_data),
             &token,
             private_ip,
             public_ip,
             self.settings.boot_ms as i64,
             self.settings.never_ready,
-            now
+            now,
+            serde_json::to_string(&self.settings.private_registries).unwrap_or_else(|_| "[]".to_owned())
         )
         .map_err(SimError::from)?;
         let row: SimVmRow = with_pool!(self.cloud.pool(), |pool| {

@@ -1,6 +1,6 @@
 //! The simulated cloud: its state, kept beside the API's in the same database (tables
 //! `sim_api_calls`, `sim_vms`, `sim_networks`), so that its VMs and injected faults survive API
-//! restarts like a real cloud's would. Everything it returns says it is simulated, and its public
+//! restarts like a real cloud's would; its VMs' user-data is sealed there (`crate::vms`). Everything it returns says it is simulated, and its public
 //! addresses are from TEST-NET-3 (203.0.113.0/24).
 
 use anycloud_engine::{Pool, with_pool};
@@ -10,6 +10,7 @@ use anycloud_workflows::kube_api::KubeEndpoint;
 use anycloud_workflows::now_ms;
 use anycloud_workflows::providers::SimulatedCloud;
 use anycloud_workflows::providers::sim_settings::SimSettings;
+use anycloud_workflows::secrets::SecretBox;
 
 use crate::account::SimAccount;
 use crate::kube::{Machine, Machines};
@@ -43,6 +44,8 @@ impl From<SimError> for CloudError {
 #[derive(Clone, Debug)]
 pub struct SimCloud {
     db: Db,
+    /// The API's sealer: what it seals its VMs' user-data with.
+    sealer: SecretBox,
     api_url: String,
     kubelet_dir: std::path::PathBuf,
     /// Where its control planes' APIs answer over TLS, when they do.
@@ -52,11 +55,16 @@ pub struct SimCloud {
 impl SimCloud {
     /// The simulated cloud whose state lives in the API's database, "hosted" by the API at
     /// `api_url` (its control planes' Kubernetes APIs are served under `{api_url}/sim/kube/`).
-    /// Its Pods' files go to the system's temporary directory unless
+    /// Its VMs' user-data is sealed with `sealer`, the API's own (the one its database's secrets
+    /// are sealed with). Its Pods' files go to the system's temporary directory unless
     /// [`with_kubelet_dir`](Self::with_kubelet_dir) says where.
-    pub fn new(db: Db, api_url: impl Into<String>) -> Self {
+    pub fn new(db: Db, sealer: SecretBox, api_url: impl Into<String>) -> Self {
         let kubelet_dir = std::env::temp_dir().join("anycloud-sim-kubelet");
-        Self { db, api_url: api_url.into(), kubelet_dir, kube_tls: None }
+        Self { db, sealer, api_url: api_url.into(), kubelet_dir, kube_tls: None }
+    }
+
+    pub(crate) fn sealer(&self) -> &SecretBox {
+        &self.sealer
     }
 
     /// Keeps its Pods' scratch directories and logs under `dir` (the API host passes
@@ -158,11 +166,11 @@ impl SimulatedCloud for SimCloud {
 impl Machines for SimCloud {
     async fn machine(&self, id: &str) -> Result<Option<Machine>, String> {
         let vm = self.vm(id).await.map_err(|err| format!("simulated cloud state: {err}"))?;
-        Ok(vm.as_ref().map(SimVm::machine))
+        Ok(vm.map(|vm| vm.machine(&self.sealer)))
     }
 
     async fn running(&self) -> Result<Vec<Machine>, String> {
         let live = self.live_vms().await.map_err(|err| format!("simulated cloud state: {err}"))?;
-        Ok(live.iter().filter(|vm| vm.state == "running").map(SimVm::machine).collect())
+        Ok(live.iter().filter(|vm| vm.state == "running").map(|vm| vm.machine(&self.sealer)).collect())
     }
 }

@@ -1,6 +1,7 @@
 //! The simulated cloud: a local cloud for the quick start and for deterministic tests.
 //!
-//! - [`SimCloud`]: VMs and network rules kept in SQL beside the API's own state, with fault
+//! - [`SimCloud`]: VMs and network rules kept in SQL beside the API's own state (a VM's user-data
+//!   sealed under the API's key, as the `clusters` table's secrets are), with fault
 //!   injection (latency, transient errors, quotas, slow or never-ready nodes), deterministic
 //!   under a seed. The domain reaches its accounts ([`SimAccount`]) only through the `Cloud`
 //!   trait, as the `sim` provider ([`anycloud_workflows::providers::SimulatedCloud`]).
@@ -18,7 +19,8 @@
 //!   pulled, commands run on the API's host as its user, `resources` are recorded, not
 //!   enforced. Tests also serve it for clusters on moto and the fake Compute server, whose VMs
 //!   cannot boot here, so the project has one fake Kubernetes. Mount it with
-//!   `kube::router(Arc::new(sim.clone()), sim.kube_storage())`.
+//!   `kube::router(Arc::new(sim.clone()), sim.kube_storage(), proxy)`, where `proxy` says how to
+//!   start a cluster's kube-proxy process (the `anycloud` binary's `sim-kube-proxy` command).
 //!
 //! Its cloud tables (`sim_api_calls`, `sim_vms`, `sim_networks`) were created by the domain's
 //! first migrations, which cannot move (sqlx checksums applied migrations); later changes to them
@@ -33,4 +35,4 @@ mod vms;
 
 pub use account::SimAccount;
 pub use cloud::{SimCloud, SimError, Unavailable};
-pub use vms::SimVm;
+pub use vms::{SimVm, UserDataError, open_user_data};

@@ -328,10 +328,14 @@ async fn a_job_reaches_the_service_and_deleting_removes_everything() {
     let log = apis.pods.logs(pod.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();
     assert_eq!(log, "v1\n");
 
-    // An API restart: the replicas run on, the Service listens again.
+    // An API restart: the replicas run on, and the Service answers while the API is down (its
+    // kube-proxy is a process of its own) and after.
     let pids: Vec<i32> = web_pids(&cluster).await;
     cluster.kill_api().await;
     assert!(pids.iter().all(|pid| process_runs(*pid)));
+    for _ in 0..10 {
+        assert_eq!(get(&address).await.as_deref(), Ok("v1"), "the Service while its API is down");
+    }
     cluster.serve().await;
     let apis = self::apis(&cluster);
     eventually(10, "the Service answering after the restart", || async {

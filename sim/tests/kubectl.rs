@@ -15,34 +15,16 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use support::{Cluster, eventually, job};
-
-/// Fails the test when kubectl is missing: it is required, never skipped.
-fn require_kubectl() {
-    let found = Command::new("kubectl").arg("version").arg("--client").output().is_ok_and(|out| out.status.success());
-    assert!(found, "kubectl is required for this test (scripts/test installs Debian's kubernetes-client)");
-}
-
-/// Runs kubectl (off the test's runtime threads) and returns (exit code, stdout, stderr).
-async fn kubectl(config: &Path, args: &[&str]) -> (i32, String, String) {
-    let mut command = Command::new("kubectl");
-    command.arg("--kubeconfig").arg(config).args(args);
-    let output: Output = tokio::task::spawn_blocking(move || command.output()).await.unwrap().unwrap();
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (output.status.code().unwrap_or(-1), text(&output.stdout), text(&output.stderr))
-}
+use support::{Cluster, eventually, job, kubectl, kubectl_succeeds, require_kubectl};
 
 async fn succeeds(config: &Path, args: &[&str]) -> String {
-    let (code, stdout, stderr) = kubectl(config, args).await;
-    assert_eq!(code, 0, "kubectl {args:?} failed:\n{stdout}\n{stderr}");
-    stdout
+    kubectl_succeeds(config, args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

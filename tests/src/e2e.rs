@@ -66,6 +66,12 @@ pub fn anycloud_bin() -> PathBuf {
     path
 }
 
+/// How a simulated Kubernetes served in a test starts its clusters' kube-proxies: the `anycloud`
+/// binary's `sim-kube-proxy` command, as the API does.
+pub fn kube_proxy() -> anycloud_sim::kube::ProxyCommand {
+    anycloud_sim::kube::ProxyCommand::new(anycloud_bin(), ["sim-kube-proxy"])
+}
+
 /// The test suite's own binary, `anycloud-seamed` (beside `anycloud`): the same CLI and API, with
 /// the test seams its environment names (`ANYCLOUD_TEST_*`, see `src/bin/anycloud_seamed.rs`).
 pub fn anycloud_seamed_bin() -> PathBuf {
@@ -75,9 +81,10 @@ pub fn anycloud_seamed_bin() -> PathBuf {
 }
 
 /// The variables `anycloud-seamed` reads (and `anycloud` does not).
-pub const SEAM_VARS: [&str; 5] = [
+pub const SEAM_VARS: [&str; 6] = [
     "ANYCLOUD_TEST_SIMULATED_KUBE",
     "ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS",
+    "ANYCLOUD_TEST_PAUSE_IN_SECRET_APPLY_MS",
     "ANYCLOUD_TEST_HOSTED_API_ADDRESS",
     "ANYCLOUD_TEST_FOLLOW_GAP_MS",
     "ANYCLOUD_TEST_EXEC_IDLE_LIMIT_MS",
@@ -323,6 +330,8 @@ pub struct Api {
     production_binary: bool,
     /// Extra arguments of `api serve`.
     pub args: Vec<String>,
+    /// Started without `--allow-insecure-endpoints`, as a production API is.
+    https_endpoints_only: bool,
     dir: tempfile::TempDir,
     child: Option<Child>,
     pids: Vec<u32>,
@@ -344,6 +353,9 @@ pub struct ApiOptions {
     pub production_binary: bool,
     /// Extra arguments of `api serve` (`--checkpoint-bucket s3://...`).
     pub args: Vec<String>,
+    /// Start it without `--allow-insecure-endpoints`. The tests' APIs otherwise run with it:
+    /// their peers (moto, the fakes) are plain HTTP on loopback.
+    pub https_endpoints_only: bool,
 }
 
 impl Api {
@@ -362,9 +374,21 @@ impl Api {
         Self::start_opts(ApiOptions { id: id.to_owned(), hosted: true, ..ApiOptions::default() })
     }
 
+    /// What most end-to-end tests start from, added to this API: a simulated-cloud credential
+    /// `sim` (`credential_flags` besides `--provider sim`) and a ready one-worker cluster `demo`.
+    pub fn with_demo_cluster(self, credential_flags: &[&str]) -> Self {
+        let mut credential = vec!["credentials", "new", "sim", "--provider", "sim", "--wait"];
+        credential.extend_from_slice(credential_flags);
+        self.cli(&credential).expect_code(0);
+        let mut create = sim_cluster_create("demo", "sim", "1");
+        create.push("--wait");
+        self.cli(&create).expect_code(0);
+        self
+    }
+
     /// Starts an API as `options` say.
     pub fn start_opts(options: ApiOptions) -> Self {
-        let ApiOptions { id, database_url, hosted, env, production_binary, args } = options;
+        let ApiOptions { id, database_url, hosted, env, production_binary, args, https_endpoints_only } = options;
         let id = id.as_str();
         let dir = tempfile::Builder::new().prefix("anycloud-e2e-").tempdir().unwrap();
         for sub in ["config", "xdg-config", "xdg-data", "logs"] {
@@ -379,6 +403,7 @@ impl Api {
             env,
             production_binary,
             args,
+            https_endpoints_only,
             dir,
             child: None,
             pids: Vec::new(),
@@ -470,6 +495,9 @@ impl Api {
         if self.hosted {
             command.args(["--hosted-by", "sim"]);
         }
+        if !self.https_endpoints_only {
+            command.arg("--allow-insecure-endpoints");
+        }
         command.args(&self.args);
         command.envs(self.env.iter().map(|(name, value)| (name, value)));
         let mut child = command.spawn().expect("starting anycloud api serve");
@@ -547,6 +575,21 @@ impl Api {
     pub fn wipe_data_dir(&mut self) {
         assert!(self.child.is_none(), "wipe_data_dir: the API is still running");
         std::fs::remove_dir_all(self.data_dir()).unwrap();
+    }
+
+    /// Wipes the data directory but for the API's keys (`token`, `secret.key`), which an operator
+    /// who runs a checkpointed API by hand keeps apart: they never go to its bucket.
+    pub fn wipe_data_dir_keeping_keys(&mut self) {
+        let keys: Vec<(PathBuf, Vec<u8>)> = ["token", "secret.key"]
+            .iter()
+            .map(|name| self.data_dir().join(name))
+            .map(|path| (path.clone(), std::fs::read(&path).unwrap()))
+            .collect();
+        self.wipe_data_dir();
+        std::fs::create_dir_all(self.data_dir()).unwrap();
+        for (path, bytes) in keys {
+            std::fs::write(path, bytes).unwrap();
+        }
     }
 
     /// Waits up to `timeout` for the running incarnation to exit by itself; its status.

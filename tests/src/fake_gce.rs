@@ -31,6 +31,9 @@
 //!   `resourceInUseByAnotherResource`. Labels in an insert's body are ignored: the API sets an
 //!   address's labels with `setLabels` only (its reference, `Address.labels`).
 //!
+//! - behind the fake Google front, an instance's service account must be one the fake IAM holds
+//!   (400 naming it otherwise, as Compute Engine refuses an account the caller cannot act as);
+//!
 //! What it does not: every project exists; the zones are `us-central1-a`, `us-central1-b` and
 //! `europe-west1-b`, each offering `e2-standard-2`, `e2-medium` and `n2-standard-4`; the only
 //! network is `default`; instances never boot anything.
@@ -110,6 +113,12 @@ impl FakeGce {
     /// The endpoint to give the Compute client (`http://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Refuses, from now on, an instance whose service account `iam` does not hold, as Compute
+    /// Engine refuses one the caller cannot act as (an account that does not exist included).
+    pub fn check_service_accounts_at(&self, iam: Arc<crate::fake_iam::FakeIam>) {
+        self.lock().iam = Some(iam);
     }
 
     fn lock(&self) -> MutexGuard<'_, Fake> {
@@ -235,6 +244,8 @@ struct Fake {
     principals: Vec<String>,
     requests: Vec<String>,
     op_seq: u64,
+    /// The IAM whose accounts an instance may run as, when set.
+    iam: Option<Arc<crate::fake_iam::FakeIam>>,
 }
 
 /// One project's resources.
@@ -362,6 +373,7 @@ impl Fake {
             principals: Vec::new(),
             requests: Vec::new(),
             op_seq: 0,
+            iam: None,
         }
     }
 
@@ -888,6 +900,19 @@ fn insert_instance(
     let network = nics[0]["network"].as_str().unwrap_or("global/networks/default");
     if !default_network(network, project) {
         return not_found(network);
+    }
+    let accounts = body["serviceAccounts"].as_array().cloned().unwrap_or_default();
+    for (index, email) in accounts.iter().filter_map(|a| a["email"].as_str()).enumerate() {
+        if let Some(iam) = &fake.iam
+            && email != "default"
+            && !iam.exists(email)
+        {
+            return invalid(format!(
+                "Invalid value for field 'resource.serviceAccounts[{index}].email': '{email}'. The user does not have \
+                 access to service account '{email}'. User: '{principal}'. Ask a project owner to grant you the \
+                 iam.serviceAccountUser role on the service account"
+            ));
+        }
     }
     let tags: Vec<String> = body["tags"]["items"]
         .as_array()

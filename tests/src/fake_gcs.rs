@@ -34,8 +34,16 @@
 //!   (`versioning`, `iamConfiguration`, `lifecycle`, `labels`, merged as GCS's patch semantics
 //!   merge them: objects field by field, lists whole; a new metageneration;
 //!   `ifMetagenerationMatch`), and delete (409 while any generation is left);
+//! - `GET` and `PUT /storage/v1/b/{bucket}/iam`: the bucket's IAM policy (a new bucket's is its
+//!   project's legacy owner and reader bindings), replaced whole by a `PUT` whose `etag` is the
+//!   current one (412 `conditionNotMet` for a stale one, as GCS answers a concurrent change);
+//!   the bindings are kept, not enforced (every token may still do everything);
+//! - `GET /storage/v1/b?project=P` (`prefix`): the buckets of project P, by name, each with the
+//!   `projectNumber` every bucket resource carries (a number derived from the project's id);
 //! - a bucket of another project ([`FakeGcs::create_foreign_bucket`]): every call on it is 403
-//!   naming the caller (the JWT's issuer) and the permission, and an insert of its name 409;
+//!   naming the caller (the JWT's issuer) and the permission, and an insert of its name 409; or
+//!   one that project opened to everyone ([`FakeGcs::create_bucket_in`]), as a bucket sniper
+//!   would: every call on it works, and only its `projectNumber` tells whose it is;
 //! - a missing object is 404 "No such object: BUCKET/NAME", a missing bucket 404 "The specified
 //!   bucket does not exist.", as GCS words them (a client tells them apart only by the message);
 //!   errors in Google's shape (`{"error":{"code","message","errors":[{"message","domain","reason"}]}}`);
@@ -45,8 +53,8 @@
 //! What it does not: resumable and `media` uploads (501: `GcsBucket` sends every object in one
 //! multipart request), listing with a `delimiter` (501), compose, copy, ACLs, customer-supplied
 //! encryption, gzip transcoding, soft delete, retention policies, lifecycle actions (rules are
-//! stored, never run); projects and IAM are not modelled beyond foreign buckets (every token may
-//! do everything to every other bucket).
+//! stored, never run); projects and IAM are not modelled beyond each bucket's project and foreign
+//! buckets (every token may do everything to every other bucket).
 //!
 //! Corruption, for the tests of integrity checks: [`FakeGcs::put_raw`] and [`FakeGcs::truncate`]
 //! change an object's stored bytes but keep what was recorded when it was written (generation,
@@ -168,6 +176,22 @@ impl FakeGcs {
             let resource = bucket_resource(&fake.endpoint, "someone-else", name, &json!({}));
             fake.buckets.insert(name.to_owned(), FakeBucket::new(resource, true));
         }
+    }
+
+    /// Creates an empty bucket in `project`, which every caller of this fake may use (a bucket
+    /// sniper's, made under a name someone else will ask for and opened to them). An existing
+    /// bucket is left as it is.
+    pub fn create_bucket_in(&self, project: &str, name: &str) {
+        let mut fake = self.lock();
+        if !fake.buckets.contains_key(name) {
+            let resource = bucket_resource(&fake.endpoint, project, name, &json!({}));
+            fake.buckets.insert(name.to_owned(), FakeBucket::new(resource, false));
+        }
+    }
+
+    /// The bucket's IAM bindings (`[{"role","members"}]`); `None` if there is no such bucket.
+    pub fn bucket_bindings(&self, name: &str) -> Option<Value> {
+        self.lock().buckets.get(name).map(|b| b.bindings.clone())
     }
 
     /// Whether the bucket exists.
@@ -295,11 +319,32 @@ struct FakeBucket {
     noncurrent: BTreeMap<(String, i64), StoredObject>,
     /// In another project whose IAM grants this fake's callers nothing.
     foreign: bool,
+    /// The bucket's IAM bindings (`GET`/`PUT .../iam`), and the count its etag is made of.
+    bindings: Value,
+    policy_etag: u64,
 }
 
 impl FakeBucket {
     fn new(resource: Value, foreign: bool) -> Self {
-        Self { resource, objects: BTreeMap::new(), noncurrent: BTreeMap::new(), foreign }
+        // What GCS gives a new bucket: its project's owners and editors own it, its viewers read it.
+        let project = resource["projectNumber"].as_str().unwrap_or_default().to_owned();
+        let bindings = json!([
+            {"role": "roles/storage.legacyBucketOwner",
+             "members": [format!("projectEditor:{project}"), format!("projectOwner:{project}")]},
+            {"role": "roles/storage.legacyBucketReader", "members": [format!("projectViewer:{project}")]},
+        ]);
+        Self { resource, objects: BTreeMap::new(), noncurrent: BTreeMap::new(), foreign, bindings, policy_etag: 1 }
+    }
+
+    /// The bucket's IAM policy as `GET .../iam` answers it.
+    fn policy(&self, name: &str) -> Value {
+        json!({
+            "kind": "storage#policy",
+            "resourceId": format!("projects/_/buckets/{name}"),
+            "version": 1,
+            "etag": format!("CA{}=", self.policy_etag),
+            "bindings": self.bindings,
+        })
     }
 
     fn versioned(&self) -> bool {
@@ -442,6 +487,33 @@ impl Fake {
     }
 }
 
+/// `PUT /storage/v1/b/{bucket}/iam`: the policy's bindings replace the bucket's, when its `etag`
+/// (if any) is the bucket's current one; a stale etag is 412, as GCS answers a concurrent change.
+/// A binding with a condition needs uniform bucket-level access and `version` 3 (400 otherwise).
+fn set_bucket_policy(fake: &mut Fake, bucket: &str, body: &[u8]) -> Response {
+    let Ok(policy) = serde_json::from_slice::<Value>(body) else {
+        return invalid("Invalid JSON payload received.");
+    };
+    let Some(stored) = fake.buckets.get_mut(bucket) else { return no_such_bucket() };
+    if let Some(etag) = policy["etag"].as_str()
+        && etag != format!("CA{}=", stored.policy_etag)
+    {
+        return condition_not_met();
+    }
+    let bindings = policy["bindings"].as_array().cloned().unwrap_or_default();
+    let conditional = bindings.iter().any(|b| !b["condition"].is_null());
+    let uniform = stored.resource["iamConfiguration"]["uniformBucketLevelAccess"]["enabled"] == true;
+    if conditional && (policy["version"] != 3 || !uniform) {
+        return invalid("Conditions need policy version 3 and uniform bucket-level access.");
+    }
+    if bindings.iter().any(|b| !b["role"].as_str().is_some_and(|r| r.starts_with("roles/"))) {
+        return invalid("Role must be of the form roles/ROLE.");
+    }
+    stored.bindings = Value::Array(bindings);
+    stored.policy_etag += 1;
+    ok(stored.policy(bucket))
+}
+
 /// A Google API error response.
 fn error(status: u16, reason: &str, message: &str) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -520,6 +592,8 @@ fn permission(method: &Method, segments: &[&str]) -> Option<&'static str> {
         ([], "GET") => "storage.buckets.get",
         ([], "PATCH") => "storage.buckets.update",
         ([], "DELETE") => "storage.buckets.delete",
+        (["iam"], "GET") => "storage.buckets.getIamPolicy",
+        (["iam"], _) => "storage.buckets.setIamPolicy",
         (["o"], "GET") => "storage.objects.list",
         (["o", _], "DELETE") => "storage.objects.delete",
         (["o", _], _) => "storage.objects.get",
@@ -614,12 +688,18 @@ async fn handle(
         ["storage", "v1", "b", bucket, "o", name] if get => read(&fake, bucket, name, &query, &headers),
         ["storage", "v1", "b", bucket, "o", name] if delete => delete_object(&mut fake, bucket, name, &query),
         ["storage", "v1", "b"] if post => insert_bucket(&mut fake, &query, &body),
+        ["storage", "v1", "b"] if get => list_buckets(&fake, &query),
         ["storage", "v1", "b", bucket] if get => match fake.buckets.get(*bucket) {
             Some(b) => ok(b.resource.clone()),
             None => no_such_bucket(),
         },
         ["storage", "v1", "b", bucket] if patch => patch_bucket(&mut fake, bucket, &query, &body),
         ["storage", "v1", "b", bucket] if delete => delete_bucket(&mut fake, bucket),
+        ["storage", "v1", "b", bucket, "iam"] if get => match fake.buckets.get(*bucket) {
+            Some(b) => ok(b.policy(bucket)),
+            None => no_such_bucket(),
+        },
+        ["storage", "v1", "b", bucket, "iam"] if method == Method::PUT => set_bucket_policy(&mut fake, bucket, &body),
         _ => error(404, "notFound", "Not Found"),
     };
     if lose && response.status().is_success() {
@@ -919,6 +999,27 @@ fn page_token_position(token: &str) -> Option<(String, i64)> {
     Some((name.to_owned(), generation.parse().ok()?))
 }
 
+/// `GET /storage/v1/b?project=P`: the project's buckets whose names start with `prefix`, by name
+/// (one page: the fake holds few).
+fn list_buckets(fake: &Fake, query: &HashMap<String, String>) -> Response {
+    let Some(project) = query.get("project").filter(|p| !p.is_empty()) else {
+        return error(400, "required", "Required parameter: project");
+    };
+    let number = project_number(project).to_string();
+    let prefix = query.get("prefix").map_or("", String::as_str);
+    let items: Vec<Value> = fake
+        .buckets
+        .iter()
+        .filter(|(name, b)| name.starts_with(prefix) && b.resource["projectNumber"].as_str() == Some(number.as_str()))
+        .map(|(_, b)| b.resource.clone())
+        .collect();
+    let mut body = json!({"kind": "storage#buckets"});
+    if !items.is_empty() {
+        body["items"] = Value::Array(items);
+    }
+    ok(body)
+}
+
 fn insert_bucket(fake: &mut Fake, query: &HashMap<String, String>, body: &Bytes) -> Response {
     let Some(project) = query.get("project").filter(|p| !p.is_empty()) else {
         return error(400, "required", "Required parameter: project");
@@ -1034,10 +1135,14 @@ fn bucket_etag(metageneration: u64) -> String {
     BASE64.encode(bytes)
 }
 
+/// The number of project `project`: a hash of its id, as stable as a real project's number.
+pub fn project_number(project: &str) -> u64 {
+    project.bytes().fold(0_u64, |n, b| n.wrapping_mul(31).wrapping_add(u64::from(b))) % 1_000_000_000_000
+}
+
 fn bucket_resource(endpoint: &str, project: &str, name: &str, body: &Value) -> Value {
     let created = rfc3339(SystemTime::now());
-    let project_number =
-        project.bytes().fold(0_u64, |n, b| n.wrapping_mul(31).wrapping_add(u64::from(b))) % 1_000_000_000_000;
+    let project_number = project_number(project);
     let mut resource = json!({
         "kind": "storage#bucket",
         "selfLink": format!("{endpoint}/storage/v1/b/{name}"),

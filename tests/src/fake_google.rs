@@ -1,14 +1,17 @@
-//! One endpoint for the fake Compute Engine ([`FakeGce`]), the fake Cloud Storage ([`FakeGcs`])
-//! and the fake Secret Manager ([`FakeSecretManager`]), as Google fronts its APIs: a Private
-//! Service Connect endpoint for all Google APIs serves Compute's `/compute/v1/...`, Storage's
-//! `/storage/v1/...` and `/upload/storage/v1/...`, and Secret Manager's `/v1/projects/...` on one
-//! host. A GCP credential's single
+//! One endpoint for the fake Compute Engine ([`FakeGce`]), the fake Cloud Storage ([`FakeGcs`]),
+//! the fake Secret Manager ([`FakeSecretManager`]) and the fake IAM Admin and Resource Manager
+//! ([`FakeIam`]), as Google fronts its APIs: a Private Service Connect endpoint for all Google
+//! APIs serves Compute's `/compute/v1/...`, Storage's `/storage/v1/...` and
+//! `/upload/storage/v1/...`, Secret Manager's `/v1/projects/P/secrets...`, IAM's
+//! `/v1/projects/P/serviceAccounts...` and Resource Manager's `/v3/projects/...` on one host.
+//! The fakes that name service accounts ask the fake IAM whether they exist: a secret's binding
+//! and an instance's account must be accounts IAM holds. A GCP credential's single
 //! `--endpoint` override is therefore enough for a hosted API's VM and its bucket, and a test of
 //! GCP hosting gives that credential this front.
 //!
 //! The front forwards each request, method, path, query, headers and body, to the fake that
 //! serves its path, and answers with that fake's response: it adds nothing and decides nothing.
-//! (Secret Manager is served in the front's own process: it has no server of its own.) Each fake
+//! (Secret Manager and IAM are served in the front's own process: they have no server of their own.) Each fake
 //! keeps its own inspection helpers ([`FakeGoogle::gce`], [`FakeGoogle::gcs`],
 //! [`FakeGoogle::secrets`]).
 
@@ -23,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::fake_gce::FakeGce;
 use crate::fake_gcs::FakeGcs;
+use crate::fake_iam::FakeIam;
 use crate::fake_secret_manager::FakeSecretManager;
 
 /// Headers that belong to one hop, not to the request or response the front forwards.
@@ -34,6 +38,7 @@ pub struct FakeGoogle {
     gce: Arc<FakeGce>,
     gcs: FakeGcs,
     secrets: Arc<FakeSecretManager>,
+    iam: Arc<FakeIam>,
     addr: SocketAddr,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -42,6 +47,7 @@ struct Targets {
     gce: String,
     gcs: String,
     secrets: Arc<FakeSecretManager>,
+    iam: Arc<FakeIam>,
     client: reqwest::Client,
 }
 
@@ -58,10 +64,14 @@ impl FakeGoogle {
         listener.set_nonblocking(true).expect("a non-blocking listener");
         let addr = listener.local_addr().expect("the front's address");
         let secrets = FakeSecretManager::new();
+        let iam = FakeIam::new(crate::gcp_test_key::CLIENT_EMAIL);
+        secrets.check_members_at(iam.clone());
+        gce.check_service_accounts_at(iam.clone());
         let targets = Arc::new(Targets {
             gce: gce.url(),
             gcs: gcs.endpoint(),
             secrets: secrets.clone(),
+            iam: iam.clone(),
             client: reqwest::Client::new(),
         });
         let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
@@ -87,7 +97,7 @@ impl FakeGoogle {
             })
             .expect("spawning the fake Google front");
         serving.recv().expect("the fake Google front started");
-        Self { gce, gcs, secrets, addr, shutdown: Some(shutdown) }
+        Self { gce, gcs, secrets, iam, addr, shutdown: Some(shutdown) }
     }
 
     /// The endpoint to give a GCP credential (`http://127.0.0.1:PORT`).
@@ -109,6 +119,11 @@ impl FakeGoogle {
     pub fn secrets(&self) -> &FakeSecretManager {
         &self.secrets
     }
+
+    /// The fake IAM Admin and Resource Manager behind the front.
+    pub fn iam(&self) -> &FakeIam {
+        &self.iam
+    }
 }
 
 impl Drop for FakeGoogle {
@@ -125,6 +140,11 @@ async fn forward(State(targets): State<Arc<Targets>>, request: Request) -> Respo
     let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
         return (StatusCode::BAD_REQUEST, "the request's body could not be read").into_response();
     };
+    let path = parts.uri.path();
+    let iam_admin = path.starts_with("/v1/projects/") && path.split('/').nth(4) == Some("serviceAccounts");
+    if iam_admin || path.starts_with("/v3/projects/") {
+        return targets.iam.handle(&parts.method, path, &parts.headers, &body);
+    }
     if parts.uri.path().starts_with("/v1/") {
         let query = parts.uri.query().unwrap_or_default();
         return targets.secrets.handle(&parts.method, parts.uri.path(), query, &parts.headers, &body);

@@ -12,14 +12,22 @@
 //!   from 1, `state` enabled (1), the secret's latest;
 //! - `GET .../secrets/ID/versions/{N|latest}:access`: `{"name", "payload": {"data"}}`; 404 when the
 //!   secret or the version is absent. The caller (the issuer of its bearer JWT, a service
-//!   account's e-mail) must hold `roles/secretmanager.secretAccessor` in the secret's policy:
+//!   account's e-mail) must hold `roles/secretmanager.secretAccessor` in the secret's policy, or
+//!   (behind the front) `roles/owner`, `roles/secretmanager.admin` or the accessor role,
+//!   unconditioned, in the fake IAM's policy of the project, which the secret inherits:
 //!   otherwise 403 `PERMISSION_DENIED` naming the permission, as Secret Manager answers;
 //! - `POST .../secrets/ID:setIamPolicy` (`{"policy"}`) and `:getIamPolicy`: the policy, replaced
-//!   whole, with a new `etag`;
+//!   whole, with a new `etag`; behind the front, a `serviceAccount:` member the fake IAM does not
+//!   hold is 400 `INVALID_ARGUMENT` ("Service account ... does not exist."), as Secret Manager
+//!   answers (an account must exist before it is bound);
+//! - `GET .../secrets/ID/versions`: `{"versions": [{"name", "state"}]}`, newest first (no paging,
+//!   no filter); `POST .../versions/N:destroy`: the version `DESTROYED`, its data gone (400
+//!   `FAILED_PRECONDITION` if it already is); accessing a destroyed version is 400
+//!   `FAILED_PRECONDITION`, as Secret Manager answers;
 //! - every request must carry `Authorization: Bearer <token>` (401 `UNAUTHENTICATED` otherwise);
 //!   errors in Google's shape (`{"error":{"code","message","status"}}`).
 //!
-//! What it does not: locations (regional secrets), listing, version disable/enable/destroy,
+//! What it does not: locations (regional secrets), listing secrets, version disable/enable,
 //! rotation, CMEK, etags on writes, checksums (`dataCrc32c` is ignored), and any permission but
 //! the accessor's: the deployer may do everything else.
 
@@ -35,11 +43,15 @@ use serde_json::{Value, json};
 /// The accessor role.
 const ACCESSOR: &str = "roles/secretmanager.secretAccessor";
 
+/// The project roles that read every secret of the project (`secretmanager.versions.access`).
+const PROJECT_READERS: [&str; 3] = ["roles/owner", "roles/secretmanager.admin", ACCESSOR];
+
 /// One secret.
 #[derive(Clone, Debug, Default)]
 struct Secret {
     resource: Value,
-    versions: Vec<Vec<u8>>,
+    /// Each version's data; `None` once destroyed.
+    versions: Vec<Option<Vec<u8>>>,
     policy: Value,
     etag: u64,
 }
@@ -48,12 +60,20 @@ struct Secret {
 #[derive(Default)]
 pub struct FakeSecretManager {
     secrets: Mutex<BTreeMap<String, Secret>>,
+    /// The accounts a policy's `serviceAccount:` members must be, when set.
+    iam: std::sync::OnceLock<Arc<crate::fake_iam::FakeIam>>,
 }
 
 impl FakeSecretManager {
     /// An empty one.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Refuses, from now on, a policy naming a service account `iam` does not hold (400, as
+    /// Secret Manager answers).
+    pub fn check_members_at(&self, iam: Arc<crate::fake_iam::FakeIam>) {
+        let _ = self.iam.set(iam);
     }
 
     /// The names (`projects/P/secrets/ID`) of the secrets it holds.
@@ -63,12 +83,23 @@ impl FakeSecretManager {
 
     /// The latest version's bytes of secret `name` (`projects/P/secrets/ID`), as text.
     pub fn latest(&self, name: &str) -> Option<String> {
-        self.lock().get(name).and_then(|s| s.versions.last()).map(|v| String::from_utf8_lossy(v).into_owned())
+        self.lock()
+            .get(name)
+            .and_then(|s| s.versions.last().cloned().flatten())
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
     }
 
     /// How many versions secret `name` has.
     pub fn version_count(&self, name: &str) -> usize {
         self.lock().get(name).map_or(0, |s| s.versions.len())
+    }
+
+    /// The data of every version of secret `name` not destroyed, oldest first.
+    pub fn live_versions(&self, name: &str) -> Vec<String> {
+        self.lock()
+            .get(name)
+            .map(|s| s.versions.iter().flatten().map(|v| String::from_utf8_lossy(v).into_owned()).collect())
+            .unwrap_or_default()
     }
 
     /// The IAM policy of secret `name`.
@@ -150,7 +181,7 @@ impl FakeSecretManager {
                         let Ok(bytes) = BASE64.decode(data) else {
                             return error(400, "INVALID_ARGUMENT", "payload.data is not base64");
                         };
-                        secret.versions.push(bytes);
+                        secret.versions.push(Some(bytes));
                         ok(json!({
                             "name": format!("{resource}/versions/{}", secret.versions.len()),
                             "createTime": crate::rfc3339::at_offset(std::time::SystemTime::now(), 0),
@@ -158,6 +189,23 @@ impl FakeSecretManager {
                         }))
                     }
                     (Method::POST, Some("setIamPolicy")) => {
+                        let members = body["policy"]["bindings"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .flat_map(|b| b["members"].as_array().cloned().unwrap_or_default());
+                        for member in members {
+                            let email = member.as_str().and_then(|m| m.strip_prefix("serviceAccount:"));
+                            if let (Some(iam), Some(email)) = (self.iam.get(), email)
+                                && !iam.exists(email)
+                            {
+                                return error(
+                                    400,
+                                    "INVALID_ARGUMENT",
+                                    &format!("Service account {email} does not exist."),
+                                );
+                            }
+                        }
                         secret.etag += 1;
                         let mut policy = body["policy"].clone();
                         policy["etag"] = json!(BASE64.encode(secret.etag.to_be_bytes()));
@@ -180,6 +228,13 @@ impl FakeSecretManager {
                     binding["role"] == ACCESSOR
                         && binding["members"].as_array().into_iter().flatten().any(|m| m == member.as_str())
                 });
+                // Or granted on the project, which the secret inherits (behind the front).
+                let inherited = self.iam.get().is_some_and(|iam| {
+                    iam.bindings_of(project, &member)
+                        .iter()
+                        .any(|(role, condition)| condition.is_null() && PROJECT_READERS.contains(&role.as_str()))
+                });
+                let allowed = allowed || inherited;
                 if !allowed {
                     return error(
                         403,
@@ -194,13 +249,51 @@ impl FakeSecretManager {
                     "latest" => secret.versions.len(),
                     number => number.parse().unwrap_or(0),
                 };
-                let Some(bytes) = index.checked_sub(1).and_then(|i| secret.versions.get(i)) else {
+                let Some(kept) = index.checked_sub(1).and_then(|i| secret.versions.get(i)) else {
                     return error(404, "NOT_FOUND", &format!("Secret Version [{name}/versions/{version}] not found."));
+                };
+                let Some(bytes) = kept else {
+                    return error(
+                        400,
+                        "FAILED_PRECONDITION",
+                        &format!("Secret Version [{name}/versions/{index}] is in DESTROYED state."),
+                    );
                 };
                 ok(json!({
                     "name": format!("{name}/versions/{index}"),
                     "payload": { "data": BASE64.encode(bytes) },
                 }))
+            }
+            (Method::GET, ["projects", project, "secrets", id, "versions"], None) => {
+                let name = format!("projects/{project}/secrets/{id}");
+                let Some(secret) = secrets.get(&name) else {
+                    return error(404, "NOT_FOUND", &format!("Secret [{name}] not found."));
+                };
+                let versions: Vec<Value> = (1..=secret.versions.len())
+                    .rev()
+                    .map(|n| {
+                        let state = if secret.versions[n - 1].is_some() { "ENABLED" } else { "DESTROYED" };
+                        json!({ "name": format!("{name}/versions/{n}"), "state": state })
+                    })
+                    .collect();
+                ok(json!({ "versions": versions, "totalSize": versions.len() }))
+            }
+            (Method::POST, ["projects", project, "secrets", id, "versions", version], Some("destroy")) => {
+                let name = format!("projects/{project}/secrets/{id}/versions/{version}");
+                let secret = secrets.get_mut(&format!("projects/{project}/secrets/{id}"));
+                let Some(kept) =
+                    version.parse::<usize>().ok().and_then(|n| secret?.versions.get_mut(n.checked_sub(1)?))
+                else {
+                    return error(404, "NOT_FOUND", &format!("Secret Version [{name}] not found."));
+                };
+                if kept.take().is_none() {
+                    return error(
+                        400,
+                        "FAILED_PRECONDITION",
+                        &format!("Secret Version [{name}] is in DESTROYED state."),
+                    );
+                }
+                ok(json!({ "name": name, "state": "DESTROYED" }))
             }
             _ => error(404, "NOT_FOUND", "Not Found"),
         }

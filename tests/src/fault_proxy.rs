@@ -18,6 +18,11 @@
 //! calls however the requests interleave (as far as the requests themselves repeat: ids a peer
 //! makes up differ from run to run). [`FaultProxy::counts`] says how many of each were injected.
 //!
+//! It also keeps the head of every request ([`FaultProxy::seen`]), and can answer for S3 what
+//! moto does not check: a call that names an `x-amz-expected-bucket-owner` other than the
+//! bucket's owner ([`FaultProxy::set_bucket_owner`]) is refused 403 `AccessDenied`, as S3 refuses
+//! it, without reaching moto.
+//!
 //! The proxy speaks HTTP/1.1 with `Content-Length` bodies (what the AWS SDK and the Google client
 //! send to an `http://` endpoint), keeps connections alive, and forwards through its own client.
 #![allow(clippy::missing_panics_doc)]
@@ -130,6 +135,28 @@ struct Record {
     requests: u64,
     /// Whether faults are injected at all (off while a test sets up or checks).
     enabled: bool,
+    /// Every request's method, target and headers, in order.
+    heads: Vec<SeenRequest>,
+    /// S3 buckets and the account that owns each (`set_bucket_owner`).
+    owners: HashMap<String, String>,
+}
+
+/// The head of a request the proxy saw.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    /// `GET`, `PUT`, ...
+    pub method: String,
+    /// The path and query.
+    pub target: String,
+    /// The headers, names as sent.
+    pub headers: Vec<(String, String)>,
+}
+
+impl SeenRequest {
+    /// The value of header `name` (any case), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
+    }
 }
 
 /// The running proxy: a listener on its own thread and runtime.
@@ -205,6 +232,17 @@ impl FaultProxy {
     pub fn requests(&self) -> u64 {
         self.lock().requests
     }
+
+    /// The heads of the requests seen so far, in order.
+    pub fn seen(&self) -> Vec<SeenRequest> {
+        self.lock().heads.clone()
+    }
+
+    /// Says S3 bucket `bucket` (path style, `/{bucket}/...`) belongs to `account`: a request on
+    /// it naming another expected owner is refused as S3 refuses it.
+    pub fn set_bucket_owner(&self, bucket: &str, account: &str) {
+        self.lock().owners.insert(bucket.to_owned(), account.to_owned());
+    }
 }
 
 impl Drop for FaultProxy {
@@ -272,9 +310,19 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream) {
     let mut buffer = Vec::new();
     loop {
         let Some(request) = read_request(&mut stream, &mut buffer).await else { return };
-        let fault = {
+        let (fault, not_owner) = {
             let mut record = shared.record.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             record.requests += 1;
+            record.heads.push(SeenRequest {
+                method: request.method.clone(),
+                target: request.target.clone(),
+                headers: request.headers.clone(),
+            });
+            let bucket = request.target.trim_start_matches('/').split(['/', '?']).next().unwrap_or_default();
+            let not_owner = match (record.owners.get(bucket), request.header("x-amz-expected-bucket-owner")) {
+                (Some(owner), Some(expected)) => owner != expected,
+                _ => false,
+            };
             let signature = request.signature();
             let occurrence = record.seen.entry(signature).or_insert(0);
             *occurrence += 1;
@@ -285,9 +333,17 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream) {
             if let Some(kind) = fault {
                 *record.injected.entry(kind).or_insert(0) += 1;
             }
-            fault
+            (fault, not_owner)
         };
         let answer = match fault {
+            // S3's answer to a call on another account's bucket (a HEAD's carries no body).
+            _ if not_owner && request.method == "HEAD" => Some(render(403, "application/xml", b"")),
+            _ if not_owner => Some(render(
+                403,
+                "application/xml",
+                b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
+                  <Message>Access Denied</Message><RequestId>fault-proxy</RequestId></Error>",
+            )),
             Some(FaultKind::Throttle) => Some(error_answer(shared.dialect, FaultKind::Throttle)),
             Some(FaultKind::ServerError) => Some(error_answer(shared.dialect, FaultKind::ServerError)),
             Some(FaultKind::Timeout) => {

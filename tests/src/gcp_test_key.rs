@@ -41,12 +41,18 @@ GnnuySSxIWPD769qxyG964Q1\n\
 
 /// The key file's JSON.
 pub fn service_account_json() -> String {
+    service_account_json_of(CLIENT_EMAIL)
+}
+
+/// A key file of the same throwaway key for another account of the project (`email`): what a
+/// test gives a VM that runs as that account (the fakes read a JWT's issuer, not its signature).
+pub fn service_account_json_of(email: &str) -> String {
     serde_json::json!({
         "type": "service_account",
         "project_id": PROJECT,
         "private_key_id": "0123456789abcdef0123456789abcdef01234567",
         "private_key": TEST_ONLY_PRIVATE_KEY,
-        "client_email": CLIENT_EMAIL,
+        "client_email": email,
         "client_id": "100000000000000000001",
         "auth_uri": "https://accounts.google.com/o/oauth2/auth",
         "token_uri": "https://oauth2.googleapis.com/token",

@@ -11,6 +11,7 @@ pub mod fake_gce;
 pub mod fake_gcs;
 pub mod fake_gcs_signed_url;
 pub mod fake_google;
+pub mod fake_iam;
 pub mod fake_secret_manager;
 pub mod fault_proxy;
 pub mod gcp_test_key;

@@ -25,6 +25,7 @@ pub struct SimulatedKube {
     addr: SocketAddr,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     listings: Arc<AtomicUsize>,
+    kubelet_dir: std::path::PathBuf,
 }
 
 impl SimulatedKube {
@@ -37,6 +38,7 @@ impl SimulatedKube {
         let listings = Arc::new(AtomicUsize::new(0));
         let counted: Arc<dyn Machines> = Arc::new(Counted { machines, listings: listings.clone() });
         let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
+        let (kubelet_dir_tx, kubelet_dir_rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("simulated-kube".into())
             .spawn(move || {
@@ -47,7 +49,9 @@ impl SimulatedKube {
                     .expect("the simulated Kubernetes's runtime");
                 runtime.block_on(async move {
                     let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
-                    let app = anycloud_sim::kube::router(counted, Storage::temporary().await.expect("its storage"));
+                    let storage = Storage::temporary().await.expect("its storage");
+                    let _ = kubelet_dir_tx.send(storage.kubelet_dir().to_owned());
+                    let app = anycloud_sim::kube::router(counted, storage, crate::e2e::kube_proxy());
                     let _ = axum::serve(listener, app)
                         .with_graceful_shutdown(async {
                             let _ = stop.await;
@@ -56,7 +60,8 @@ impl SimulatedKube {
                 });
             })
             .expect("spawning the simulated Kubernetes");
-        Self { addr, shutdown: Some(shutdown), listings }
+        let kubelet_dir = kubelet_dir_rx.recv().expect("the simulated Kubernetes's storage");
+        Self { addr, shutdown: Some(shutdown), listings, kubelet_dir }
     }
 
     /// The base URL to pass as the seam: a cluster's API is this, then `/` and its control plane's
@@ -72,7 +77,9 @@ impl SimulatedKube {
 }
 
 impl Drop for SimulatedKube {
+    /// Stops the server; its Pods' processes and kube-proxies end with the test.
     fn drop(&mut self) {
+        anycloud_sim::kube::kill_processes_under(&self.kubelet_dir);
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
@@ -148,6 +155,7 @@ impl MotoMachines {
             public_ip: instance.public_ip_address().map(str::to_owned),
             // moto's instances run at once; their nodes would be Ready as soon as they join.
             node_ready: true,
+            private_registries: Vec::new(),
             id,
         })
     }
@@ -211,6 +219,7 @@ fn machine(instance: &Value) -> Machine {
         private_ip: text(&nic["networkIP"]),
         public_ip: text(&nic["accessConfigs"][0]["natIP"]),
         node_ready: true,
+        private_registries: Vec::new(),
     }
 }
 

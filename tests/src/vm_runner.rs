@@ -11,7 +11,8 @@
 //! (`${ANYCLOUD_ADDRESS}`, from its metadata service) is 127.0.0.1, where the deployer reaches it
 //! through the seam `ANYCLOUD_TEST_HOSTED_API_ADDRESS`; and its disk (`--data-dir`) is a scratch
 //! directory per instance. The VM's identity (an instance profile, a service account) is the
-//! environment the test gives. Like `Restart=always`, a process that exits is started again
+//! environment the test gives, or the instance's own ([`Launcher::identity`]: on GCE the service
+//! account the instance runs as, [`gce_service_account`]). Like `Restart=always`, a process that exits is started again
 //! while its instance runs; one whose instance is gone is killed.
 
 use std::collections::HashMap;
@@ -55,6 +56,10 @@ pub struct VmRunner {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// What a VM's own identity adds to its process's environment, given its instance's id: what
+/// its metadata server would give the SDKs on it ([`gce_service_account`]).
+pub type VmIdentity = Arc<dyn Fn(&str) -> Vec<(String, String)> + Send + Sync>;
+
 /// How the runner starts a VM's process.
 #[derive(Clone)]
 pub struct Launcher {
@@ -62,6 +67,30 @@ pub struct Launcher {
     pub env: Vec<(String, String)>,
     /// Where the VMs' disks and logs go.
     pub scratch: PathBuf,
+    /// The identity of each instance, added to (and over) `env` when its process starts.
+    pub identity: Option<VmIdentity>,
+}
+
+/// A GCE VM's identity: the service account the instance runs as at `gce` (its
+/// `serviceAccounts[0].email`), as a key file of that account (the tests' throwaway key, which
+/// the fakes take from any account) written under `dir`, where a GCE VM's metadata server would
+/// give the SDKs that account's tokens. An instance that runs as no account gets no key; one
+/// gone since keeps the key it had.
+pub fn gce_service_account(gce: Arc<crate::fake_gce::FakeGce>, project: &str, dir: PathBuf) -> VmIdentity {
+    let project = project.to_owned();
+    Arc::new(move |instance: &str| {
+        let path = dir.join(format!("{instance}-service-account.json"));
+        let found = gce.instances(&project).into_iter().find(|i| i["id"].as_str() == Some(instance));
+        if let Some(email) = found.and_then(|i| i["serviceAccounts"][0]["email"].as_str().map(str::to_owned)) {
+            std::fs::create_dir_all(&dir).expect("the VMs' key directory");
+            std::fs::write(&path, crate::gcp_test_key::service_account_json_of(&email)).expect("the VM's key file");
+        }
+        // An instance gone since keeps the key it ran with (a test starts its process again).
+        if !path.exists() {
+            return Vec::new();
+        }
+        vec![("GOOGLE_APPLICATION_CREDENTIALS".to_owned(), path.display().to_string())]
+    })
 }
 
 impl VmRunner {
@@ -140,6 +169,36 @@ impl VmRunner {
     /// The binary `instance` downloaded and runs.
     pub fn binary(&self, instance: &str) -> Option<PathBuf> {
         self.state.lock().expect("the runner's state").vms.get(instance).map(|vm| vm.binary.clone())
+    }
+
+    /// `instance`'s disk (its scratch directory; the API's `--data-dir` is under it).
+    pub fn disk(&self, instance: &str) -> Option<PathBuf> {
+        self.state.lock().expect("the runner's state").vms.get(instance).map(|vm| vm.disk.clone())
+    }
+
+    /// The secrets of `needles` found on `instance`'s disk outside the files that hold its keys
+    /// by design (`token`, `secret.key`, `tls-ca.key` in its data directory), or in its log:
+    /// `(file, needle)` for each.
+    pub fn secrets_outside_key_files(&self, instance: &str, needles: &[&str]) -> Vec<(PathBuf, String)> {
+        let (disk, log) = {
+            let state = self.state.lock().expect("the runner's state");
+            let vm = state.vms.get(instance).unwrap_or_else(|| panic!("the runner runs nothing for {instance}"));
+            (vm.disk.clone(), vm.log.clone())
+        };
+        let key_files = ["token", "secret.key", "tls-ca.key"].map(|name| disk.join("data").join(name));
+        let mut files = crate::e2e::files_under(&disk);
+        files.retain(|path| !key_files.contains(path));
+        files.push(log);
+        let mut found = Vec::new();
+        for path in files {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            for needle in needles {
+                if crate::e2e::contains_bytes(&bytes, needle.as_bytes()) {
+                    found.push((path.clone(), (*needle).to_owned()));
+                }
+            }
+        }
+        found
     }
 
     /// How many times it started `instance`'s process.
@@ -236,7 +295,7 @@ fn reconcile(
         state.refused.retain(|id, _| hosted.contains_key(id));
         for (id, vm) in &mut state.vms {
             if matches!(vm.child.try_wait(), Ok(Some(_))) && hosted.contains_key(id) {
-                vm.child = spawn(launcher, &vm.binary, &vm.args, &vm.log);
+                vm.child = spawn(launcher, id, &vm.binary, &vm.args, &vm.log);
                 vm.starts += 1;
             }
         }
@@ -254,7 +313,7 @@ fn reconcile(
         match runtime.block_on(install(user_data, &dir)) {
             Ok(binary) => {
                 let args = mapped(args, &disk);
-                let child = spawn(launcher, &binary, &args, &log);
+                let child = spawn(launcher, &id, &binary, &args, &log);
                 let vm = Vm { child, binary, args, disk, log, starts: 1 };
                 state.lock().expect("the runner's state").vms.insert(id, vm);
             }
@@ -313,11 +372,14 @@ fn mapped(args: &[String], disk: &Path) -> Vec<String> {
     out
 }
 
-fn spawn(launcher: &Launcher, binary: &Path, args: &[String], log: &Path) -> Child {
+fn spawn(launcher: &Launcher, instance: &str, binary: &Path, args: &[String], log: &Path) -> Child {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("the VM's log");
     let mut command = Command::new(binary);
     command.args(args).stdin(Stdio::null()).stdout(log.try_clone().expect("the log")).stderr(log);
     for (name, value) in &launcher.env {
+        command.env(name, value);
+    }
+    for (name, value) in launcher.identity.as_ref().map(|identity| identity(instance)).unwrap_or_default() {
         command.env(name, value);
     }
     command.spawn().expect("starting the hosted API")

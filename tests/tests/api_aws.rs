@@ -147,13 +147,14 @@ fn aws_credentials_are_verified_against_ec2(mut api: Api) {
     api.cli(&["--json", "workflow", "list"]).expect_code(0);
     api.cli(&["workflow", "list"]).expect_code(0);
 
-    // Stored sealed: the secret column holds base64 of nonce (24 bytes), ciphertext and tag
-    // (16 bytes), never the key.
+    // Stored sealed: the secret column holds `v2:` (sealed for its row) and base64 of nonce (24
+    // bytes), ciphertext and tag (16 bytes), never the key.
     let sealed = api.query_strings("SELECT secret FROM credentials WHERE name = 'team-aws'");
     assert_eq!(sealed.len(), 1);
     assert_ne!(sealed[0], allowed.secret_access_key);
     let expected_len = (24 + allowed.secret_access_key.len() + 16).div_ceil(3) * 4;
-    assert_eq!(sealed[0].len(), expected_len, "{}", sealed[0]);
+    let encoded = sealed[0].strip_prefix("v2:").unwrap_or_else(|| panic!("{}", sealed[0]));
+    assert_eq!(encoded.len(), expected_len, "{}", sealed[0]);
 
     let status = api.terminate(Duration::from_secs(40));
     assert_eq!(status.code(), Some(0), "{status}\n{}", api.logs());

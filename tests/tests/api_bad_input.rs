@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use anycloud_tests::e2e::{self, Api, HttpResponse, Moto, Snapshot};
+use anycloud_tests::e2e::{self, Api, ApiOptions, HttpResponse, Moto, Snapshot};
 use serde_json::{Value, json};
 
 const KEY_ID: &str = "AKIAE2EBADINPUT00001";
@@ -188,6 +188,20 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
             "INVALID_CREDENTIAL",
         )
         .env("AWS_SECRET_ACCESS_KEY", &secret),
+        Case::new(
+            "a GCP machine-identity credential without its project",
+            &["credentials", "new", "x", "--provider", "gcp", "--machine-identity"],
+            3,
+            "credential `x`: a GCP machine-identity credential needs --project PROJECT_ID",
+            "INVALID_CREDENTIAL",
+        ),
+        Case::new(
+            "a simulated machine identity",
+            &["credentials", "new", "x", "--provider", "sim", "--machine-identity"],
+            3,
+            "credential `x`: --machine-identity (--provider aws or gcp) does not apply to --provider sim",
+            "INVALID_ARGUMENT",
+        ),
         Case::new(
             "a missing GCP key file",
             &["credentials", "new", "x", "--provider", "gcp", "--service-account-file", "/nonexistent/key.json"],
@@ -594,4 +608,66 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
     assert!(!answers.contains(&secret), "an HTTP answer echoes the secret:\n{answers}");
     api.kill();
     api.assert_secret_nowhere(&secret);
+}
+
+/// An API started as production runs (without `--allow-insecure-endpoints`) calls only `https://`
+/// endpoints on public hosts: a credential's `--endpoint` in plain HTTP, on loopback or on the
+/// metadata server's address is refused before anything is stored (through the CLI and as raw
+/// HTTP: the setting is the operator's, never the request's), and so is its own
+/// `--checkpoint-endpoint`. `api status` says which it is.
+#[test]
+fn an_api_calls_only_https_endpoints_unless_its_operator_allows_more() {
+    let api =
+        Api::start_opts(ApiOptions { id: "https-only".into(), https_endpoints_only: true, ..ApiOptions::default() });
+    let status = api.cli(&["--json", "api", "status"]);
+    assert_eq!(status.expect_code(0).json()["endpoints"], "https-only", "{status}");
+    api.cli(&["api", "status"]).expect_code(0);
+    assert!(api.cli(&["api", "status"]).stdout.contains("https:// to public hosts only"));
+    let before = e2e::sqlite_snapshot(&api.sqlite_path(), &[]);
+    for (endpoint, words) in [
+        ("http://127.0.0.1:5000", "is plain HTTP"),
+        ("http://ec2.eu-west-1.amazonaws.com", "is plain HTTP"),
+        ("https://127.0.0.1:5000", "inner network"),
+        ("https://169.254.169.254", "inner network"),
+        ("https://[::1]:5000", "inner network"),
+        ("https://localhost:5000", "inner network"),
+    ] {
+        let args = ["credentials", "new", "x", "--provider", "aws", "--access-key-id", KEY_ID, "--endpoint", endpoint];
+        api.cli_env(&args, &[("AWS_SECRET_ACCESS_KEY", "badInputSecret")])
+            .expect_code(3)
+            .expect_stderr(&format!("credential `x`: endpoint `{endpoint}`"))
+            .expect_stderr(words)
+            .expect_stderr("--allow-insecure-endpoints");
+        let body = json!({"name": "x", "provider": "gcp", "service_account_json": "{}", "endpoint": endpoint});
+        let answer = api.post_json("/v1/credentials", &body);
+        assert_eq!(answer.status, 400, "{endpoint}: {answer:?}");
+        assert!(answer.body.contains("INVALID_CREDENTIAL"), "{endpoint}: {answer:?}");
+    }
+    assert_eq!(e2e::sqlite_snapshot(&api.sqlite_path(), &[]), before, "a refused endpoint changed the database");
+    assert!(api.credentials().is_empty());
+
+    // Its own bucket's endpoint, and the secret store's, are held to the same rule.
+    for flag in ["--checkpoint-endpoint", "--secret-endpoint"] {
+        let data = api.scratch().join(format!("fresh{flag}"));
+        let mut args = vec!["api", "serve", "--id", "cp", "--port", "0", "--checkpoint-bucket", "s3://team-state"];
+        if flag == "--secret-endpoint" {
+            args.extend(["--hosted-by", "aws", "--keys-secret", "arn:aws:secretsmanager:x"]);
+        }
+        args.extend([flag, "http://127.0.0.1:1", "--data-dir", data.to_str().unwrap()]);
+        let out = api.command().args(&args).stdin(std::process::Stdio::null()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{flag}: {stderr}");
+        assert!(stderr.contains(&format!("API `cp`: {flag}: endpoint `http://127.0.0.1:1` is plain HTTP")), "{stderr}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("listening on"), "{flag}");
+    }
+    // Deploying takes the deploying API's setting: the flag does not apply there.
+    api.cli(&["api", "serve", "--id", "prod", "--credentials", "aws-host", "--allow-insecure-endpoints"])
+        .expect_code(3)
+        .expect_stderr("takes its setting");
+
+    // The test suite's APIs run with the operator's setting, and say so.
+    let open = Api::start("insecure-allowed");
+    let status = open.cli(&["--json", "api", "status"]);
+    assert_eq!(status.expect_code(0).json()["endpoints"], "allow-insecure", "{status}");
+    assert!(open.logs().contains("--allow-insecure-endpoints"), "the start warns");
 }

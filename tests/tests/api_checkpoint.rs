@@ -1,8 +1,9 @@
 //! An API whose state lives in a bucket (`api serve --checkpoint-bucket`), through the real
 //! binary against moto's S3 and our fake GCS JSON API:
 //!
-//! - SIGKILLed in the middle of cluster creates, its disk wiped, a fresh one restores from the
-//!   bucket: everything it acknowledged is there, and every run finishes;
+//! - SIGKILLed in the middle of cluster creates, its disk wiped but for the keys its operator keeps
+//!   (they never go to the bucket, and without them the restored database does not open), a fresh
+//!   one restores from the bucket: everything it acknowledged is there, and every run finishes;
 //! - a second API on the same bucket takes it over and the first one stops (exit 3) at its
 //!   next write, which it never acknowledges;
 //! - a truncated or corrupted object stops a restore with an error naming it, and no API starts.
@@ -122,10 +123,14 @@ impl Store {
 }
 
 fn start(store: &Store, prefix: &str) -> Api {
+    start_with_env(store, prefix, Vec::new())
+}
+
+fn start_with_env(store: &Store, prefix: &str, env: Vec<(String, String)>) -> Api {
     Api::start_opts(ApiOptions {
         id: "team-api".into(),
         hosted: true,
-        env: store.env(),
+        env: [store.env(), env].concat(),
         args: store.args(prefix),
         ..ApiOptions::default()
     })
@@ -154,10 +159,18 @@ fn restore_after_sigkill_on_a_wiped_disk(store: &Store) {
     }
     // The last answer is in; the runs are mid-way (a simulated VM boots in seconds).
     api.kill();
-    api.wipe_data_dir();
+    for secret in ["token", "secret.key", "tls-ca.key"] {
+        assert!(store.get(&format!("restore/identity/{secret}")).is_none(), "{secret} is in the bucket");
+    }
+    // Without its sealing key (a fresh data directory) the restored database does not open, and
+    // nothing starts.
+    let (code, stderr) = serve_fails(&api, store, "restore");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("SECRET_KEY_MISMATCH") && stderr.contains("secret.key"), "{stderr}");
+    api.wipe_data_dir_keeping_keys();
     api.restart();
     assert!(api.logs().contains("restored from "), "{}", api.logs());
-    assert_eq!(api.token(), token, "the token came back from the bucket");
+    assert_eq!(api.token(), token, "the operator's token");
     let names: Vec<String> =
         api.credentials().iter().map(|credential| credential["name"].as_str().unwrap().to_owned()).collect();
     for expected in ["sim-a", "later-0", "later-5"] {
@@ -185,10 +198,12 @@ fn restore_after_sigkill_on_a_wiped_disk(store: &Store) {
 
 /// A second API on the same bucket takes it over; the first stops at its next write.
 fn a_second_api_fences_the_first(store: &Store) {
-    let mut first = start(store, "fence");
+    // Both run with the same sealing key, as two machines of one operator would.
+    let key = vec![("ANYCLOUD_SECRET_KEY".to_owned(), "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".to_owned())];
+    let mut first = start_with_env(store, "fence", key.clone());
     first.cli(&["credentials", "new", "before", "--provider", "sim", "--wait"]).expect_code(0);
     let generation = store.head("fence").generation;
-    let mut second = start(store, "fence");
+    let mut second = start_with_env(store, "fence", key);
     assert_ne!(store.head("fence").generation, generation, "the second API began its own generation");
     // The first API's next write cannot be acknowledged: it stops instead.
     let out = first.cli(&["credentials", "new", "after", "--provider", "sim"]);
@@ -210,7 +225,8 @@ fn serve_fails(api: &Api, store: &Store, prefix: &str) -> (i32, String) {
     let data = api.scratch().join(format!("fresh-{}", uuid::Uuid::new_v4().simple()));
     let output = api
         .command()
-        .args(["api", "serve", "--id", "team-api", "--port", "0", "--hosted-by", "sim", "--data-dir"])
+        .args(["api", "serve", "--id", "team-api", "--port", "0", "--hosted-by", "sim", "--allow-insecure-endpoints"])
+        .arg("--data-dir")
         .arg(&data)
         .args(store.args(prefix))
         .envs(store.env())
@@ -251,7 +267,7 @@ fn damage_stops_a_restore(store: &Store) {
     assert!(stderr.contains(&snapshot) && stderr.contains("corrupted"), "{stderr}");
     store.put_raw(&snapshot, good_snapshot);
 
-    api.wipe_data_dir();
+    api.wipe_data_dir_keeping_keys();
     api.restart();
     assert!(api.credentials().iter().any(|credential| credential["name"] == "sim-a"));
     api.kill();

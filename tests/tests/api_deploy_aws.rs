@@ -36,6 +36,7 @@ res = ec2.describe_instances(Filters=[{"Name": "tag:anycloud-role", "Values": ["
 out["instances"] = [
     {"id": i["InstanceId"], "state": i["State"]["Name"], "profile": i.get("IamInstanceProfile", {}).get("Arn", ""),
      "public_ip": i.get("PublicIpAddress", ""),
+     "metadata": {k: i.get("MetadataOptions", {}).get(k) for k in ("HttpTokens", "HttpPutResponseHopLimit", "HttpEndpoint")},
      "user_data": base64.b64decode(ec2.describe_instance_attribute(InstanceId=i["InstanceId"], Attribute="userData")
                                    ["UserData"].get("Value", "")).decode()}
     for r in res["Reservations"] for i in r["Instances"]]
@@ -46,7 +47,14 @@ out["addresses"] = [
     for a in ec2.describe_addresses()["Addresses"]
     if {t["Key"]: t["Value"] for t in a.get("Tags", [])}.get("anycloud-cluster", "").startswith("api-")]
 out["roles"] = [r["RoleName"] for r in iam.list_roles()["Roles"] if r["RoleName"].startswith("anycloud-")]
+out["policies"] = {r: {p: iam.get_role_policy(RoleName=r, PolicyName=p)["PolicyDocument"]
+                       for p in iam.list_role_policies(RoleName=r)["PolicyNames"]}
+                   for r in out["roles"]}
 out["profiles"] = [p["InstanceProfileName"] for p in iam.list_instance_profiles()["InstanceProfiles"]]
+sm = boto3.client("secretsmanager", **kw)
+out["secrets"] = {s["Name"]: sm.get_secret_value(SecretId=s["ARN"])["SecretString"] for s in sm.list_secrets()["SecretList"]}
+out["secret_policies"] = {s["Name"]: json.loads(sm.get_resource_policy(SecretId=s["ARN"]).get("ResourcePolicy") or "null")
+                          for s in sm.list_secrets()["SecretList"]}
 try:
     s3.head_bucket(Bucket=os.environ["BUCKET"])
     out["bucket"] = {
@@ -60,6 +68,23 @@ except ClientError:
 print(json.dumps(out))
 "#;
     serde_json::from_str(moto.python(SCRIPT, &[("BUCKET", BUCKET)]).trim()).unwrap()
+}
+
+/// Which of `needles` appear in some version of some object of the bucket: `KEY: NEEDLE` each.
+fn secrets_in_bucket(moto: &Moto, needles: &[&str]) -> Vec<String> {
+    const SCRIPT: &str = r#"
+import json, os
+import boto3
+s3 = boto3.client("s3", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
+needles = json.loads(os.environ["NEEDLES"])
+for v in s3.list_object_versions(Bucket=os.environ["BUCKET"]).get("Versions", []):
+    body = s3.get_object(Bucket=os.environ["BUCKET"], Key=v["Key"], VersionId=v["VersionId"])["Body"].read()
+    for needle in needles:
+        if needle.encode() in body:
+            print(v["Key"] + ": " + needle[:12] + "...")
+"#;
+    let needles = serde_json::to_string(needles).unwrap();
+    moto.python(SCRIPT, &[("BUCKET", BUCKET), ("NEEDLES", &needles)]).lines().map(str::to_owned).collect()
 }
 
 /// Swaps a byte in the middle of object `key` of the bucket (its original kept in `backup`).
@@ -141,6 +166,7 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
                 ("NO_PROXY".into(), "127.0.0.1,localhost".into()),
             ],
             scratch: local.scratch().join("vms"),
+            identity: None,
         },
     );
     let port = e2e::free_port().to_string();
@@ -202,18 +228,26 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert_eq!(vms.len(), 1, "{state:#}");
     assert_eq!(vms[0]["id"], instance.as_str());
     assert!(vms[0]["profile"].as_str().unwrap().contains("instance-profile/anycloud-api-"), "{state:#}");
+    // IMDSv2 only, one hop: what the VM's role gives is for the VM's own processes.
+    let metadata =
+        serde_json::json!({"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"});
+    assert_eq!(vms[0]["metadata"], metadata, "{state:#}");
     let groups = state["groups"].as_array().unwrap();
     assert_eq!(groups.len(), 1, "{state:#}");
     assert_eq!(groups[0]["ports"], serde_json::json!([port.parse::<i64>().unwrap()]), "only the API's port: {state:#}");
     assert_eq!(state["roles"].as_array().unwrap().len(), 1, "{state:#}");
+    let role = state["roles"][0].as_str().unwrap();
+    let owner = role.strip_prefix("anycloud-").unwrap().to_owned();
+    assert_role_policy(&state["policies"][role], &owner, &state["secrets"]);
     let bucket = &state["bucket"];
     assert_eq!(bucket["versioning"], "Enabled", "{state:#}");
     assert!(bucket["public_access_block"].as_object().unwrap().values().all(|v| v == true), "{state:#}");
     assert_eq!(bucket["lifecycle"][0]["NoncurrentVersionExpiration"]["NoncurrentDays"], 30, "{state:#}");
     let keys_in_bucket: Vec<&str> = bucket["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
-    for identity in ["identity/token", "identity/tls-ca.crt", "identity/tls-ca.key", "HEAD"] {
-        assert!(keys_in_bucket.contains(&identity), "{identity} not in the bucket: {keys_in_bucket:?}");
-    }
+    assert!(keys_in_bucket.contains(&"HEAD"), "{keys_in_bucket:?}");
+    let identity: Vec<&&str> = keys_in_bucket.iter().filter(|key| key.starts_with("identity/")).collect();
+    // No key file; not even the simulated cloud's port: it is off on an AWS VM.
+    assert!(identity.is_empty(), "no identity file in the bucket: {keys_in_bucket:?}");
     // The VM ran exactly what its unit says, and nothing secret rode in its user-data.
     let args = runner.args(&instance);
     assert_eq!(args[..2], ["api", "serve"]);
@@ -247,13 +281,63 @@ fn an_api_deployed_on_aws_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert_eq!(std::fs::read(runner.binary(&instance).unwrap()).unwrap(), shipped, "the VM runs what was shipped");
     assert!(!user_data.contains(&token) && !user_data.contains("PRIVATE KEY"), "a secret in the user-data");
     assert!(!user_data.contains("moto-hosting-secret-key"), "the hosting credential's key in the user-data");
+    // The API's keys are in Secrets Manager, one secret named after the bucket, which the VM's
+    // role alone is given; and nowhere else: not in any version of any object of the bucket, the
+    // user-data, the deployer's logs, output and data, the VM's log and database.
+    let secrets = state["secrets"].as_object().unwrap();
+    assert_eq!(secrets.len(), 1, "{state:#}");
+    let (name, held) = secrets.iter().next().unwrap();
+    assert!(name.starts_with("anycloud/keys-"), "{name}");
+    // Closed by its resource policy to all but the VM's role and the deployer, whatever their
+    // own IAM policies allow (moto keeps the policy; only AWS enforces it).
+    let deployer = moto.python(
+        "import boto3, os\nprint(boto3.client('sts', endpoint_url=os.environ['MOTO_ENDPOINT']).get_caller_identity()['Arn'])",
+        &keys,
+    );
+    let statement = &state["secret_policies"][name]["Statement"][0];
+    assert_eq!((&statement["Effect"], &statement["Principal"]), (&Value::from("Deny"), &Value::from("*")), "{state:#}");
+    assert_eq!(
+        statement["Condition"]["StringNotEquals"]["aws:PrincipalArn"],
+        serde_json::json!([format!("arn:aws:iam::123456789012:role/{role}"), deployer.trim()]),
+        "{state:#}"
+    );
+    let api_keys: Value = serde_json::from_str(held.as_str().unwrap()).unwrap();
+    assert_eq!(api_keys["token"], token.as_str());
+    let ca_key = api_keys["ca_key_pem"].as_str().unwrap().lines().nth(1).unwrap().to_owned();
+    let needles = [token.as_str(), api_keys["sealing_key"].as_str().unwrap(), &ca_key, "moto-hosting-secret-key"];
+    assert_eq!(secrets_in_bucket(&moto, &needles), Vec::<String>::new(), "a key in the bucket");
+    for needle in needles {
+        assert!(!user_data.contains(needle), "a key in the user-data");
+        local.assert_secret_nowhere(needle);
+    }
+    assert_eq!(runner.secrets_outside_key_files(&instance, &needles), vec![], "a key on the VM's disk or log");
+    // The deployer's key never reaches the VM, not even its public half: the API acts as its VM.
+    let hosting_key = ["AKIAANYCLOUDHOSTING1"];
+    assert_eq!(runner.secrets_outside_key_files(&instance, &hosting_key), vec![], "the hosting key on the VM");
 
     // 2. The hosted API is the active one, over HTTPS through the pinned CA; the deploy saved the
     // hosting credential there (its clusters' control planes go there), verified from the VM.
     let out = local.cli(&["api", "status"]);
     out.expect_code(0);
-    assert_eq!(local.credential(HOSTING)["status"], "valid", "the hosting credential on the hosted API");
+    let hosted_credential = local.credential(HOSTING);
+    assert_eq!(hosted_credential["status"], "valid", "the hosting credential on the hosted API");
+    assert_eq!(
+        (&hosted_credential["public"]["identity"], &hosted_credential["public"]["machine"]),
+        (&serde_json::json!("machine"), &serde_json::json!(true)),
+        "the hosted API holds no key, it acts as its VM: {hosted_credential:#}"
+    );
     assert!(out.stdout.contains("hosted (aws)") && out.stdout.contains("checkpoint  s3://team-api-state/"), "{out}");
+    // The simulated cloud is off on an AWS VM: it would run Pods as processes beside the keys.
+    let out = local.cli(&["credentials", "new", "local-sim", "--provider", "sim"]);
+    assert_eq!(out.code, 3, "{out}");
+    assert!(out.stderr.contains("INVALID_CREDENTIAL") && out.stderr.contains("simulated cloud is off"), "{out}");
+    let disk = runner.disk(&instance).unwrap();
+    let simulated: Vec<String> = walk(&disk)
+        .into_iter()
+        .map(|path| path.display().to_string())
+        .filter(|path| path.contains("sim-kube") || path.contains("sim-kubelet"))
+        .collect();
+    assert!(simulated.is_empty(), "no simulated cloud on the VM: {simulated:?}");
     let out = local.cli_env(
         &[
             "credentials",
@@ -297,15 +381,17 @@ import os, boto3
 ec2 = boto3.client("ec2", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
 res = ec2.describe_instances(Filters=[{"Name": "tag:anycloud-cluster", "Values": [os.environ["CLUSTER"]]},
                                       {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in i["Tags"]}["anycloud-role"]
+tags = lambda i: {t["Key"]: t["Value"] for t in i["Tags"]}
+print("\n".join(sorted(i["InstanceType"] + " " + tags(i)["anycloud-role"] + " " + tags(i).get("anycloud-owner", "-")
                        for r in res["Reservations"] for i in r["Instances"])))
 "#,
         &[("CLUSTER", cluster_id)],
     );
     assert_eq!(
         count.trim(),
-        "t3.large worker\nt3.medium control-plane",
-        "exactly the control plane (on the hosting credential: the API's type) and one worker, none launched twice"
+        format!("t3.large worker {owner}\nt3.medium control-plane {owner}"),
+        "exactly the control plane (on the hosting credential: the API's type) and one worker, none launched twice, \
+         each tagged with the API's owner id (its VM's role changes nothing else)"
     );
     assert!(runner.log(&instance).contains("restored from s3://team-api-state/"), "{}", runner.log(&instance));
     let out = local.cli(&["--json", "credentials", "list"]);
@@ -324,6 +410,7 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
         "{state:#}"
     );
     assert!(state["bucket"]["keys"].as_array().unwrap().len() > 3, "{state:#}");
+    assert_eq!(state["secrets"].as_object().unwrap().len(), 1, "the keys stay with the bucket: {state:#}");
     e2e::wait_until(Duration::from_secs(30), "the runner to stop the VM's process", || {
         runner.running().is_empty().then_some(())
     });
@@ -350,6 +437,71 @@ print("\n".join(sorted(i["InstanceType"] + " " + {t["Key"]: t["Value"] for t in 
     assert!(state["roles"].as_array().unwrap().is_empty(), "{state:#}");
     assert!(state["addresses"].as_array().unwrap().is_empty(), "{state:#}");
     assert_eq!(state["bucket"], Value::Null, "{state:#}");
+    assert_eq!(state["secrets"], serde_json::json!({}), "the keys go with the bucket: {state:#}");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        }
+        files.push(path);
+    }
+    files
+}
+
+/// The hosted API's role, action by action: the bucket's objects, its keys' secret, and EC2
+/// calls that make only resources tagged with its owner id and change only those; no IAM action.
+fn assert_role_policy(policies: &Value, owner: &str, secrets: &Value) {
+    let policy = &policies["anycloud-checkpoint-bucket"];
+    assert_eq!(policies.as_object().unwrap().len(), 1, "one inline policy: {policies:#}");
+    let statements = policy["Statement"].as_array().unwrap();
+    let list = |value: &Value| -> Vec<String> {
+        match value {
+            Value::String(one) => vec![one.clone()],
+            many => many.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect(),
+        }
+    };
+    let mut seen = Vec::new();
+    for statement in statements {
+        assert_eq!(statement["Effect"], "Allow", "{statement:#}");
+        let actions = list(&statement["Action"]);
+        let resources = list(&statement["Resource"]);
+        let condition = statement["Condition"].to_string();
+        for action in &actions {
+            assert!(!action.starts_with("iam:") && !action.contains('*'), "{action} in {statement:#}");
+            let (service, call) = action.split_once(':').unwrap();
+            match service {
+                "s3" => {
+                    assert!(resources.iter().all(|r| r.starts_with("arn:aws:s3:::team-api-state")), "{statement:#}")
+                }
+                "secretsmanager" => {
+                    assert_eq!(call, "GetSecretValue", "{statement:#}");
+                    assert_eq!(resources.len(), 1, "the keys' secret only: {statement:#}");
+                    assert!(resources[0].contains(":secret:anycloud/keys-"), "{statement:#}; secrets {secrets}");
+                }
+                "ec2" if call.starts_with("Describe") => assert_eq!(resources, ["*"], "{statement:#}"),
+                "ec2" => {
+                    let owned = condition.contains(&format!("\"ec2:ResourceTag/anycloud-owner\":\"{owner}\""));
+                    let tagged = condition.contains(&format!("\"aws:RequestTag/anycloud-owner\":\"{owner}\""));
+                    let on_create = condition.contains("ec2:CreateAction");
+                    // Only resources that cannot carry a tag when used go unconditioned.
+                    let untaggable = resources.iter().all(|r| {
+                        ["::image/", ":subnet/", ":network-interface/", ":vpc/"].iter().any(|kind| r.contains(kind))
+                    });
+                    assert!(owned || tagged || on_create || untaggable, "{action} unconditioned on {resources:?}");
+                }
+                other => panic!("unexpected service {other} in {statement:#}"),
+            }
+            seen.push(action.clone());
+        }
+    }
+    for needed in ["ec2:RunInstances", "ec2:TerminateInstances", "ec2:AllocateAddress", "ec2:CreateSecurityGroup"] {
+        assert!(seen.iter().any(|a| a == needed), "{needed} missing: {policy:#}");
+    }
 }
 
 /// A deploy whose binary cannot run on the machine type is refused before anything is made: the

@@ -28,7 +28,7 @@ use anycloud_tests::e2e::{self, Api, ApiOptions, CliChild, Moto, Output};
 use anycloud_tests::fake_google::FakeGoogle;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, TEST_ONLY_PRIVATE_KEY, service_account_json};
 use anycloud_tests::simulated_kube::{GceMachines, MotoMachines, SimulatedKube};
-use anycloud_tests::vm_runner::{Launcher, VmRunner};
+use anycloud_tests::vm_runner::{Launcher, VmRunner, gce_service_account};
 use anycloud_workflows::cloud::{CLUSTER_TAG, ROLE_TAG};
 use serde_json::{Value, json};
 
@@ -209,7 +209,7 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
     ];
     let runner = VmRunner::start(
         MotoMachines::new(&moto.endpoint, REGION),
-        Launcher { env: vm_env.clone(), scratch: local.scratch().join("vms") },
+        Launcher { env: vm_env.clone(), scratch: local.scratch().join("vms"), identity: None },
     );
     let port = e2e::free_port().to_string();
 
@@ -224,10 +224,12 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
     let state = at_moto(&moto);
     assert!(state["buckets"].as_array().unwrap().is_empty(), "no bucket at AWS: {state:#}");
     let secrets = state["secrets"].as_object().unwrap();
-    assert_eq!(secrets.len(), 1, "{state:#}");
-    let (name, secret) = secrets.iter().next().unwrap();
-    assert!(name.starts_with("anycloud/api-") && name.ends_with("/checkpoint-storage"), "{name}");
+    assert_eq!(secrets.len(), 2, "the API's keys and the bucket's: {state:#}");
+    let (name, secret) = secrets.iter().find(|(name, _)| name.ends_with("/checkpoint-storage")).unwrap();
+    assert!(name.starts_with("anycloud/api-"), "{name}");
     let arn = secret["arn"].as_str().unwrap();
+    let (keys_name, keys) = secrets.iter().find(|(name, _)| name.starts_with("anycloud/keys-")).unwrap();
+    let keys_arn = keys["arn"].as_str().unwrap();
     let held: Value = serde_json::from_str(secret["value"].as_str().unwrap()).unwrap();
     assert_eq!(held["provider"], "gcp");
     assert!(held["service_account_json"].as_str().unwrap().contains(CLIENT_EMAIL), "the storage credential's key");
@@ -235,9 +237,16 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
     assert_eq!(policies.len(), 1, "{state:#}");
     let statements = policies.values().next().unwrap()[0]["Statement"].clone();
     assert_eq!(
-        statements,
-        json!([{"Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"], "Resource": arn}]),
-        "the VM may read its one secret and nothing else (no S3: the bucket is not there)"
+        statements[0],
+        json!({"Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"], "Resource": [keys_arn, arn]}),
+        "the VM may read its two secrets"
+    );
+    // And no S3 (the bucket is not there); the rest is the EC2 of placing control planes, each
+    // statement checked in api_deploy_aws.rs.
+    let rest = statements.as_array().unwrap()[1..].to_vec();
+    assert!(
+        rest.iter().all(|statement| statement["Sid"].is_string() && !statement.to_string().contains("\"s3:")),
+        "{statements:#}"
     );
     let vm_args = runner.args(&instance);
     let args = &vm_args;
@@ -273,7 +282,8 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
         "the command that brings it back names the bucket's credential: {out}"
     );
     let state = at_moto(&moto);
-    assert!(state["secrets"].as_object().unwrap().is_empty(), "the secret is deleted: {state:#}");
+    let left: Vec<&String> = state["secrets"].as_object().unwrap().keys().collect();
+    assert_eq!(left, [keys_name], "the bucket's key is deleted, the API's keys stay with its bucket: {state:#}");
     assert!(state["policies"].as_object().unwrap().is_empty() && state["instances"] == json!([]), "{state:#}");
     assert!(google.gcs().objects(BUCKET).len() > 3, "the state stays in the bucket");
 
@@ -286,7 +296,7 @@ fn an_api_on_aws_keeps_its_state_in_a_gcs_bucket_through_a_secret_only_its_vm_re
     // 5. Deployed again on the same bucket: the same API (a new secret); deleted with its bucket.
     deploy(&local, "aws-host", "gcp-state", "t3.medium", REGION, &port).expect_code(0);
     local.cli(&["--json", "cluster", "status", "training"]).expect_code(0);
-    assert_eq!(at_moto(&moto)["secrets"].as_object().unwrap().len(), 1);
+    assert_eq!(at_moto(&moto)["secrets"].as_object().unwrap().len(), 2);
     let out = local.spawn_cli(&["api", "delete", "team-api", "--delete-bucket"]).wait(Duration::from_secs(120));
     out.expect_code(0);
     let state = at_moto(&moto);
@@ -311,17 +321,21 @@ fn an_api_on_gcp_keeps_its_state_in_an_s3_bucket_through_a_secret_only_its_vm_re
     let (local, key_file) = deployer();
     gcp_credential(&local, "gcp-host", &key_file, &google);
     aws_credential(&local, "aws-state", &moto, "us-east-1");
-    // The VM: its service account's key where a GCE VM asks its metadata server; no AWS keys.
+    // The VM: the key of the service account the instance runs as where a GCE VM asks its
+    // metadata server; no AWS keys.
     let vm_env: Vec<(String, String)> = vec![
-        ("GOOGLE_APPLICATION_CREDENTIALS".into(), key_file.to_str().unwrap().to_owned()),
         ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
         ("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url()),
         ("NO_PROXY".into(), "127.0.0.1,localhost".into()),
     ];
+    let keys = local.scratch().join("vm-keys");
+    let identity = gce_service_account(google.gce().clone(), PROJECT, keys.clone());
     let runner = VmRunner::start(
         GceMachines::new(google.gce().clone(), PROJECT),
-        Launcher { env: vm_env.clone(), scratch: local.scratch().join("vms") },
+        Launcher { env: vm_env.clone(), scratch: local.scratch().join("vms"), identity: Some(identity.clone()) },
     );
+    // The environment of `instance`'s VM, its account's key included.
+    let env_of = |instance: &str| [vm_env.clone(), identity(instance)].concat();
     let port = e2e::free_port().to_string();
 
     // 1. The deploy: the bucket at AWS, the key in a secret at Google bound to the VM's account.
@@ -332,18 +346,23 @@ fn an_api_on_gcp_keeps_its_state_in_an_s3_bucket_through_a_secret_only_its_vm_re
     assert_eq!(at_moto(&moto)["buckets"], json!([BUCKET]), "the bucket is at AWS");
     assert!(!google.gcs().bucket_exists(BUCKET), "and not at Google");
     let names = google.secrets().names();
-    assert_eq!(names.len(), 1, "{names:?}");
-    let secret = &names[0];
+    assert_eq!(names.len(), 2, "the API's keys and the bucket's: {names:?}");
+    let secret = names.iter().find(|name| name.ends_with("-checkpoint-storage")).unwrap();
     assert!(secret.starts_with(&format!("projects/{PROJECT}/secrets/anycloud-api-")), "{secret}");
+    let keys_secret = names.iter().find(|name| name.contains("/secrets/anycloud-keys-")).unwrap().clone();
     let held: Value = serde_json::from_str(&google.secrets().latest(secret).unwrap()).unwrap();
     assert_eq!((held["provider"].as_str(), held["access_key_id"].as_str()), (Some("aws"), Some(AWS_KEYS[0].1)));
-    assert_eq!(
-        google.secrets().policy(secret).unwrap()["bindings"],
-        json!([{"role": "roles/secretmanager.secretAccessor", "members": [format!("serviceAccount:{CLIENT_EMAIL}")]}]),
-        "the VM's service account reads this one secret"
-    );
     let vms = hosted_at_google(&google, ROLE_TAG, "hosted-api");
     assert_eq!(vms.len(), 1, "{vms:#?}");
+    let account = vms[0]["serviceAccounts"][0]["email"].as_str().unwrap().to_owned();
+    assert!(account != CLIENT_EMAIL && google.iam().exists(&account), "the API's own account: {account}");
+    for held in [secret.as_str(), keys_secret.as_str()] {
+        assert_eq!(
+            google.secrets().policy(held).unwrap()["bindings"],
+            json!([{"role": "roles/secretmanager.secretAccessor", "members": [format!("serviceAccount:{account}")]}]),
+            "the VM's own service account, and it alone, reads {held}"
+        );
+    }
     assert_eq!(
         vms[0]["serviceAccounts"][0]["scopes"],
         json!(["https://www.googleapis.com/auth/cloud-platform"]),
@@ -367,11 +386,18 @@ fn an_api_on_gcp_keeps_its_state_in_an_s3_bucket_through_a_secret_only_its_vm_re
 
     // 3. Stopped: the secret goes; the bucket stays.
     local.spawn_cli(&["api", "stop", "team-api"]).wait(Duration::from_secs(120)).expect_code(0);
-    assert!(google.secrets().names().is_empty(), "the secret is deleted");
+    assert_eq!(
+        google.secrets().names(),
+        [keys_secret],
+        "the bucket's key is deleted, the API's keys stay with its bucket"
+    );
     assert_eq!(at_moto(&moto)["buckets"], json!([BUCKET]), "the bucket stays");
 
+    assert!(!google.iam().exists(&account), "the API's account goes with its VM");
+    assert_eq!(google.iam().bindings_of(PROJECT, &format!("serviceAccount:{account}")), vec![]);
+
     // 4. A VM whose secret cannot be read starts nothing.
-    let out = start_vm_process_again(vm_args.clone(), &vm_env, &local.scratch());
+    let out = start_vm_process_again(vm_args.clone(), &env_of(&instance), &local.scratch());
     out.expect_code(2).expect_stderr("CHECKPOINT_SECRET_UNREADABLE");
     assert!(out.stderr.contains(secret.as_str()) && out.stderr.contains("secretAccessor"), "{out}");
 
@@ -379,10 +405,11 @@ fn an_api_on_gcp_keeps_its_state_in_an_s3_bucket_through_a_secret_only_its_vm_re
     // on it starts nothing either; then deleted with the bucket.
     deploy(&local, "gcp-host", "aws-state", "e2-medium", REGION, &port).expect_code(0);
     local.cli(&["--json", "cluster", "status", "training"]).expect_code(0);
-    let secret = google.secrets().names().pop().unwrap();
-    let vm_args = runner.args(&runner.one(Duration::from_secs(30)).0);
+    let secret = google.secrets().names().into_iter().find(|name| name.ends_with("-checkpoint-storage")).unwrap();
+    let (instance, _) = runner.one(Duration::from_secs(30));
+    let vm_args = runner.args(&instance);
     google.secrets().set_bindings(&secret, json!([]));
-    let out = start_vm_process_again(vm_args, &vm_env, &local.scratch());
+    let out = start_vm_process_again(vm_args, &env_of(&instance), &local.scratch());
     out.expect_code(2).expect_stderr("CHECKPOINT_SECRET_UNREADABLE");
     assert!(out.stderr.contains("HTTP 403") && out.stderr.contains("secretmanager.versions.access"), "{out}");
     local.spawn_cli(&["api", "delete", "team-api", "--delete-bucket"]).wait(Duration::from_secs(120)).expect_code(0);
@@ -407,8 +434,8 @@ fn a_cancelled_cross_provider_deploy_deletes_the_secret_it_stored() {
     // No VM runner: the VM never answers, and the deploy waits in `wait_until_answers`.
     let port = e2e::free_port().to_string();
     let follower = spawn_deploy(&local, "aws-host", "gcp-state", "t3.medium", REGION, &port);
-    e2e::wait_until(Duration::from_secs(300), "the deploy to store its secret", || {
-        (at_moto(&moto)["secrets"].as_object().unwrap().len() == 1).then_some(())
+    e2e::wait_until(Duration::from_secs(300), "the deploy to store its secrets", || {
+        (at_moto(&moto)["secrets"].as_object().unwrap().len() == 2).then_some(())
     });
     let elastic_ips = || {
         let count = moto.python(
@@ -430,7 +457,7 @@ print(len(ec2.describe_addresses()["Addresses"]))
         (local.inspect(&run, false)["run"]["status"] == "cancelled").then_some(())
     });
     let state = at_moto(&moto);
-    assert!(state["secrets"].as_object().unwrap().is_empty(), "the secret is deleted: {state:#}");
+    assert!(state["secrets"].as_object().unwrap().is_empty(), "both secrets are deleted: {state:#}");
     assert!(state["policies"] == json!({}) && state["instances"] == json!([]), "{state:#}");
     assert!(!google.gcs().bucket_exists(BUCKET), "the bucket it created is deleted");
     assert_eq!(elastic_ips(), 0, "the Elastic IP it reserved is released");
@@ -470,6 +497,9 @@ fn a_vm_secret_is_stored_and_deleted_idempotently_on_each_provider() {
         let first = aws.store_vm_secret(owner, aws_name, "one").await.unwrap();
         let again = aws.store_vm_secret(owner, aws_name, "two").await.unwrap();
         assert_eq!(first, again, "the same secret, a new version");
+        assert_eq!(aws.store_vm_secret(owner, aws_name, "two").await.unwrap(), first, "the same value: no new version");
+        assert_eq!(aws.read_vm_secret(aws_name).await.unwrap().as_deref(), Some("two"));
+        assert_eq!(aws.read_vm_secret("anycloud/api-0123456789ab/none").await.unwrap(), None);
         assert!(first.starts_with("arn:aws:secretsmanager:us-east-1:"), "{first}");
         let held = at_moto(&moto)["secrets"].clone();
         assert_eq!(held, json!({aws_name: {"arn": first, "value": "two"}}));
@@ -485,7 +515,12 @@ fn a_vm_secret_is_stored_and_deleted_idempotently_on_each_provider() {
             (format!("projects/{PROJECT}/secrets/{name}").as_str(), first.as_str())
         );
         assert_eq!(google.secrets().latest(&first).as_deref(), Some("two"));
-        assert_eq!(google.secrets().version_count(&first), 2, "old versions stay until the secret goes");
+        assert_eq!(google.secrets().version_count(&first), 2);
+        assert_eq!(google.secrets().live_versions(&first), ["two"], "the older version is destroyed");
+        gcp.store_vm_secret(owner, name, "two").await.unwrap();
+        assert_eq!(google.secrets().version_count(&first), 2, "the same value: no new version");
+        assert_eq!(gcp.read_vm_secret(name).await.unwrap().as_deref(), Some("two"));
+        assert_eq!(gcp.read_vm_secret("anycloud-api-0123456789ab-none").await.unwrap(), None);
         let bindings = google.secrets().policy(&first).unwrap()["bindings"].clone();
         assert_eq!(bindings.as_array().unwrap().len(), 1, "one binding however often: {bindings}");
         gcp.delete_vm_secret(name).await.unwrap();

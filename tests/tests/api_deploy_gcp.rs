@@ -12,7 +12,10 @@
 //! hosted API. Then, on the hosted API, a cluster across two providers as the spec's Placement
 //! table puts it: its control plane on the hosting credential (GCP, the API's region and machine
 //! type), its capacity on an AWS credential at moto, joining the control plane over its public
-//! address. The hosted API SIGKILLed with its disk wiped, a fresh one restores from the bucket;
+//! address. The VM runs as a service account made for the API, not the deployer's (the runner
+//! gives its process that account's key): asked of the fake IAM, the account exists, the project
+//! binds it to exactly its conditioned Compute Engine roles, the bucket to its object roles, the
+//! keys' secret to it alone; a stop and a delete leave none of it. The hosted API SIGKILLed with its disk wiped, a fresh one restores from the bucket;
 //! the cluster is deleted on both providers; `api stop` keeps the bucket; a second deploy on it is
 //! the same API; `api delete --delete-bucket` leaves nothing. What Google and AWS hold is asked of
 //! the fakes and of moto, never of anycloud.
@@ -22,9 +25,9 @@ use std::time::Duration;
 
 use anycloud_tests::e2e::{self, Api, ApiOptions, Moto};
 use anycloud_tests::fake_google::FakeGoogle;
-use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
+use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, TEST_ONLY_PRIVATE_KEY, service_account_json};
 use anycloud_tests::simulated_kube::{BothMachines, GceMachines, MotoMachines, SimulatedKube};
-use anycloud_tests::vm_runner::{Launcher, VmRunner};
+use anycloud_tests::vm_runner::{Launcher, VmRunner, gce_service_account};
 use anycloud_workflows::cloud::{CLUSTER_TAG, ROLE_TAG};
 use serde_json::{Value, json};
 
@@ -104,18 +107,20 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     new_credential(HOSTING);
 
     // The VM: the seamed binary (the cluster below needs the simulated Kubernetes), its Google
-    // identity the key file where a GCE VM would ask its metadata server.
+    // identity a key file of the service account the instance runs as, where a GCE VM would ask
+    // its metadata server.
     let runner = VmRunner::start(
         GceMachines::new(google.gce().clone(), PROJECT),
         Launcher {
             env: vec![
-                ("GOOGLE_APPLICATION_CREDENTIALS".into(), key_file.to_str().unwrap().to_owned()),
                 ("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url()),
                 ("NO_PROXY".into(), "127.0.0.1,localhost".into()),
             ],
             scratch: local.scratch().join("vms"),
+            identity: Some(gce_service_account(google.gce().clone(), PROJECT, local.scratch().join("vm-keys"))),
         },
     );
+    let policy_before = google.iam().project_bindings(PROJECT);
     let port = e2e::free_port().to_string();
     // No --binary: the CLI ships its own binary, the seamed one (the VM needs its seams).
     let deploy = || {
@@ -172,11 +177,12 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     let vms = live_instances(&google, ROLE_TAG, "hosted-api");
     assert_eq!(vms.len(), 1, "{vms:#?}");
     assert_eq!(vms[0]["id"], instance.as_str(), "{vms:#?}");
-    assert_eq!(vms[0]["serviceAccounts"][0]["email"], CLIENT_EMAIL, "{:#}", vms[0]);
+    let account = vms[0]["serviceAccounts"][0]["email"].as_str().unwrap().to_owned();
+    assert_own_account(&google, &account, &policy_before);
     assert_eq!(
         vms[0]["serviceAccounts"][0]["scopes"],
-        json!(["https://www.googleapis.com/auth/devstorage.read_write"]),
-        "{:#}",
+        json!(["https://www.googleapis.com/auth/cloud-platform"]),
+        "it reads its keys from Secret Manager, which has no narrower scope: {:#}",
         vms[0]
     );
     let rules = https_rules(&google);
@@ -188,9 +194,10 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert_eq!(bucket["iamConfiguration"]["publicAccessPrevention"], "enforced", "{bucket:#}");
     assert_eq!(bucket["lifecycle"]["rule"][0]["condition"]["daysSinceNoncurrentTime"], 30, "{bucket:#}");
     let names: Vec<String> = google.gcs().objects(BUCKET).into_iter().map(|o| o.name).collect();
-    for identity in ["identity/token", "identity/tls-ca.crt", "identity/tls-ca.key", "HEAD"] {
-        assert!(names.iter().any(|n| n == identity), "{identity} not in the bucket: {names:?}");
-    }
+    assert!(names.iter().any(|name| name == "HEAD"), "{names:?}");
+    let identity: Vec<&String> = names.iter().filter(|name| name.starts_with("identity/")).collect();
+    // No key file; not even the simulated cloud's port: it is off on a GCE VM.
+    assert!(identity.is_empty(), "no identity file in the bucket: {names:?}");
     let args = runner.args(&instance);
     assert_eq!(args[..2], ["api", "serve"]);
     for expected in ["--hosted-by", "gcp", "--checkpoint-bucket", "gs://team-api-state/", "--checkpoint-endpoint"] {
@@ -214,6 +221,33 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(metadata.contains("X-Goog-Expires=900") && metadata.contains("X-Goog-Signature="), "{metadata}");
     assert_eq!(std::fs::read(runner.binary(&instance).unwrap()).unwrap(), shipped, "the VM runs what was shipped");
     assert!(!metadata.contains(&token) && !metadata.contains("PRIVATE KEY"), "a secret in the metadata");
+    // The API's keys are in Secret Manager, one secret named after the bucket that the VM's
+    // account reads; and nowhere else: not in any generation of any object of the bucket, the
+    // instance's metadata, the deployer's logs, output and data, the VM's log and database.
+    let secrets = google.secrets().names();
+    assert_eq!(secrets.len(), 1, "{secrets:?}");
+    assert!(secrets[0].starts_with(&format!("projects/{PROJECT}/secrets/anycloud-keys-")), "{secrets:?}");
+    assert!(metadata.contains(&format!("--keys-secret {}", secrets[0])), "the unit names it: {metadata}");
+    assert_eq!(
+        google.secrets().policy(&secrets[0]).unwrap()["bindings"],
+        json!([{"role": "roles/secretmanager.secretAccessor", "members": [format!("serviceAccount:{account}")]}]),
+        "the VM's own account, and it alone, reads the keys"
+    );
+    let api_keys: Value = serde_json::from_str(&google.secrets().latest(&secrets[0]).unwrap()).unwrap();
+    assert_eq!(api_keys["token"], token.as_str());
+    let ca_key = api_keys["ca_key_pem"].as_str().unwrap().lines().nth(1).unwrap().to_owned();
+    let hosting_key = TEST_ONLY_PRIVATE_KEY.lines().nth(5).unwrap().to_owned();
+    let needles = [token.as_str(), api_keys["sealing_key"].as_str().unwrap(), &ca_key, &hosting_key];
+    for object in google.gcs().generations(BUCKET) {
+        for needle in needles {
+            assert!(!e2e::contains_bytes(&object.bytes, needle.as_bytes()), "a key in {}", object.name);
+        }
+    }
+    for needle in needles {
+        assert!(!metadata.contains(needle), "a key in the metadata");
+        local.assert_secret_nowhere(needle);
+    }
+    assert_eq!(runner.secrets_outside_key_files(&instance, &needles), vec![], "a key on the VM's disk or log");
 
     // 2. On the hosted API, over HTTPS through the pinned CA: the deploy saved the hosting
     // credential there, verified from the VM.
@@ -303,6 +337,8 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(https_rules(&google).is_empty());
     assert!(api_addresses(&google).is_empty(), "the stop releases the address");
     assert!(google.gcs().objects(BUCKET).len() > 3);
+    assert_eq!(google.secrets().names().len(), 1, "the keys stay with the bucket");
+    assert_account_gone(&google, &account, &policy_before);
 
     // 5. Deployed again on the same bucket: the same API, with the same token and credentials.
     deploy().wait(Duration::from_secs(420)).expect_code(0);
@@ -311,6 +347,14 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert_eq!(config["apis"]["team-api"]["token"], token.as_str(), "the bucket's token is kept");
     assert!(local.cli(&["credentials", "list"]).stdout.contains("aws-capacity"));
     assert_eq!(api_addresses(&google).len(), 1, "the redeploy reserves its own address");
+    let vms = live_instances(&google, ROLE_TAG, "hosted-api");
+    let account = vms[0]["serviceAccounts"][0]["email"].as_str().unwrap().to_owned();
+    assert_own_account(&google, &account, &policy_before);
+    assert_eq!(
+        google.secrets().policy(&secrets[0]).unwrap()["bindings"],
+        json!([{"role": "roles/secretmanager.secretAccessor", "members": [format!("serviceAccount:{account}")]}]),
+        "the kept keys are bound to the new API's account alone"
+    );
 
     // 6. Deleted with its bucket: nothing of the API is left at Google.
     let out = local.spawn_cli(&["api", "delete", "team-api", "--delete-bucket"]).wait(Duration::from_secs(120));
@@ -319,4 +363,71 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
     assert!(live_instances(&google, ROLE_TAG, "hosted-api").is_empty() && https_rules(&google).is_empty());
     assert!(google.gce().addresses(PROJECT).is_empty(), "{:#?}", google.gce().addresses(PROJECT));
     assert!(!google.gcs().bucket_exists(BUCKET), "the bucket is deleted");
+    assert!(google.secrets().names().is_empty(), "the keys go with the bucket");
+    assert_account_gone(&google, &account, &policy_before);
+}
+
+/// The roles the API's account holds on the project, each with its condition.
+fn expected_project_roles() -> Vec<(String, Value)> {
+    let named = |kind: &str, collection: &str| {
+        format!(
+            "(resource.type != \"compute.googleapis.com/{kind}\" || \
+             resource.name.extract(\"/{collection}/{{name}}\").startsWith(\"ac-\"))"
+        )
+    };
+    let description = "only the ac-... resources anycloud names";
+    vec![
+        (
+            "roles/compute.instanceAdmin.v1".to_owned(),
+            json!({"title": "anycloud-instances", "description": description,
+                   "expression": format!("{} && {}", named("Instance", "instances"), named("Disk", "disks"))}),
+        ),
+        ("roles/compute.publicIpAdmin".to_owned(), Value::Null),
+        (
+            "roles/compute.securityAdmin".to_owned(),
+            json!({"title": "anycloud-firewalls", "description": description,
+                   "expression": named("Firewall", "firewalls")}),
+        ),
+    ]
+}
+
+/// The hosted API's VM runs as `account`, an account of its own that the fake IAM holds, not
+/// the deployer's; the project binds it to exactly its conditioned Compute Engine roles (the
+/// rest of the policy as it was), and the bucket to exactly its object and bucket-reader roles.
+fn assert_own_account(google: &FakeGoogle, account: &str, policy_before: &[Value]) {
+    assert_ne!(account, CLIENT_EMAIL, "the VM runs as the deployer's account");
+    assert!(account.starts_with("anycloud-api") && account.ends_with(&format!("@{PROJECT}.iam.gserviceaccount.com")));
+    let made = google.iam().account(account).unwrap_or_else(|| panic!("{account} is not an account at IAM"));
+    assert!(made["displayName"].as_str().unwrap().starts_with("anycloud hosted API api-"), "{made:#}");
+    let member = format!("serviceAccount:{account}");
+    let mut held = google.iam().bindings_of(PROJECT, &member);
+    held.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(held, expected_project_roles(), "exactly its roles on the project, role by role");
+    let others: Vec<Value> = google
+        .iam()
+        .project_bindings(PROJECT)
+        .into_iter()
+        .filter(|b| !b["members"].as_array().unwrap().iter().any(|m| m == member.as_str()))
+        .collect();
+    assert_eq!(others, policy_before, "the rest of the project's policy is as it was");
+    let bucket = google.gcs().bucket_bindings(BUCKET).unwrap();
+    let mut on_bucket: Vec<&str> = bucket
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["members"].as_array().unwrap().iter().any(|m| m == member.as_str()))
+        .map(|b| b["role"].as_str().unwrap())
+        .collect();
+    on_bucket.sort_unstable();
+    assert_eq!(on_bucket, ["roles/storage.legacyBucketReader", "roles/storage.objectUser"], "{bucket:#}");
+}
+
+/// Nothing of `account` is left: the account, its project bindings, its bucket binding.
+fn assert_account_gone(google: &FakeGoogle, account: &str, policy_before: &[Value]) {
+    assert!(!google.iam().exists(account), "{account} is deleted");
+    assert_eq!(google.iam().accounts(PROJECT), [CLIENT_EMAIL], "no account of an API is left");
+    assert_eq!(google.iam().project_bindings(PROJECT), policy_before, "the project's policy is as it was");
+    if let Some(bucket) = google.gcs().bucket_bindings(BUCKET) {
+        assert!(!bucket.to_string().contains(account), "the bucket still names {account}: {bucket:#}");
+    }
 }

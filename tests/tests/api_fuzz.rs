@@ -7,6 +7,14 @@
 //! table of the database is read (full rows, opened read-only) before and after each refused
 //! request and must be the same.
 //!
+//! Without the API's token, every route but health answers 401 and nothing else, whatever the
+//! method, path, query, headers or body (each route is also swept once with each kind of wrong
+//! token). The simulated Kubernetes' routes (`/sim/kube/VM/...`, on a hosted API with a running
+//! simulated cluster) are fuzzed the same way: without the cluster's token (none, a wrong one,
+//! the API's), every one answers 401 before anything else (no 404 for a VM that does not exist,
+//! no 405, 406, 413 or 400); with it, no 5xx, every refusal a Kubernetes `Status` whose `code`
+//! is the HTTP status, and the API keeps answering.
+//!
 //! The cases are bounded so that the default run takes well under a minute;
 //! `ANYCLOUD_FUZZ_CASES=5000 cargo test -p anycloud-tests --test api_fuzz` runs longer
 //! (docs/reliability.md, "Inputs fuzzed").
@@ -25,6 +33,9 @@ use serde_json::{Value, json};
 /// Cases in the default test run.
 const DEFAULT_CASES: u32 = 1000;
 
+/// Cases of the simulated Kubernetes' routes in the default test run.
+const DEFAULT_KUBE_CASES: u32 = 600;
+
 /// Every route of `cli/src/server/mod.rs`, with `{}` for a path parameter.
 const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/health"),
@@ -34,6 +45,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/apis/{}"),
     ("DELETE", "/v1/apis/{}"),
     ("GET", "/v1/apis/{}/access"),
+    ("POST", "/v1/apis/{}/rotate-ca"),
     ("PUT", "/v1/binaries/{}"),
     ("GET", "/v1/credentials/{}/vm-types/{}"),
     ("GET", "/v1/credentials"),
@@ -60,6 +72,12 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/workflows/{}/retry"),
     ("POST", "/v1/workflows/{}/resume"),
     ("POST", "/v1/workflows/{}/cancel"),
+    ("POST", "/v1/tls/renew"),
+    ("GET", "/v1/secrets"),
+    ("POST", "/v1/secrets"),
+    ("GET", "/v1/secrets/{}"),
+    ("PUT", "/v1/secrets/{}"),
+    ("DELETE", "/v1/secrets/{}"),
 ];
 
 /// The only 5xx an answer may be: 503 with one of these codes, when something outside the API
@@ -72,6 +90,13 @@ const UNAVAILABLE: &[&str] = &["DATABASE_UNAVAILABLE", "CLUSTER_UNREACHABLE", "P
 /// bodies and queries reach the checks behind deserialization.
 const FIELDS: &[&str] = &[
     "name",
+    "values",
+    "registry",
+    "host",
+    "username",
+    "password",
+    "secrets",
+    "pull_secrets",
     "provider",
     "access_key_id",
     "secret_access_key",
@@ -126,13 +151,23 @@ struct Request {
     body: Vec<u8>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Auth {
     Token,
     None,
     Wrong,
     TokenWithSuffix,
     Basic,
+    /// The other router's token: the API's on a cluster's routes, a cluster's on the API's.
+    Other,
+}
+
+/// Every way of not holding the token.
+const NO_TOKEN: [Auth; 5] = [Auth::None, Auth::Wrong, Auth::TokenWithSuffix, Auth::Basic, Auth::Other];
+
+/// Whether `request` is the one the API answers without a token: `GET /v1/health`.
+fn is_health(request: &Request) -> bool {
+    request.method == "GET" && request.path.split('?').next() == Some("/v1/health")
 }
 
 /// Text a person or an attacker might put anywhere: names, look-alikes, zero-width and control
@@ -248,13 +283,7 @@ fn request(known: &Known) -> BoxedStrategy<Request> {
         8 => Just(None),
         1 => proptest::sample::select(&["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"][..]).prop_map(Some),
     ];
-    let auth = prop_oneof![
-        12 => Just(Auth::Token),
-        1 => Just(Auth::None),
-        1 => Just(Auth::Wrong),
-        1 => Just(Auth::TokenWithSuffix),
-        1 => Just(Auth::Basic),
-    ];
+    let auth = auth();
     let content_type = prop_oneof![
         6 => Just(Some("application/json".to_owned())),
         1 => Just(None),
@@ -276,6 +305,11 @@ fn request(known: &Known) -> BoxedStrategy<Request> {
         .boxed()
 }
 
+/// With the token three times in four, else any way of not holding it.
+fn auth() -> BoxedStrategy<Auth> {
+    prop_oneof![15 => Just(Auth::Token), 5 => proptest::sample::select(&NO_TOKEN[..])].boxed()
+}
+
 /// Percent-encodes every byte outside RFC 3986's unreserved characters.
 fn encode(text: &str) -> String {
     text.bytes()
@@ -289,13 +323,15 @@ fn encode(text: &str) -> String {
         .collect()
 }
 
-fn send(api: &Api, token: &str, request: &Request) -> HttpResponse {
+/// Sends `request` with `token` (or a wrong one, or `other`, as it says).
+fn send_with(api: &Api, token: &str, other: &str, request: &Request) -> HttpResponse {
     let auth = match request.auth {
         Auth::Token => Some(format!("Bearer {token}")),
         Auth::None => None,
         Auth::Wrong => Some("Bearer not-the-token".to_owned()),
         Auth::TokenWithSuffix => Some(format!("Bearer {token}x")),
         Auth::Basic => Some(format!("Basic {token}")),
+        Auth::Other => Some(format!("Bearer {other}")),
     };
     let mut headers: Vec<(&str, &str)> = Vec::new();
     if let Some(auth) = &auth {
@@ -308,6 +344,10 @@ fn send(api: &Api, token: &str, request: &Request) -> HttpResponse {
         headers.push((name, value));
     }
     e2e::http(&api.url, &request.method, &request.path, &headers, &request.body)
+}
+
+fn send(api: &Api, token: &str, request: &Request) -> HttpResponse {
+    send_with(api, token, "a-cluster-token", request)
 }
 
 /// Every table of the SQLite file (full rows, sorted), opened read-only.
@@ -406,6 +446,40 @@ fn cases() -> u32 {
     })
 }
 
+/// Sends every route (method and path) once with each way of not holding the token, with its
+/// own method and with `PATCH` (which no route takes), a 100 KiB JSON body, and an `Accept` no
+/// route answers: each must be 401 (`answer` says the status, whether the body is the router's
+/// 401, and the body), but `GET /v1/health`.
+fn sweep_without_token(routes: &[(&str, String)], answer: impl Fn(&Request) -> (u16, bool, String)) {
+    let big = json!({ "name": "x".repeat(100 * 1024) }).to_string().into_bytes();
+    let mut swept = 0;
+    for (method, path) in routes {
+        for method in [*method, "PATCH"] {
+            for auth in NO_TOKEN {
+                let request = Request {
+                    method: method.to_owned(),
+                    path: path.clone(),
+                    auth,
+                    content_type: Some("application/json".to_owned()),
+                    extra_headers: vec![("Accept".to_owned(), "application/vnd.kubernetes.protobuf".to_owned())],
+                    body: big.clone(),
+                };
+                if is_health(&request) {
+                    continue;
+                }
+                let (status, unauthorized, body) = answer(&request);
+                assert!(
+                    status == 401 && unauthorized,
+                    "{method} {path} with {auth:?}: {status} {}",
+                    body.chars().take(500).collect::<String>()
+                );
+                swept += 1;
+            }
+        }
+    }
+    eprintln!("{swept} requests without the token, every route: 401");
+}
+
 #[test]
 fn every_route_survives_any_input_and_a_refusal_writes_nothing() {
     let api = Api::start("fuzz");
@@ -423,9 +497,19 @@ fn every_route_survives_any_input_and_a_refusal_writes_nothing() {
         ids: runs.into_iter().chain([deployment.to_owned(), cluster.to_owned()]).collect(),
     };
     settle(&api, &token);
+    let before = all_tables(&api.sqlite_path());
+    sweep_without_token(
+        &ROUTES.iter().map(|(method, route)| (*method, route.replace("{}", deployment))).collect::<Vec<_>>(),
+        |request| {
+            let answer = send(&api, &token, request);
+            let json: Value = serde_json::from_str(&answer.body).unwrap_or_default();
+            (answer.status, json["error"]["code"] == "UNAUTHORIZED", answer.body)
+        },
+    );
+    assert_eq!(first_difference(&before, &all_tables(&api.sqlite_path())), None, "a request without the token wrote");
 
     // `run` takes a `Fn`: what the cases share is in cells.
-    let before = RefCell::new(all_tables(&api.sqlite_path()));
+    let before = RefCell::new(before);
     let statuses: RefCell<BTreeMap<u16, u32>> = RefCell::default();
     let cases = cases();
     let config = Config { cases, failure_persistence: None, ..Config::default() };
@@ -443,6 +527,9 @@ fn every_route_survives_any_input_and_a_refusal_writes_nothing() {
                 answer.body.chars().take(2000).collect::<String>()
             )
         };
+        if request.auth != Auth::Token && !is_health(&request) && answer.status != 401 {
+            return Err(TestCaseError::fail(format!("not 401 without the token: {}", shown(&answer))));
+        }
         if answer.status >= 400 {
             let json: Option<Value> = serde_json::from_str(&answer.body).ok();
             let code = json.as_ref().and_then(|json| json["error"]["code"].as_str()).unwrap_or_default();
@@ -475,4 +562,378 @@ fn every_route_survives_any_input_and_a_refusal_writes_nothing() {
     let logs = api.logs();
     assert!(!logs.contains("panicked"), "the API panicked:\n{logs}");
     assert!(api.cli(&["--json", "credentials", "list"]).code == 0, "the API stopped answering");
+}
+
+/// Every route of the simulated Kubernetes (`sim/src/kube/mod.rs`), after `/sim/kube/VM`, with `{}`
+/// for a path parameter; `*` stands for any method (the catch-all).
+const KUBE_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/version"),
+    ("GET", "/version/"),
+    ("GET", "/api"),
+    ("GET", "/api/"),
+    ("GET", "/api/v1"),
+    ("GET", "/api/v1/"),
+    ("GET", "/apis"),
+    ("GET", "/apis/"),
+    ("GET", "/apis/{}/{}"),
+    ("GET", "/apis/{}/{}/"),
+    ("GET", "/openapi/v2"),
+    ("GET", "/openapi/v3"),
+    ("GET", "/openapi/v3/"),
+    ("GET", "/openapi/v3/{}/{}"),
+    ("GET", "/api/v1/nodes"),
+    ("GET", "/api/v1/nodes/{}"),
+    ("GET", "/api/v1/{}"),
+    ("POST", "/api/v1/{}"),
+    ("GET", "/api/v1/{}/{}"),
+    ("PUT", "/api/v1/{}/{}"),
+    ("PATCH", "/api/v1/{}/{}"),
+    ("DELETE", "/api/v1/{}/{}"),
+    ("GET", "/api/v1/{}/{}/status"),
+    ("PUT", "/api/v1/{}/{}/status"),
+    ("PATCH", "/api/v1/{}/{}/status"),
+    ("GET", "/api/v1/namespaces/{}/{}"),
+    ("POST", "/api/v1/namespaces/{}/{}"),
+    ("GET", "/api/v1/namespaces/{}/{}/{}"),
+    ("PUT", "/api/v1/namespaces/{}/{}/{}"),
+    ("PATCH", "/api/v1/namespaces/{}/{}/{}"),
+    ("DELETE", "/api/v1/namespaces/{}/{}/{}"),
+    ("GET", "/api/v1/namespaces/{}/{}/{}/status"),
+    ("PUT", "/api/v1/namespaces/{}/{}/{}/status"),
+    ("PATCH", "/api/v1/namespaces/{}/{}/{}/status"),
+    ("GET", "/api/v1/namespaces/{}/pods/{}/log"),
+    ("GET", "/api/v1/namespaces/{}/pods/{}/exec"),
+    ("POST", "/api/v1/namespaces/{}/pods/{}/exec"),
+    ("GET", "/apis/{}/{}/{}"),
+    ("GET", "/apis/{}/{}/namespaces/{}/{}"),
+    ("POST", "/apis/{}/{}/namespaces/{}/{}"),
+    ("GET", "/apis/{}/{}/namespaces/{}/{}/{}"),
+    ("PUT", "/apis/{}/{}/namespaces/{}/{}/{}"),
+    ("PATCH", "/apis/{}/{}/namespaces/{}/{}/{}"),
+    ("DELETE", "/apis/{}/{}/namespaces/{}/{}/{}"),
+    ("GET", "/apis/{}/{}/namespaces/{}/{}/{}/status"),
+    ("PUT", "/apis/{}/{}/namespaces/{}/{}/{}/status"),
+    ("PATCH", "/apis/{}/{}/namespaces/{}/{}/{}/status"),
+    ("*", ""),
+    ("*", "/"),
+    ("*", "/{}"),
+    ("*", "/{}/{}/{}"),
+];
+
+/// Path segments a cluster knows: namespaces, resources, groups, versions, node names.
+const KUBE_SEGMENTS: &[&str] = &[
+    "default",
+    "kube-system",
+    "anycloud",
+    "pods",
+    "jobs",
+    "deployments",
+    "replicasets",
+    "services",
+    "endpoints",
+    "events",
+    "namespaces",
+    "nodes",
+    "configmaps",
+    "batch",
+    "apps",
+    "v1",
+    "v2",
+    "cp",
+    "w0",
+];
+
+/// Query keys the simulated apiserver reads (not `watch` or `follow`, which stream: a watch comes
+/// with `timeoutSeconds=1`).
+const KUBE_QUERY_KEYS: &[&str] = &[
+    "labelSelector",
+    "fieldSelector",
+    "limit",
+    "continue",
+    "resourceVersion",
+    "resourceVersionMatch",
+    "fieldValidation",
+    "fieldManager",
+    "dryRun",
+    "force",
+    "propagationPolicy",
+    "orphanDependents",
+    "gracePeriodSeconds",
+    "container",
+    "command",
+    "stdin",
+    "stdout",
+    "stderr",
+    "tty",
+    "tailLines",
+    "sinceSeconds",
+    "sinceTime",
+    "timestamps",
+    "previous",
+    "limitBytes",
+    "pretty",
+];
+
+/// A request to a cluster's routes, and whether it names the cluster's control plane.
+#[derive(Debug, Clone)]
+struct KubeRequest {
+    request: Request,
+    at_the_cluster: bool,
+}
+
+fn kube_segment() -> BoxedStrategy<String> {
+    prop_oneof![
+        6 => proptest::sample::select(KUBE_SEGMENTS).prop_map(str::to_owned),
+        3 => hostile_text().prop_map(|text| encode(&text)),
+        1 => "[A-Za-z0-9%._~!$&'()*+,;=:@-]{0,40}",
+        1 => Just(String::new()),
+    ]
+    .boxed()
+}
+
+fn kube_query() -> BoxedStrategy<String> {
+    let key = proptest::sample::select(KUBE_QUERY_KEYS).prop_map(str::to_owned);
+    let value = prop_oneof![
+        1 => Just("true".to_owned()),
+        1 => Just("0".to_owned()),
+        1 => any::<i64>().prop_map(|n| n.to_string()),
+        1 => proptest::sample::select(&["Strict", "Warn", "Ignore", "All", "Foreground", "app%3Dweb", "metadata.name%3Dx"][..])
+            .prop_map(str::to_owned),
+        2 => hostile_text().prop_map(|text| encode(&text)),
+    ];
+    prop_oneof![
+        3 => Just(String::new()),
+        4 => proptest::collection::vec((key, value), 1..4).prop_map(|pairs| {
+            let pairs: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("?{}", pairs.join("&"))
+        }),
+        1 => Just("?watch=true&timeoutSeconds=1".to_owned()),
+        1 => Just("?watch=1&resourceVersion=0&timeoutSeconds=1&labelSelector=a%3Db".to_owned()),
+    ]
+    .boxed()
+}
+
+/// Bodies shaped like the served kinds, with any fields and values; anything; and one just over
+/// the 3 MiB limit.
+fn kube_body() -> BoxedStrategy<Vec<u8>> {
+    let kind = proptest::sample::select(
+        &["Namespace", "Pod", "Job", "Deployment", "ReplicaSet", "Service", "Endpoints", "Event", "Status", "x"][..],
+    );
+    let api_version = proptest::sample::select(&["v1", "batch/v1", "apps/v1", "meta.k8s.io/v1", "v2"][..]);
+    let object = (api_version, kind, hostile_text(), any_json(), any_json()).prop_map(
+        |(api_version, kind, name, labels, spec)| {
+            json!({ "apiVersion": api_version, "kind": kind, "metadata": { "name": name, "labels": labels },
+                    "spec": spec })
+            .to_string()
+            .into_bytes()
+        },
+    );
+    prop_oneof![
+        3 => Just(Vec::new()),
+        1 => proptest::collection::vec(any::<u8>(), 0..512),
+        2 => any_json().prop_map(|value| value.to_string().into_bytes()),
+        4 => object,
+        1 => Just(format!("{{\"a\": \"{}\"}}", "x".repeat(3 * 1024 * 1024)).into_bytes()),
+    ]
+    .boxed()
+}
+
+fn kube_request(vm: &str) -> BoxedStrategy<KubeRequest> {
+    let vm = vm.to_owned();
+    let target = prop_oneof![9 => Just(vm.clone()), 1 => kube_segment()];
+    let method = prop_oneof![
+        8 => Just(None),
+        1 => proptest::sample::select(&["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"][..]).prop_map(Some),
+    ];
+    let content_type = prop_oneof![
+        4 => Just(Some("application/json".to_owned())),
+        1 => Just(None),
+        1 => proptest::sample::select(
+            &[
+                "application/yaml",
+                "application/merge-patch+json",
+                "application/strategic-merge-patch+json",
+                "application/json-patch+json",
+                "application/apply-patch+yaml",
+                "application/vnd.kubernetes.protobuf",
+                "application/cbor",
+            ][..]
+        )
+        .prop_map(|media| Some(media.to_owned())),
+        1 => "[ -~]{0,40}".prop_map(Some),
+    ];
+    let accept = prop_oneof![
+        4 => Just(Vec::new()),
+        1 => proptest::sample::select(
+            &[
+                "application/json",
+                "application/vnd.kubernetes.protobuf",
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+                "text/html",
+            ][..]
+        )
+        .prop_map(|accept| vec![("Accept".to_owned(), accept.to_owned())]),
+    ];
+    let segments = proptest::collection::vec(kube_segment(), 5);
+    (
+        proptest::sample::select(KUBE_ROUTES),
+        method,
+        target,
+        segments,
+        kube_query(),
+        auth(),
+        content_type,
+        accept,
+        kube_body(),
+    )
+        .prop_map(
+            move |((route_method, template), method, target, segments, query, auth, content_type, accept, body)| {
+                let mut path = template.to_owned();
+                for segment in &segments {
+                    path = path.replacen("{}", segment, 1);
+                }
+                let method = method.unwrap_or(if route_method == "*" { "GET" } else { route_method });
+                KubeRequest {
+                    at_the_cluster: target == vm,
+                    request: Request {
+                        method: method.to_owned(),
+                        path: format!("/sim/kube/{target}{path}{query}"),
+                        auth,
+                        content_type,
+                        extra_headers: accept,
+                        body,
+                    },
+                }
+            },
+        )
+        .boxed()
+}
+
+/// The control plane VM and the token of the ready cluster `name`, from its kubeconfig.
+fn cluster_access(api: &Api, name: &str) -> (String, String) {
+    let answer = e2e::http(
+        &api.url,
+        "GET",
+        &format!("/v1/clusters/{name}/kubeconfig"),
+        &[("Authorization", &format!("Bearer {}", api.token()))],
+        b"",
+    );
+    let kubeconfig = answer.json()["kubeconfig"].as_str().unwrap().to_owned();
+    let value = |key: &str| {
+        kubeconfig
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(key).map(|value| value.trim().to_owned()))
+            .unwrap_or_else(|| panic!("no {key} in {kubeconfig}"))
+    };
+    let vm = value("tls-server-name:").strip_suffix(anycloud_sim::kube::tls::NAME_SUFFIX).unwrap().to_owned();
+    (vm, value("token:"))
+}
+
+/// Whether `answer` is the simulated apiserver's `Status` for its own HTTP status.
+fn is_status(answer: &HttpResponse) -> bool {
+    let json: Value = serde_json::from_str(&answer.body).unwrap_or_default();
+    json["kind"] == "Status" && json["code"] == answer.status && json["reason"].is_string()
+}
+
+#[test]
+fn every_route_of_the_simulated_kubernetes_checks_its_token_first_and_survives_any_input() {
+    let api = Api::start_hosted("fuzz-kube");
+    let api_token = api.token();
+    api.cli(&["credentials", "new", "sim", "--provider", "sim", "--wait"]).expect_code(0);
+    let mut create = e2e::sim_cluster_create("fuzzed", "sim", "1");
+    create.push("--wait");
+    api.cli(&create).expect_code(0);
+    let (vm, token) = cluster_access(&api, "fuzzed");
+    let seen = e2e::http(
+        &api.url,
+        "GET",
+        &format!("/sim/kube/{vm}/api/v1/namespaces"),
+        &[("Authorization", &format!("Bearer {token}"))],
+        b"",
+    );
+    assert_eq!(seen.status, 200, "{seen:?}");
+
+    // Every route, with each way of not holding the token, and with the token for a VM that is
+    // not the cluster's: 401, and nothing written.
+    let before = all_tables(&api.sqlite_path());
+    let fill = |template: &str| template.replace("{}", "default").replace("/default/default", "/default/pods");
+    let routes: Vec<(&str, String)> = KUBE_ROUTES
+        .iter()
+        .flat_map(|(method, route)| {
+            let method = if *method == "*" { "DELETE" } else { *method };
+            [
+                (method, format!("/sim/kube/{vm}{}", fill(route))),
+                (method, format!("/sim/kube/no-such-vm{}", fill(route))),
+            ]
+        })
+        .collect();
+    sweep_without_token(&routes, |request| {
+        let answer = send_with(&api, &token, &api_token, request);
+        (answer.status, is_status(&answer) || answer.body.contains("UNAUTHORIZED"), answer.body)
+    });
+    for (method, path) in routes.iter().filter(|(_, path)| path.contains("no-such-vm")) {
+        let request = Request {
+            method: (*method).to_owned(),
+            path: path.clone(),
+            auth: Auth::Token,
+            content_type: None,
+            extra_headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let answer = send_with(&api, &token, &api_token, &request);
+        assert!(answer.status == 401 && is_status(&answer), "{method} {path} with a cluster's token: {answer:?}");
+    }
+    assert_eq!(first_difference(&before, &all_tables(&api.sqlite_path())), None, "a request without the token wrote");
+
+    let cases = std::env::var("ANYCLOUD_FUZZ_CASES")
+        .ok()
+        .map_or(DEFAULT_KUBE_CASES, |cases| cases.parse::<u32>().unwrap().max(1) * 3 / 5);
+    let statuses: RefCell<BTreeMap<u16, u32>> = RefCell::default();
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let started = Instant::now();
+    let result = runner.run(&kube_request(&vm), |KubeRequest { request, at_the_cluster }| {
+        let answer = send_with(&api, &token, &api_token, &request);
+        *statuses.borrow_mut().entry(answer.status).or_default() += 1;
+        let shown = format!(
+            "{} {} ({:?}, {} bytes) -> {} {}",
+            request.method,
+            request.path.chars().take(300).collect::<String>(),
+            request.auth,
+            request.body.len(),
+            answer.status,
+            answer.body.chars().take(1000).collect::<String>()
+        );
+        if request.auth != Auth::Token || !at_the_cluster {
+            if answer.status != 401 {
+                return Err(TestCaseError::fail(format!("not 401 without the cluster's token: {shown}")));
+            }
+            return Ok(());
+        }
+        if answer.status >= 500 {
+            return Err(TestCaseError::fail(format!("a server error: {shown}")));
+        }
+        if answer.status >= 400 && !is_status(&answer) {
+            return Err(TestCaseError::fail(format!("a refusal that is not a Status: {shown}")));
+        }
+        Ok(())
+    });
+    eprintln!(
+        "{cases} cases of the simulated Kubernetes in {:.1} s; answers by status (shrinking included) {:?}",
+        started.elapsed().as_secs_f64(),
+        statuses.borrow()
+    );
+    if let Err(failure) = result {
+        panic!("{failure}\nAPI logs:\n{}", api.logs());
+    }
+    let logs = api.logs();
+    assert!(!logs.contains("panicked"), "the API panicked:\n{logs}");
+    let still = e2e::http(
+        &api.url,
+        "GET",
+        &format!("/sim/kube/{vm}/version"),
+        &[("Authorization", &format!("Bearer {token}"))],
+        b"",
+    );
+    assert_eq!(still.status, 200, "the simulated Kubernetes stopped answering: {still:?}");
 }

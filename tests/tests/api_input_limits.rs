@@ -10,6 +10,11 @@
 //!
 //! A credential's fields of another provider are refused, not ignored, by the CLI (exit 3) and
 //! the API (400 `INVALID_CREDENTIAL`), and nothing is stored.
+//!
+//! Every list answers a page at a time: credentials, clusters and hosted APIs by name, a run's
+//! timeline by position, at most 1000 (`limit` 1 to 1000, else `400 INVALID_LIMIT`; the next page
+//! `after` the last name or `seq`); the CLI reads every page (1,003 credentials and a timeline of
+//! 1,500 entries are shown whole).
 #![allow(clippy::unwrap_used)]
 
 use anycloud_tests::e2e::{self, Api};
@@ -155,4 +160,91 @@ fn fields_of_another_provider_are_refused_not_ignored() {
     }
     assert!(api.credentials().is_empty(), "a refused credential was stored: {:?}", api.credentials());
     assert!(api.query_strings("SELECT id FROM engine_runs").is_empty(), "a refused credential started a run");
+}
+
+/// Runs `sql` on the API's SQLite file, beside the running API.
+fn write_sql(api: &Api, sql: &str) {
+    e2e::block_on(async {
+        use sqlx::Connection;
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(api.sqlite_path())
+            .busy_timeout(std::time::Duration::from_secs(10));
+        let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    });
+}
+
+fn get(api: &Api, path: &str) -> e2e::HttpResponse {
+    e2e::http(&api.url, "GET", path, &[("Authorization", &format!("Bearer {}", api.token()))], b"")
+}
+
+#[test]
+fn lists_and_timelines_answer_a_page_at_a_time_and_the_cli_reads_them_all() {
+    let api = Api::start("pages");
+    api.cli(&["credentials", "new", "base", "--provider", "sim", "--wait"]).expect_code(0);
+    // 1,002 more credentials, copies of `base` under other names, and 1,500 more entries in the
+    // timeline of `base`'s verification.
+    write_sql(
+        &api,
+        "WITH RECURSIVE k(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM k WHERE n < 1002) \
+         INSERT INTO credentials (name, provider, public, secret, status, status_message, verify_run, created_at, \
+         updated_at) SELECT printf('c-%04d', n), provider, public, secret, status, status_message, verify_run, \
+         created_at, updated_at FROM credentials, k WHERE name = 'base'",
+    );
+    let run = api.query_strings("SELECT verify_run FROM credentials WHERE name = 'base'").remove(0);
+    let before = get(&api, &format!("/v1/workflows/{run}/events")).json()["events"].as_array().unwrap().len();
+    write_sql(
+        &api,
+        &format!(
+            "WITH RECURSIVE k(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM k WHERE n < 1500) \
+             INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+             SELECT '{run}', 1000 + n, 1, 'claimed', NULL, 'claimed by page-test (pid 1)' FROM k"
+        ),
+    );
+
+    // A page of at most 1000, by name; the next after the last name.
+    let names = |answer: &e2e::HttpResponse| -> Vec<String> {
+        answer.json()["credentials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let first = names(&get(&api, "/v1/credentials"));
+    assert_eq!((first.len(), first[0].as_str(), first[999].as_str()), (1000, "base", "c-0999"));
+    let rest = names(&get(&api, "/v1/credentials?after=c-0999"));
+    assert_eq!(rest, ["c-1000", "c-1001", "c-1002"]);
+    assert_eq!(names(&get(&api, "/v1/credentials?limit=2&after=c-0500")), ["c-0501", "c-0502"]);
+    // The timeline too, by position.
+    let events = |answer: &e2e::HttpResponse| answer.json()["events"].as_array().unwrap().clone();
+    let page = events(&get(&api, &format!("/v1/workflows/{run}/events")));
+    assert_eq!(page.len(), 1000);
+    let last = page[999]["seq"].as_i64().unwrap();
+    let next = events(&get(&api, &format!("/v1/workflows/{run}/events?after={last}")));
+    assert_eq!(page.len() + next.len(), before + 1500);
+    assert_eq!(events(&get(&api, &format!("/v1/workflows/{run}/events?limit=3"))).len(), 3);
+    // A limit out of range, on every list.
+    for path in [
+        "/v1/credentials?limit=0".to_owned(),
+        "/v1/clusters?limit=1001".to_owned(),
+        "/v1/apis?limit=5000".to_owned(),
+        format!("/v1/workflows/{run}/events?limit=0"),
+        "/v1/workflows?limit=1001".to_owned(),
+        "/v1/deployments?limit=501".to_owned(),
+    ] {
+        let answer = get(&api, &path);
+        assert_eq!((answer.status, answer.json()["error"]["code"].as_str()), (400, Some("INVALID_LIMIT")), "{path}");
+    }
+    let answer = get(&api, "/v1/clusters?name=x");
+    assert_eq!((answer.status, answer.json()["error"]["code"].as_str()), (400, Some("INVALID_REQUEST")));
+
+    // The CLI reads every page.
+    let listed = api.cli(&["--json", "credentials", "list"]);
+    listed.expect_code(0);
+    assert_eq!(listed.json().as_array().unwrap().len(), 1003);
+    let inspected = api.cli(&["--json", "workflow", "inspect", &run, "--events"]);
+    inspected.expect_code(0);
+    assert_eq!(inspected.json()["events"].as_array().unwrap().len(), before + 1500);
 }

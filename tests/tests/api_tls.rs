@@ -83,11 +83,8 @@ fn logs_and_exec_go_over_tls_to_a_pinned_api() {
         hosted: true,
         args: vec!["--tls-cert".into(), cert, "--tls-key".into(), key],
         ..ApiOptions::default()
-    });
-    api.cli(&["credentials", "new", "sim", "--provider", "sim", "--wait"]).expect_code(0);
-    let mut create = anycloud_tests::e2e::sim_cluster_create("demo", "sim", "1");
-    create.push("--wait");
-    api.cli(&create).expect_code(0);
+    })
+    .with_demo_cluster(&[]);
     let script = "i=0; while [ $i -lt 600 ]; do i=$((i+1)); echo line $i; sleep 0.1; done";
     api.cli(&["job", "python:3.12", "--cluster", "demo", "-i", "long", "--", "sh", "-c", script]).expect_code(0);
     anycloud_tests::e2e::wait_until(Duration::from_secs(60), "the job's first lines", || {
@@ -97,4 +94,33 @@ fn logs_and_exec_go_over_tls_to_a_pinned_api() {
     exec.expect_code(4);
     assert_eq!(exec.stdout, "over wss\n", "{exec}");
     api.cli(&["terminate", "long"]).expect_code(0);
+}
+
+/// A pinned certificate that does not load stops every command at the CLI, naming the API and
+/// how to pin it again: the CLI never falls back to the system's roots.
+#[test]
+fn a_pin_that_does_not_load_is_refused_not_bypassed() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(scratch.path(), "api");
+    let api = Api::start_opts(ApiOptions {
+        id: "tls-pin".into(),
+        args: vec!["--tls-cert".into(), cert, "--tls-key".into(), key],
+        ..ApiOptions::default()
+    });
+    let config_path = api.config_dir().join("config.json");
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    for broken in
+        ["", "not a certificate", "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n"]
+    {
+        let mut changed = config.clone();
+        changed["apis"]["tls-pin"]["ca_pem"] = broken.into();
+        std::fs::write(&config_path, changed.to_string()).unwrap();
+        for args in [&["api", "status"][..], &["credentials", "list"], &["logs", "some-job"]] {
+            let refused = api.cli(args);
+            refused.expect_code(2).expect_stderr("PINNED_CA_INVALID").expect_stderr("API `tls-pin`");
+            refused.expect_stderr("anycloud api serve --id tls-pin --use");
+        }
+    }
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    api.cli(&["api", "status"]).expect_code(0);
 }

@@ -19,11 +19,13 @@ const BUCKET: &str = "team-api-state";
 /// A key with `/`s, as the checkpoint's prefixed keys are: the crate sends it as `%2F`.
 const KEY: &str = "apis/team/snapshot.db";
 
-/// A fake with [`BUCKET`], and a `GcsBucket` on it.
+/// A fake with [`BUCKET`], and a `GcsBucket` on it whose owner check has passed (so that the
+/// requests a test counts or fails are the object calls').
 async fn setup() -> (FakeGcs, GcsBucket) {
     let fake = FakeGcs::start().await;
     fake.create_bucket(BUCKET);
     let bucket = gcs_bucket(&fake, BUCKET).await;
+    bucket.check_owner().await.unwrap();
     (fake, bucket)
 }
 
@@ -67,7 +69,7 @@ async fn a_missing_object_reads_as_none() {
     assert_eq!(bucket.get(KEY).await.unwrap(), None);
     // The name went percent-encoded, and the request did reach the fake.
     assert_eq!(
-        requests(&fake, "GET"),
+        requests(&fake, &format!("GET /storage/v1/b/{BUCKET}/o")),
         vec![format!("GET /storage/v1/b/{BUCKET}/o/apis%2Fteam%2Fsnapshot.db?alt=media")]
     );
 }
@@ -235,7 +237,7 @@ async fn writes_are_sent_once_and_reads_are_retried() {
     let version = bucket.create(KEY, payload(1, 10)).await.unwrap();
     fake.fail_next(1, 503);
     assert_eq!(bucket.get(KEY).await.unwrap(), Some((payload(1, 10), version)));
-    assert_eq!(requests(&fake, "GET").len(), 2, "the crate retried the read once");
+    assert_eq!(requests(&fake, &format!("GET /storage/v1/b/{BUCKET}/o")).len(), 2, "the crate retried the read once");
 }
 
 #[tokio::test]
@@ -420,9 +422,10 @@ async fn a_bucket_made_between_the_look_and_the_create_is_looked_at_again() {
     assert_versioned_and_private(&fake, BUCKET);
     let calls: Vec<String> = fake.requests().into_iter().map(|r| r.split('?').next().unwrap().to_owned()).collect();
     let at = format!("/storage/v1/b/{BUCKET}");
+    let owner = "GET /storage/v1/b".to_owned();
     assert_eq!(
         calls,
-        [format!("GET {at}"), "POST /storage/v1/b".to_owned(), format!("GET {at}"), format!("PATCH {at}")]
+        [format!("GET {at}"), "POST /storage/v1/b".to_owned(), format!("GET {at}"), owner, format!("PATCH {at}")]
     );
 
     let taken = "taken-by-another-project";
@@ -432,8 +435,10 @@ async fn a_bucket_made_between_the_look_and_the_create_is_looked_at_again() {
     assert!(matches!(&err, BucketError::Refused(m) if m.contains("name another bucket")), "{err:?}");
 }
 
+/// A key that names no project can neither create a bucket (no project to put it in) nor adopt
+/// one (no project to check it belongs to).
 #[tokio::test]
-async fn a_key_that_names_no_project_adopts_but_cannot_create() {
+async fn a_key_that_names_no_project_neither_creates_nor_adopts() {
     let fake = FakeGcs::start().await;
     let mut key: serde_json::Value = serde_json::from_str(&service_account_json()).unwrap();
     key["project_id"] = "".into();
@@ -445,8 +450,53 @@ async fn a_key_that_names_no_project_adopts_but_cannot_create() {
     assert_eq!(requests(&fake, "POST"), Vec::<String>::new());
 
     fake.create_bucket(BUCKET);
+    let before = fake.bucket(BUCKET);
+    let err = bucket.ensure().await.unwrap_err();
+    let BucketError::Refused(message) = &err else { panic!("{err:?}") };
+    assert!(message.contains("names no project") && message.contains(&format!("gs://{BUCKET}")), "{message}");
+    assert!(bucket.create(KEY, payload(1, 10)).await.is_err());
+    assert_eq!(fake.bucket(BUCKET), before, "nothing changed");
+    assert!(fake.objects(BUCKET).is_empty());
+}
+
+/// Bucket sniping: another project made the bucket first and opened it to everyone. Every call
+/// would work on it; only its project number says it is not ours. It is refused by `ensure`
+/// (neither adopted nor changed), by each object call, and by `destroy`.
+#[tokio::test]
+async fn a_bucket_of_another_project_is_never_adopted_read_or_written() {
+    let fake = FakeGcs::start().await;
+    fake.create_bucket_in("sniper-project", BUCKET);
+    let before = fake.bucket(BUCKET);
+    let refused = |what: &str, result: Result<(), BucketError>| {
+        let Err(BucketError::Refused(message)) = &result else { panic!("{what}: {result:?}") };
+        let number = anycloud_tests::fake_gcs::project_number("sniper-project").to_string();
+        assert!(
+            message.contains(&format!("gs://{BUCKET}"))
+                && message.contains(&number)
+                && message.contains(&format!("not to project `{PROJECT}`"))
+                && message.contains("name another bucket"),
+            "{what}: {message}"
+        );
+    };
+    let bucket = gcs_bucket(&fake, BUCKET).await;
+    refused("ensure", bucket.ensure().await.map(drop));
+    refused("get", bucket.get(KEY).await.map(drop));
+    refused("create", bucket.create(KEY, payload(1, 10)).await.map(drop));
+    refused("replace", bucket.replace(KEY, payload(1, 10), &Version("1".into())).await.map(drop));
+    refused("delete", bucket.delete(&[KEY.to_owned()]).await);
+    refused("destroy", bucket.destroy().await.map(drop));
+    assert_eq!(fake.bucket(BUCKET), before, "its settings were not touched");
+    assert!(fake.objects(BUCKET).is_empty(), "nothing was written to it");
+    let touched: Vec<String> =
+        fake.requests().into_iter().filter(|r| !r.starts_with("GET /storage/v1/b/") || r.contains("/o")).collect();
+    assert!(touched.iter().all(|r| r.starts_with("GET /storage/v1/b?project=")), "{touched:?}");
+
+    // The same name in our own project is ours: adopted, and used.
+    let fake = FakeGcs::start().await;
+    fake.create_bucket_in(PROJECT, BUCKET);
+    let bucket = gcs_bucket(&fake, BUCKET).await;
     assert_eq!(bucket.ensure().await.unwrap(), Made::Adopted);
-    assert_versioned_and_private(&fake, BUCKET);
+    bucket.create(KEY, payload(1, 10)).await.unwrap();
 }
 
 #[tokio::test]

@@ -27,6 +27,7 @@ static SPEC: std::sync::LazyLock<Spec> = std::sync::LazyLock::new(|| Spec {
     env: Vec::new(),
     cpus: None,
     memory: None,
+    secrets: Vec::new(),
 });
 
 fn deployment(id: &str) -> NewDeployment<'_> {

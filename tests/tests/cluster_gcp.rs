@@ -177,6 +177,10 @@ fn a_two_vm_cluster_is_created_and_deleted_at_the_fake_compute_engine() {
         assert!(script.contains(&format!("K3S_URL='https://{server}:6443'")), "{script}");
         assert!(script.contains(&format!("sh -s - agent --node-name '{vm}'")), "{script}");
         assert!(!script.contains(" server"), "{script}");
+        // The script stays in the instance's metadata: it holds the agent token alone, and the
+        // node's rule keeps every Pod from the metadata server that serves it.
+        assert!(script.contains("::node:") && !script.contains("::server:") && !script.contains("PRIVATE KEY"));
+        assert!(script.contains("-I PREROUTING 1 -d 169.254.169.254/32 -j ANYCLOUD-METADATA"), "{script}");
     }
     // The key's own JWTs reached the fake, and nobody else's.
     assert_eq!(fake.principals(), [CLIENT_EMAIL]);

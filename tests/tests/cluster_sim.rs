@@ -89,13 +89,17 @@ struct ProviderVm {
     id: String,
     account: String,
     tags: Value,
+    /// Its user-data, opened with the API's key (the row holds it sealed).
     user_data: String,
+    /// Its user-data as the row holds it.
+    sealed_user_data: String,
     live: bool,
 }
 
 /// Every VM the simulated cloud holds for `cluster_id` (by its `anycloud-cluster` tag), live
 /// (`terminated_at IS NULL`) or not, in launch order.
 fn provider_vms(api: &Api, cluster_id: &str) -> Vec<ProviderVm> {
+    let sealer = anycloud_workflows::secrets::SecretBox::load_or_create(&api.data_dir()).unwrap();
     api.query_strings(
         "SELECT json_object('id', id, 'account', account, 'tags', json(tags), 'user_data', user_data, \
          'live', terminated_at IS NULL) FROM sim_vms ORDER BY launched_at, id",
@@ -103,12 +107,17 @@ fn provider_vms(api: &Api, cluster_id: &str) -> Vec<ProviderVm> {
     .iter()
     .map(|row| serde_json::from_str::<Value>(row).unwrap())
     .filter(|row| row["tags"]["anycloud-cluster"] == cluster_id)
-    .map(|row| ProviderVm {
-        id: row["id"].as_str().unwrap().to_owned(),
-        account: row["account"].as_str().unwrap().to_owned(),
-        tags: row["tags"].clone(),
-        user_data: row["user_data"].as_str().unwrap().to_owned(),
-        live: row["live"] == 1,
+    .map(|row| {
+        let id = row["id"].as_str().unwrap().to_owned();
+        let sealed_user_data = row["user_data"].as_str().unwrap().to_owned();
+        ProviderVm {
+            user_data: anycloud_sim::open_user_data(&sealer, &id, &sealed_user_data).unwrap(),
+            sealed_user_data,
+            id,
+            account: row["account"].as_str().unwrap().to_owned(),
+            tags: row["tags"].clone(),
+            live: row["live"] == 1,
+        }
     })
     .collect()
 }
@@ -255,12 +264,30 @@ fn create_reaches_ready_and_delete_leaves_nothing_at_the_provider() {
     assert_eq!(inspected["run"]["output"]["endpoint"], endpoint, "{inspected:#}");
     assert_eq!(inspected["run"]["output"]["ready_nodes"], 2, "{inspected:#}");
 
-    // The secrets, as the provider received them in the control plane's user-data.
+    // The secrets, as the provider received them in the control plane's user-data (opened with the
+    // API's key: the simulated cloud keeps each VM's sealed).
     let cp = live.iter().find(|vm| vm.tags["anycloud-role"] == "control-plane").unwrap();
-    let join_token = after(&cp.user_data, "K3S_TOKEN='").to_owned();
+    let server_token = after(&cp.user_data, "K3S_TOKEN='").to_owned();
+    let agent_token = after(&cp.user_data, "K3S_AGENT_TOKEN='").to_owned();
     let api_token = after(&cp.user_data, "anycloud-tokens.csv <<'ANYCLOUD_EOF'\n").to_owned();
-    assert!(join_token.len() >= 32 && api_token.len() >= 32, "{}", cp.user_data);
-    assert!(cp.user_data.contains("-----BEGIN PRIVATE KEY-----"), "{}", cp.user_data);
+    assert!(server_token.len() >= 32 && agent_token.len() >= 32 && api_token.len() >= 32, "{}", cp.user_data);
+    let ca_key = after(&cp.user_data, "-----BEGIN PRIVATE KEY-----\n").to_owned();
+    assert!(ca_key.len() >= 32, "{}", cp.user_data);
+    // The workers joined with the agent token; none holds the server token, the API token or a key.
+    for worker in live.iter().filter(|vm| vm.tags["anycloud-role"] == "worker") {
+        assert!(worker.user_data.contains(&format!("::node:{agent_token}'")), "{}", worker.user_data);
+        for secret in [&server_token, &api_token, &ca_key] {
+            assert!(!worker.user_data.contains(secret.as_str()), "{}", worker.user_data);
+        }
+    }
+    // No VM's row holds its user-data in the clear, and the database file (and its WAL) holds
+    // none of the secrets anywhere: the sim's copy of the user-data is sealed like the cluster's.
+    for vm in &live {
+        assert!(!vm.sealed_user_data.contains("#!/bin/sh") && !vm.sealed_user_data.contains("K3S_"), "{vm:#?}");
+    }
+    for secret in [&server_token, &agent_token, &api_token, &ca_key] {
+        api.assert_secret_nowhere(secret);
+    }
     let plain_inspect = api.cli(&["workflow", "inspect", &run, "--events"]);
     plain_inspect.expect_code(0);
     let status_text = api.cli(&["cluster", "status", "c1"]);
@@ -277,7 +304,8 @@ fn create_reaches_ready_and_delete_leaves_nothing_at_the_provider() {
         ("K3S_TOKEN", "K3S_TOKEN"),
         ("the user-data", "#!/bin/sh"),
         ("a PEM", "-----BEGIN"),
-        ("the join token", &join_token),
+        ("the server token", &server_token),
+        ("the agent token", &agent_token),
         ("the API token", &api_token),
     ] {
         assert!(!shown_text.contains(secret), "{what} appears in inspect or status output:\n{shown_text}");
@@ -287,7 +315,7 @@ fn create_reaches_ready_and_delete_leaves_nothing_at_the_provider() {
     }
     let sealed = api.query_strings(&format!("SELECT secrets FROM clusters WHERE id = '{id}'"));
     assert_eq!(sealed.len(), 1, "the cluster has no sealed secrets");
-    for secret in ["BEGIN", "K3S_TOKEN", join_token.as_str(), api_token.as_str()] {
+    for secret in ["BEGIN", "K3S_TOKEN", server_token.as_str(), agent_token.as_str(), api_token.as_str()] {
         assert!(!sealed[0].contains(secret), "{secret:?} is in the sealed secrets column in clear: {}", sealed[0]);
     }
 

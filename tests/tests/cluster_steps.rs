@@ -35,6 +35,7 @@ use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster, Phase};
 use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
 use anycloud_workflows::deps::Deps;
+use anycloud_workflows::providers::endpoint::EndpointPolicy;
 use anycloud_workflows::providers::sim_settings::SimSettings;
 use anycloud_workflows::providers::{Clouds, ProviderKind};
 use anycloud_workflows::seams::TestSeams;
@@ -75,8 +76,9 @@ impl Harness {
         // The simulated cloud's Kubernetes APIs are served by the API that hosts it: serve them here.
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let sim = SimCloud::new(db.clone(), format!("http://{addr}"));
-        let app = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage());
+        let sim = SimCloud::new(db.clone(), sealer.clone(), format!("http://{addr}"))
+            .with_kubelet_dir(dir.path().join("sim-kubelet"));
+        let app = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage(), e2e::kube_proxy());
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let account = format!("acct-{}", uuid::Uuid::new_v4().simple());
@@ -135,7 +137,8 @@ impl Harness {
         let deps = Deps {
             db,
             sealer,
-            clouds: Clouds::new(Some(Arc::new(sim))),
+            // moto is plain HTTP on loopback: what an operator allows with --allow-insecure-endpoints.
+            clouds: Clouds::new(Some(Arc::new(sim))).with_endpoint_policy(EndpointPolicy::AllowInsecure),
             seams,
             api_address: None,
             binaries: dir.path().join("binaries"),

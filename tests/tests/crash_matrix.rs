@@ -9,8 +9,10 @@
 //! 1. `credentials.verify` of a new credential: it ends `valid`;
 //! 2. `cluster.create` (one worker): `ready` with exactly `cp` and `w0` live at the provider, each
 //!    launched once, and the cluster's network rules; anycloud's record names the same VMs;
-//! 3. `job.run` of a job that appends a line to a file and prints two: `completed`, exit 0, both
-//!    lines in its logs, the file written once;
+//! 3. `job.run` of a job that takes a secret, appends a line to a file and prints two (one with
+//!    the secret's value): the kill lands inside the secret's apply (the seam holds `apply`
+//!    between the Kubernetes Secret and the Job; the kill comes at a random moment of that
+//!    hold): `completed`, exit 0, both lines in its logs, the file written once, one Secret;
 //! 4. `service.deploy` of one replica serving `v1`: `running` on revision 1, the ClusterIP answers
 //!    `v1`, one server process;
 //! 5. `service.upgrade` to `v2`: `running` on the revision it ends on (2, or 1 if rolled back), the
@@ -52,6 +54,10 @@ use serde_json::Value;
 const END: Duration = Duration::from_secs(180);
 /// The seam's pause between a launch's answer and its step's checkpoint.
 const PAUSE_AFTER_LAUNCH_MS: &str = "400";
+/// The seam's pause between a job's Kubernetes Secret and its Job.
+const PAUSE_IN_SECRET_APPLY_MS: u64 = 400;
+/// What the API logs as it begins that pause.
+const IN_SECRET_APPLY: &str = "pausing between a job's Secrets and its Job";
 /// The VMs of a one-worker cluster, by name.
 const VM_NAMES: [&str; 2] = ["cp", "w0"];
 
@@ -146,7 +152,10 @@ impl Provider {
     /// provider's answer and the step's checkpoint (the moment a kill leaves a VM the record does
     /// not name), and the simulated Kubernetes for clusters whose VMs boot nothing.
     fn api_env(&self) -> Vec<(String, String)> {
-        let mut env = vec![("ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS".to_owned(), PAUSE_AFTER_LAUNCH_MS.to_owned())];
+        let mut env = vec![
+            ("ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS".to_owned(), PAUSE_AFTER_LAUNCH_MS.to_owned()),
+            ("ANYCLOUD_TEST_PAUSE_IN_SECRET_APPLY_MS".to_owned(), PAUSE_IN_SECRET_APPLY_MS.to_string()),
+        ];
         if let Self::Aws { _kube: kube, .. } | Self::Gcp { _kube: kube, .. } = self {
             env.push(("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url()));
         }
@@ -243,6 +252,19 @@ impl Cell {
     fn kill(&mut self, kind: Kind, delay_ms: u64) -> String {
         self.at = format!("the kill {delay_ms} ms into {}", kind.name());
         std::thread::sleep(Duration::from_millis(delay_ms));
+        self.kill_now(kind)
+    }
+
+    /// Waits until the API has logged `needle` once more than the `seen` times before, sleeps
+    /// `delay_ms`, then kills as [`Cell::kill`] does.
+    fn kill_after_log(&mut self, kind: Kind, needle: &str, seen: usize, delay_ms: u64) -> String {
+        self.at = format!("the kill {delay_ms} ms after `{needle}` in {}", kind.name());
+        wait_until(END, needle, || (self.api.logs().matches(needle).count() > seen).then_some(()));
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        self.kill_now(kind)
+    }
+
+    fn kill_now(&mut self, kind: Kind) -> String {
         self.api.kill();
         let state = self
             .api
@@ -451,21 +473,39 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
     let verdict = cell.ready_and_exact(&cluster, &cluster_id);
     cell.record(kind, delay, landed, "ready", verdict);
 
-    // 3. job.run: the job writes a line to a file once, and prints two.
-    let delay = delays.within(windows.job);
+    // 3. job.run: the job takes a secret, writes a line to a file once, and prints two; the kill
+    // lands inside the secret's apply.
+    let delay = delays.within(PAUSE_IN_SECRET_APPLY_MS);
     let kind = Kind::Job;
     let ran = cell.api.scratch().join(format!("{job}.ran"));
-    let script = format!("echo start; sleep 0.5; echo ran >> {}; echo end", ran.display());
+    let script = format!("echo start $TOKEN; sleep 0.5; echo ran >> {}; echo end", ran.display());
     let job_marker = format!("{marker}-job");
+    let secret = format!("s{round}");
+    cell.api.cli(&["secret", "new", &secret, "--from-literal", &format!("TOKEN=t{round}")]).expect_code(0);
+    let seen = cell.api.logs().matches(IN_SECRET_APPLY).count();
     cell.api
-        .cli(&["job", "python:3.12", "--cluster", &cluster, "-i", &job, "--", "sh", "-c", &script, &job_marker])
+        .cli(&[
+            "job",
+            "python:3.12",
+            "--cluster",
+            &cluster,
+            "-i",
+            &job,
+            "--secret",
+            &secret,
+            "--",
+            "sh",
+            "-c",
+            &script,
+            &job_marker,
+        ])
         .expect_code(0);
-    let landed = cell.kill(kind, delay);
+    let landed = cell.kill_after_log(kind, IN_SECRET_APPLY, seen, delay);
     assert_eq!(cell.wait(&format!("deployment/{job}")), 0, "{job} did not complete");
     let detail = cell.status(&job);
     assert_eq!(detail["state"], "completed", "{detail:#}");
     assert_eq!(detail["deployment"]["exit_code"], 0, "{detail:#}");
-    assert_eq!(cell.api.cli(&["logs", &job]).stdout, "start\nend\n", "{job}'s logs");
+    assert_eq!(cell.api.cli(&["logs", &job]).stdout, format!("start t{round}\nend\n"), "{job}'s logs");
     let runs = std::fs::read_to_string(&ran).unwrap_or_default().lines().count();
     assert_eq!(runs, 1, "{job}'s command ran {runs} times");
     cell.record(kind, delay, landed, "completed", Verdict::default());
@@ -605,7 +645,6 @@ fn one_server(marker: &str) -> Verdict {
 struct Windows {
     verify: u64,
     create: u64,
-    job: u64,
     deploy: u64,
     upgrade: u64,
     delete: u64,
@@ -616,30 +655,15 @@ struct Windows {
 impl Windows {
     fn of(provider: &str) -> Self {
         match provider {
-            "sim" => Self {
-                verify: 50,
-                create: 3300,
-                job: 1500,
-                deploy: 1500,
-                upgrade: 1500,
-                delete: 1200,
-                cancel: 2000,
-                unwind: 1000,
-            },
-            "aws" => Self {
-                verify: 250,
-                create: 2600,
-                job: 1200,
-                deploy: 1200,
-                upgrade: 1200,
-                delete: 600,
-                cancel: 1800,
-                unwind: 700,
-            },
+            "sim" => {
+                Self { verify: 50, create: 3300, deploy: 1500, upgrade: 1500, delete: 1200, cancel: 2000, unwind: 1000 }
+            }
+            "aws" => {
+                Self { verify: 250, create: 2600, deploy: 1200, upgrade: 1200, delete: 600, cancel: 1800, unwind: 700 }
+            }
             _ => Self {
                 verify: 250,
                 create: 3300,
-                job: 1200,
                 deploy: 1500,
                 upgrade: 1500,
                 delete: 1200,

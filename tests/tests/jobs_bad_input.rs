@@ -70,11 +70,7 @@ fn job<'a>(cluster: &'a str, extra: &[&'a str], command: &[&'a str]) -> Vec<&'a 
 
 #[test]
 fn bad_job_requests_are_refused_and_change_nothing() {
-    let api = Api::start_hosted("jobs-bad-input");
-    api.cli(&["credentials", "new", "sim", "--provider", "sim", "--wait"]).expect_code(0);
-    let mut create = e2e::sim_cluster_create("demo", "sim", "1");
-    create.push("--wait");
-    api.cli(&create).expect_code(0);
+    let api = Api::start_hosted("jobs-bad-input").with_demo_cluster(&[]);
     // Its nodes never become Ready: it stays `creating` for the whole test.
     let answer = api
         .post_json("/v1/credentials", &json!({ "name": "stuck", "provider": "sim", "sim": { "never_ready": true } }));

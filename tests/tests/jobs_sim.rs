@@ -38,12 +38,7 @@ fn wait_for_state(api: &Api, name: &str, state: &str) -> Value {
 
 /// A hosted API on the simulated cloud with a ready one-worker cluster `demo`.
 fn api_with_cluster() -> Api {
-    let api = Api::start_hosted("jobs");
-    api.cli(&["credentials", "new", "sim", "--provider", "sim", "--wait"]).expect_code(0);
-    let mut create = e2e::sim_cluster_create("demo", "sim", "1");
-    create.push("--wait");
-    api.cli(&create).expect_code(0);
-    api
+    Api::start_hosted("jobs").with_demo_cluster(&[])
 }
 
 /// `job python:3.12 --cluster demo -i NAME [extra] -- sh -c SCRIPT MARKER`: the marker is the

@@ -18,7 +18,9 @@ use anycloud_workflows::cluster_network::Openings;
 use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::aws_cloud::AwsCloud;
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_ec2::types::{Filter, Instance, InstanceAttributeName, SecurityGroup};
+use aws_sdk_ec2::types::{
+    Filter, HttpTokensState, Instance, InstanceAttributeName, InstanceMetadataEndpointState, SecurityGroup,
+};
 
 const REGION: &str = "us-east-1";
 const VM_TYPE: &str = "t3.medium";
@@ -292,6 +294,14 @@ async fn vms_launch_once_are_listed_and_terminated() {
     let w1 = cloud.launch(&spec(&placement, &network, "w1", Role::Worker)).await.unwrap();
     let instances = tagged_instances(&ec2, &id, None).await;
     assert_eq!(instances.len(), 3, "{instances:#?}");
+    // Every instance requires IMDSv2 and answers a session token one hop away only: a Pod's
+    // network namespace is a hop further (moto's defaults are tokens optional, hop limit 1).
+    for instance in &instances {
+        let options = instance.metadata_options().unwrap_or_else(|| panic!("no MetadataOptions: {instance:#?}"));
+        assert_eq!(options.http_tokens(), Some(&HttpTokensState::Required), "{instance:#?}");
+        assert_eq!(options.http_put_response_hop_limit(), Some(1), "{instance:#?}");
+        assert_eq!(options.http_endpoint(), Some(&InstanceMetadataEndpointState::Enabled), "{instance:#?}");
+    }
     let volumes = ec2.describe_volumes().filters(filter(&format!("tag:{CLUSTER_TAG}"), &id)).send().await.unwrap();
     assert_eq!(volumes.volumes().len(), 3, "each VM's volume carries the cluster's tag");
 

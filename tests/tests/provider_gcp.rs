@@ -6,6 +6,7 @@
 
 use anycloud_tests::e2e::block_on;
 use anycloud_tests::fake_gce::FakeGce;
+use anycloud_tests::fake_google::FakeGoogle;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use anycloud_workflows::cloud::{Cloud, CloudError, LaunchSpec, Network, Placement, Role};
 use anycloud_workflows::cluster_network::Openings;
@@ -14,7 +15,7 @@ use anycloud_workflows::providers::gcp;
 use anycloud_workflows::providers::gcp_cloud::{GcpCloud, IMAGE};
 use google_cloud_compute_v1::client::Instances;
 use google_cloud_compute_v1::model::{AttachedDisk, AttachedDiskInitializeParams, Instance, NetworkInterface};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn public(fake: &FakeGce) -> PublicPart {
     PublicPart {
@@ -357,11 +358,21 @@ fn faults_are_retryable_and_quota_is_terminal() {
     assert!(fake.firewalls(PROJECT).is_empty());
 }
 
+/// A hosted API's VM runs as a service account made for it (behind the fake Google front, where
+/// the fake IAM holds accounts and the project's policy): made once however often it is ensured,
+/// bound on the project to exactly its conditioned Compute Engine roles (a change another
+/// administrator makes between the read and the write is kept, the write done again), reading
+/// exactly its secrets; an instance cannot run as an account that does not exist; deleted twice,
+/// nothing of it is left and the others' bindings stay.
 #[test]
-fn a_hosted_apis_vm_gets_its_port_and_acts_as_the_credentials_service_account() {
-    let fake = FakeGce::start();
+fn a_hosted_apis_vm_gets_its_port_and_runs_as_an_account_of_its_own() {
+    let google = FakeGoogle::start();
+    let fake = google.gce().clone();
+    let auditor = json!({"role": "roles/viewer", "members": ["user:auditor@example.com"]});
+    google.iam().seed_binding(PROJECT, auditor.clone());
     block_on(async {
-        let cloud = cloud(&fake).await;
+        let public = PublicPart { endpoint: Some(google.endpoint()), ..public(&fake) };
+        let cloud = GcpCloud::new(&public, &service_account_json()).await.unwrap();
         let owner = "api-0123456789ab";
         let prefix = format!("ac-{}", "api0123456789ab".chars().take(12).collect::<String>());
         let placement = cloud.placement(owner, "us-central1", "e2-standard-2").await.unwrap();
@@ -369,21 +380,80 @@ fn a_hosted_apis_vm_gets_its_port_and_acts_as_the_credentials_service_account() 
         assert_eq!(cloud.ensure_api_network(&placement, 8443).await.unwrap(), network);
         let rules = fake.firewalls(PROJECT);
         assert_eq!(names(&rules), vec![format!("{prefix}-https")]);
-        assert_eq!(rules[0]["allowed"], serde_json::json!([{"IPProtocol": "tcp", "ports": ["8443"]}]));
-        assert_eq!(rules[0]["targetTags"], serde_json::json!([prefix]));
+        assert_eq!(rules[0]["allowed"], json!([{"IPProtocol": "tcp", "ports": ["8443"]}]));
+        assert_eq!(rules[0]["targetTags"], json!([prefix]));
 
-        let identity = cloud.ensure_vm_identity(owner, "gs://team-api-state/", None).await.unwrap();
-        assert_eq!(identity, CLIENT_EMAIL);
+        // The secret is stored first (the deploy's order): the account is made for its binding.
+        let secret = cloud.store_vm_secret(owner, "anycloud-api-0123456789ab-keys", "keys").await.unwrap();
+        let email = "anycloud-api0123456789ab@anycloud-test.iam.gserviceaccount.com";
+        assert_eq!(google.iam().accounts(PROJECT), [email, CLIENT_EMAIL], "the API's own account, and the deployer's");
+        let concurrent = json!({"role": "roles/logging.viewer", "members": ["group:ops@example.com"]});
+        google.iam().change_after_next_read(PROJECT, concurrent.clone());
+        let identity = cloud.ensure_vm_identity(owner, "gs://team-api-state/", std::slice::from_ref(&secret)).await;
+        assert_eq!(identity.unwrap(), email, "the VM runs as the API's own account, not {CLIENT_EMAIL}");
+        let account = google.iam().account(email).unwrap();
+        assert_eq!(account["displayName"], format!("anycloud hosted API {owner}"), "{account:#}");
+        let member = format!("serviceAccount:{email}");
+        let condition = |title: &str, types: &[(&str, &str)]| {
+            let clauses: Vec<String> = types
+                .iter()
+                .map(|(kind, collection)| {
+                    format!(
+                        "(resource.type != \"compute.googleapis.com/{kind}\" || \
+                         resource.name.extract(\"/{collection}/{{name}}\").startsWith(\"ac-\"))"
+                    )
+                })
+                .collect();
+            json!({"title": title, "description": "only the ac-... resources anycloud names",
+                   "expression": clauses.join(" && ")})
+        };
+        let mut expected = vec![
+            (
+                "roles/compute.instanceAdmin.v1".to_owned(),
+                condition("anycloud-instances", &[("Instance", "instances"), ("Disk", "disks")]),
+            ),
+            ("roles/compute.publicIpAdmin".to_owned(), Value::Null),
+            ("roles/compute.securityAdmin".to_owned(), condition("anycloud-firewalls", &[("Firewall", "firewalls")])),
+        ];
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        let bindings_of = |member: &str| {
+            let mut held = google.iam().bindings_of(PROJECT, member);
+            held.sort_by(|a, b| a.0.cmp(&b.0));
+            held
+        };
+        assert_eq!(bindings_of(&member), expected, "exactly its roles, each with its condition");
+        let project = google.iam().project_bindings(PROJECT);
+        for kept in [&auditor, &concurrent] {
+            assert!(project.contains(kept), "another administrator's binding is kept: {project:#?}");
+        }
+        assert_eq!(bindings_of(&format!("serviceAccount:{CLIENT_EMAIL}")), [("roles/owner".to_owned(), Value::Null)]);
+        let reader = json!([{"role": "roles/secretmanager.secretAccessor", "members": [member]}]);
+        assert_eq!(google.secrets().policy(&secret).unwrap()["bindings"], reader, "it alone reads its secret");
+
+        // Ensured again (a step retried): nothing is written.
+        let writes = google.iam().policy_writes(PROJECT);
+        assert_eq!(
+            cloud.ensure_vm_identity(owner, "gs://team-api-state/", std::slice::from_ref(&secret)).await.unwrap(),
+            email
+        );
+        assert_eq!(google.iam().policy_writes(PROJECT), writes, "a second ensure writes no policy");
+        assert_eq!(google.iam().accounts(PROJECT).len(), 2);
+        assert_eq!(bindings_of(&member), expected);
+
         let mut launch = spec(&placement, &network, "api", uuid::Uuid::new_v4());
         launch.role = Role::HostedApi;
-        launch.vm_identity = Some(identity);
+        launch.vm_identity = Some("anycloud-nobody000000@anycloud-test.iam.gserviceaccount.com".to_owned());
+        let refused = cloud.launch(&launch).await.unwrap_err().to_string();
+        assert!(refused.contains("does not have access to service account"), "{refused}");
+        assert!(refused.contains("iam.serviceAccounts.actAs") && refused.contains("setIamPolicy"), "{refused}");
+        launch.vm_identity = Some(email.to_owned());
         let vm = cloud.launch(&launch).await.unwrap();
         assert_eq!(vm.role, Role::HostedApi);
         let instance = instances_of(&fake, owner).pop().unwrap();
-        assert_eq!(instance["serviceAccounts"][0]["email"], CLIENT_EMAIL, "{instance:#}");
+        assert_eq!(instance["serviceAccounts"][0]["email"], email, "{instance:#}");
         assert_eq!(
             instance["serviceAccounts"][0]["scopes"],
-            serde_json::json!(["https://www.googleapis.com/auth/devstorage.read_write"])
+            json!(["https://www.googleapis.com/auth/devstorage.read_write"])
         );
 
         cloud.terminate(&placement, std::slice::from_ref(&vm.provider_id)).await.unwrap();
@@ -391,6 +461,15 @@ fn a_hosted_apis_vm_gets_its_port_and_acts_as_the_credentials_service_account() 
         cloud.delete_network(&placement).await.unwrap();
         assert!(fake.firewalls(PROJECT).is_empty());
         assert!(!cloud.network_exists(&placement).await.unwrap());
+        cloud.delete_vm_identity(owner).await.unwrap();
+        cloud.delete_vm_identity(owner).await.unwrap();
+        assert_eq!(google.iam().accounts(PROJECT), [CLIENT_EMAIL], "the API's account is deleted");
+        let left = serde_json::to_string(&google.iam().project_bindings(PROJECT)).unwrap();
+        assert!(!left.contains(email), "no binding names it, deleted or not: {left}");
+        let project = google.iam().project_bindings(PROJECT);
+        for kept in [&auditor, &concurrent] {
+            assert!(project.contains(kept), "{project:#?}");
+        }
     });
 }
 

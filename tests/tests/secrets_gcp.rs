@@ -49,3 +49,40 @@ fn postgres_a_gcp_private_key_appears_nowhere() {
     let database = PgDatabase::create();
     the_private_key_appears_nowhere(Api::start_with("gcp-secrets", Some(database.url.clone())));
 }
+
+/// An endpoint that answers with what it read elsewhere (here, an inner service's 403 with a
+/// token in its body, as an SSRF target would) has none of its body kept: the credential is
+/// invalid, its status and the run say how large the answer was, and the body appears nowhere.
+#[test]
+fn an_endpoints_body_that_is_not_googles_is_never_kept() {
+    use std::io::{Read, Write};
+
+    let canary = format!("InnerServiceToken-{}", uuid::Uuid::new_v4().simple());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let body = format!("{{\"AccessKeyId\":\"ASIAINNER\",\"Token\":\"{canary}\"}}\n");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0_u8; 16 * 1024];
+            let _ = stream.read(&mut request);
+            let answer = format!(
+                "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    let api = Api::start("inner-body");
+    let key_file = api.scratch().join("service-account.json");
+    std::fs::write(&key_file, service_account_json()).unwrap();
+    let key_file = key_file.to_str().unwrap();
+    let args = ["credentials", "new", "probe", "--provider", "gcp", "--service-account-file", key_file];
+    api.cli(&[&args[..], &["--endpoint", &endpoint, "--wait"]].concat()).expect_code(1);
+    let credential = api.credential("probe");
+    assert_eq!(credential["status"], "invalid");
+    let message = credential["status_message"].as_str().unwrap();
+    assert!(message.contains("HTTP 403") && message.contains("not shown"), "{message}");
+    api.inspect(credential["verify_run"].as_str().unwrap(), true);
+    api.assert_secret_nowhere(&canary);
+}

@@ -61,6 +61,14 @@ fn spec(version: &str) -> Spec {
         env: vec![anycloud_workflows::api::EnvVar { name: "VERSION".into(), value: version.into() }],
         cpus: None,
         memory: None,
+        secrets: Vec::new(),
+    }
+}
+
+impl Drop for Harness {
+    /// The Pods' processes and the kube-proxy outlive the routes, as they should, but not the test.
+    fn drop(&mut self) {
+        anycloud_sim::kube::kill_processes_under(&self.kubelet_dir);
     }
 }
 
@@ -74,8 +82,8 @@ impl Harness {
 
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let sim = SimCloud::new(db.clone(), format!("http://{addr}")).with_kubelet_dir(&kubelet_dir);
-        let app = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage());
+        let sim = SimCloud::new(db.clone(), sealer.clone(), format!("http://{addr}")).with_kubelet_dir(&kubelet_dir);
+        let app = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage(), e2e::kube_proxy());
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let now = anycloud_workflows::now_ms();

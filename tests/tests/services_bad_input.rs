@@ -10,7 +10,7 @@
 //! deployment.
 #![allow(clippy::unwrap_used)]
 
-use anycloud_tests::e2e::{self, Api};
+use anycloud_tests::e2e::Api;
 
 /// What a bad request may not change.
 #[derive(Debug, PartialEq, Eq)]
@@ -66,11 +66,7 @@ fn service<'a>(cluster: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn bad_service_requests_are_refused_and_change_nothing() {
-    let api = Api::start_hosted("services-bad-input");
-    api.cli(&["credentials", "new", "sim", "--provider", "sim", "--wait"]).expect_code(0);
-    let mut create = e2e::sim_cluster_create("demo", "sim", "1");
-    create.push("--wait");
-    api.cli(&create).expect_code(0);
+    let api = Api::start_hosted("services-bad-input").with_demo_cluster(&[]);
 
     let unsupported = "NOT_SUPPORTED_FOR_CLUSTER_SERVICES";
     refused(&api, "--public", &service("demo", &["--public"]), 3, unsupported, &["public Anycloud URL"]);

@@ -11,6 +11,9 @@
 //!   each rolls back and ends `failed` with its cause (the exit code; the deadline), the service
 //!   `running` on revision 2 again, while a client polling the ClusterIP during the whole upgrade
 //!   saw no failed request and only v2;
+//! - a SIGKILL of the API and its restart: a client polling the ClusterIP every 20 ms meanwhile
+//!   sees no failed request (the cluster's kube-proxy is a process of its own, which the restarted
+//!   API finds again rather than starting another);
 //! - a SIGKILL of the API during an upgrade: v2's processes keep running through it, and after the
 //!   restart the upgrade ends upgraded (it serves v3);
 //! - the cluster's delete is refused while the service exists; terminate: the record stays
@@ -37,12 +40,7 @@ fn status(api: &Api, name: &str) -> Value {
 
 /// A hosted API on the simulated cloud with a ready one-worker cluster `demo`.
 fn api_with_cluster() -> Api {
-    let api = Api::start_hosted("services");
-    api.cli(&["credentials", "new", "sim", "--provider", "sim", "--wait"]).expect_code(0);
-    let mut create = e2e::sim_cluster_create("demo", "sim", "1");
-    create.push("--wait");
-    api.cli(&create).expect_code(0);
-    api
+    Api::start_hosted("services").with_demo_cluster(&[])
 }
 
 /// One GET of `http://addr/`: the body, or why it failed.
@@ -220,6 +218,26 @@ fn services_deploy_serve_upgrade_roll_back_and_end_on_a_simulated_cluster() {
     assert!(fourth["reason"].as_str().unwrap().contains("progress deadline of 5s"), "{fourth:#}");
     e2e::wait_until(WAIT, "the mute revision's processes to go", || (servers(&m1).len() == 2).then_some(()));
 
+    // ---- A SIGKILL of the API and its restart, the service at rest: its ClusterIP answers every
+    // request meanwhile, as a real cluster's kube-proxy does without its control plane.
+    let proxies = api.data_dir().join("sim-kubelet").join(".kube-proxy");
+    let proxy = e2e::processes_with(&proxies.display().to_string());
+    assert_eq!(proxy.len(), 1, "one kube-proxy process serves the cluster: {proxy:?}");
+    let poller = Poller::start(&addr);
+    std::thread::sleep(Duration::from_millis(500));
+    api.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    api.restart();
+    status(&api, "web");
+    std::thread::sleep(Duration::from_millis(1500));
+    let seen = poller.stop();
+    only(&seen, "v2");
+    assert_eq!(
+        e2e::processes_with(&proxies.display().to_string()),
+        proxy,
+        "the same kube-proxy serves after the restart"
+    );
+
     // ---- A SIGKILL of the API during an upgrade: v2 keeps running through it; the upgrade
     // ends upgraded after the restart.
     let v2: Vec<u32> = servers(&m1);
@@ -251,4 +269,7 @@ fn services_deploy_serve_upgrade_roll_back_and_end_on_a_simulated_cluster() {
     listed.expect_code(0);
     assert_eq!(listed.json()["deployments"].as_array().unwrap().len(), 1);
     api.cli(&["cluster", "delete", "demo", "--wait"]).expect_code(0);
+    e2e::wait_until(WAIT, "the cluster's kube-proxy to exit", || {
+        e2e::processes_with(&proxies.display().to_string()).is_empty().then_some(())
+    });
 }

@@ -25,12 +25,7 @@ const START: Duration = Duration::from_secs(90);
 /// A hosted API on the simulated cloud, with `env`, and a ready one-worker cluster `demo`.
 fn api_with_cluster(id: &str, env: &[(&str, &str)]) -> Api {
     let env = env.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect();
-    let api = Api::start_opts(ApiOptions { id: id.to_owned(), hosted: true, env, ..ApiOptions::default() });
-    api.cli(&["credentials", "new", "sim", "--provider", "sim", "--wait"]).expect_code(0);
-    let mut create = e2e::sim_cluster_create("demo", "sim", "1");
-    create.push("--wait");
-    api.cli(&create).expect_code(0);
-    api
+    Api::start_opts(ApiOptions { id: id.to_owned(), hosted: true, env, ..ApiOptions::default() }).with_demo_cluster(&[])
 }
 
 /// Submits job `name` running `sh -c SCRIPT` and waits until its container runs.

@@ -2,6 +2,8 @@
 //! client (`cli/src/client.rs`), so that both sides agree on every field. docs/cli.md ("The HTTP
 //! API") lists the routes that carry them.
 
+use std::collections::BTreeMap;
+
 use anycloud_engine::{EventRecord, RunDetail, RunRecord, RunStatus};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -10,6 +12,7 @@ use crate::db::clusters::Cluster;
 use crate::db::credentials::Credential;
 use crate::db::deployments::Deployment;
 use crate::db::revisions::Revision;
+use crate::db::secrets::Secret;
 use crate::db::vms::VmRecord;
 use crate::providers::sim_settings::SimSettings;
 
@@ -39,6 +42,13 @@ pub struct NewCredential {
     /// sim: how the simulated account behaves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimSettings>,
+    /// AWS, GCP: no key; the API acts as the machine it runs on (its instance profile, its
+    /// service account).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub machine_identity: bool,
+    /// GCP with `machine_identity`: the project to act in (a key file names its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
 }
 
 impl std::fmt::Debug for NewCredential {
@@ -53,6 +63,8 @@ impl std::fmt::Debug for NewCredential {
             .field("region", &self.region)
             .field("endpoint", &self.endpoint)
             .field("sim", &self.sim)
+            .field("machine_identity", &self.machine_identity)
+            .field("project", &self.project)
             .finish()
     }
 }
@@ -229,6 +241,23 @@ pub struct EventsQuery {
     /// Only entries after this one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<i64>,
+    /// At most this many (1 to 1000; 1000 by default): a page of the timeline, the next one
+    /// after the last entry's `seq`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// The query of the lists of named resources (`GET /v1/credentials`, `/v1/clusters`,
+/// `/v1/apis`): a page of them, by name.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamesQuery {
+    /// At most this many (1 to 1000; 1000 by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Only the names after this one (the last of the page before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 /// `GET /v1/workflows/{id}/events`.
@@ -288,6 +317,10 @@ pub struct ApiStatus {
     /// Where its state is checkpointed, for an API on SQLite in a bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointStatus>,
+    /// Which endpoint overrides credentials and its bucket may name: `https-only`, or
+    /// `allow-insecure` (started with `--allow-insecure-endpoints`).
+    #[serde(default)]
+    pub endpoints: crate::providers::endpoint::EndpointPolicy,
 }
 
 /// The bucket an API's state is shipped to, and how far shipping has got.
@@ -334,6 +367,73 @@ pub struct EnvVar {
     pub value: String,
 }
 
+/// `POST /v1/secrets` (a new secret) and `PUT /v1/secrets/{name}` (its next version): either
+/// `values` (an env secret) or `registry` (a registry secret), never both.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSecret {
+    /// The secret's name (a DNS label); on `PUT` it must be the path's.
+    pub name: String,
+    /// An env secret's keys and values: the container takes each key as an environment variable.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub values: BTreeMap<String, String>,
+    /// A registry secret: the login images on its host are pulled with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistryLogin>,
+}
+
+/// A login to a container registry.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryLogin {
+    /// The registry's host (`ghcr.io`, `registry.example.com:5000`), as image references name it.
+    pub host: String,
+    /// The user name.
+    pub username: String,
+    /// The password or token.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryLogin")
+            .field("host", &self.host)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The answer to `POST /v1/secrets` and `PUT /v1/secrets/{name}`: the secret, never its values.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SecretSaved {
+    /// The secret as stored, at its new version.
+    pub secret: Secret,
+}
+
+/// One secret in a list, with the deployments that take it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SecretSummary {
+    /// The secret, without its values.
+    #[serde(flatten)]
+    pub secret: Secret,
+    /// The deployments that have not ended and take it, by name.
+    pub used_by: Vec<String>,
+}
+
+/// `GET /v1/secrets`: a page of the secrets by name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SecretList {
+    /// The secrets, by name, without values.
+    pub secrets: Vec<SecretSummary>,
+}
+
+/// `DELETE /v1/secrets/{name}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SecretDeleted {
+    /// The deleted secret's name.
+    pub deleted: String,
+}
+
 /// `POST /v1/jobs`: a job to run on a cluster.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -356,6 +456,12 @@ pub struct NewJob {
     /// Memory requested and limited (`512Mi`, `2Gi`, `1G`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
+    /// Env secrets the container takes (`--secret`), each at its current version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Registry secrets to pull the image with (`--pull-secret`), besides those for its host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pull_secrets: Vec<String>,
 }
 
 /// `POST /v1/services`: a service to deploy on a cluster.
@@ -389,6 +495,12 @@ pub struct NewService {
     /// How long a revision may take to become available, in seconds (600 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_deadline_s: Option<i64>,
+    /// Env secrets the container takes (`--secret`), each at its current version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Registry secrets to pull the image with (`--pull-secret`), besides those for its host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pull_secrets: Vec<String>,
 }
 
 /// `POST /v1/deployments/{id}/upgrade`: a new revision of a service. What is not given is the
@@ -408,6 +520,13 @@ pub struct UpgradeRequest {
     /// How long the new revision may take to become available, in seconds (600 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_deadline_s: Option<i64>,
+    /// Env secrets to add (`--secret`). Every secret of the new revision, these and those it
+    /// keeps, is taken at its current version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Registry secrets to add (`--pull-secret`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pull_secrets: Vec<String>,
 }
 
 /// Where a service answers inside its cluster.
@@ -653,4 +772,15 @@ pub struct RemoveHostedApi {
     /// Delete the checkpoint bucket and the API's state in it too.
     #[serde(default)]
     pub delete_bucket: bool,
+}
+
+/// The answer to `POST /v1/tls/renew`: the certificate an API serves from now on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TlsRenewed {
+    /// The CA it was issued from (PEM): what clients pin.
+    pub ca_pem: String,
+    /// The address it names.
+    pub address: String,
+    /// When it stops being valid (seconds since the epoch).
+    pub not_after: i64,
 }

@@ -47,6 +47,7 @@ impl ApiBucket {
             Err(err) => return Err(AccountError::Unreadable(name.clone(), err).into()),
         };
         let url = BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
+        deps.clouds.check_endpoint(&credential)?;
         let endpoint = credential.public.endpoint.clone();
         match (credential.provider, url.store) {
             (ProviderKind::Aws, StoreKind::S3) => {
@@ -96,6 +97,24 @@ impl ApiBucket {
         match self {
             Self::S3(bucket) => bucket.presigned_get_url(key, ttl).await,
             Self::Gcs(bucket) => bucket.signed_get_url(key, ttl).await,
+        }
+    }
+
+    /// Lets `member` (the hosted API's VM identity, as [`crate::cloud::Cloud::bucket_member`]
+    /// names it) read, write, delete and list the bucket's objects and read its metadata, by a
+    /// binding on the bucket itself; on S3 the identity's own policy names the bucket instead.
+    pub async fn let_vm_use(&self, member: &str) -> Result<(), BucketError> {
+        match self {
+            Self::S3(_) => Ok(()),
+            Self::Gcs(bucket) => bucket.let_member_use(member, &crate::providers::gcp_iam::BUCKET_ROLES).await,
+        }
+    }
+
+    /// Removes what [`ApiBucket::let_vm_use`] bound; a bucket that is gone is success.
+    pub async fn forget_vm(&self, member: &str) -> Result<(), BucketError> {
+        match self {
+            Self::S3(_) => Ok(()),
+            Self::Gcs(bucket) => bucket.forget_member(member).await,
         }
     }
 

@@ -1,16 +1,18 @@
 //! `api.deploy`: puts an API on a cloud VM that keeps its state in a bucket.
 //!
 //! ```text
-//! pin_placement -> ensure_bucket -> ship_binary -> store_identity -> ensure_network
+//! pin_placement -> ensure_bucket -> ship_binary -> store_keys -> ensure_network
 //!   -> store_storage_secret -> ensure_vm_identity -> reserve_address -> launch -> wait_until_answers
 //!   -> save_hosting_credential -> mark_ready
 //! ```
 //!
 //! The `deploy_api` operation writes the record and this run in one transaction. The bucket is
 //! made first (created, or adopted when the storage credential owns it: a redeploy on the same
-//! bucket restores the same API), then the API's identity is put in it: its token and the CA its
-//! TLS certificate is issued from. The VM reads them from the bucket as itself (an instance
-//! profile, a service account), so its user-data carries nothing secret. A bucket on another
+//! bucket restores the same API), then the API's keys (its token, the key that seals its
+//! database's secrets, the CA its TLS certificate is issued from) are put in the hosting
+//! provider's secret store, never in the bucket beside the database they unseal
+//! ([`crate::api_keys`]). The VM reads them as itself (an instance profile, a service account),
+//! so its user-data carries nothing secret. A bucket on another
 //! provider than the VM is reached with the storage credential's key, which the VM reads as
 //! itself from its own provider's secret store (`store_storage_secret`, [`crate::api_storage_key`]).
 //! The VM is reached at a reserved address (`reserve_address`: an Elastic IP, a static external
@@ -21,8 +23,9 @@
 //! that expires after [`SIGNED_URL_TTL`] and grants that one GET ([`crate::api_binary`]).
 //! The last step waits until the API answers over HTTPS through the pinned CA. On a terminal
 //! failure or a cancel the undos run in reverse: the VM, the reserved address, the VM identity,
-//! the storage secret and the network rules go, and a bucket this run created is deleted with everything in it (an
-//! adopted one is kept); the record stays `failed`.
+//! the storage secret and the network rules go, and a bucket this run created is deleted with
+//! everything in it, and its keys' secret with it (an adopted one is kept, with its keys); the
+//! record stays `failed`.
 
 use std::time::Duration;
 
@@ -33,14 +36,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::api_binary::{self, BinarySource};
 use crate::api_bucket::{ApiBucket, step_error};
-use crate::api_identity::{ApiIdentity, CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
+use crate::api_identity::{CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
+use crate::api_keys::{self, ApiKeys};
 use crate::api_storage_key::{self, StorageKey};
 use crate::api_user_data::{self, Download, HostedApi as Script};
 use crate::cloud::{Address, Cloud, LaunchSpec, Network, Placement, Role, Vm};
 use crate::db::credentials;
 use crate::db::hosted_apis::{self, HostedApi, Phase};
 use crate::deps::{AccountError, Deps};
+use crate::providers::endpoint::EndpointPolicy;
 use crate::retry;
+use crate::secrets::SEALING_KEY_FILE;
 
 /// The workflow, with what its steps need.
 pub struct DeployApi {
@@ -64,12 +70,18 @@ pub struct DeployOutput {
     pub url: String,
 }
 
-/// What `store_identity` checkpoints: the CA's certificate (public), never the token or key.
+/// What `store_keys` checkpoints: the CA's certificate (public) and where the keys are, never a key.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IdentityStored {
+pub struct KeysStored {
     /// The CA clients pin.
     pub ca_pem: String,
+    /// The secret holding the keys (an ARN, `projects/P/secrets/NAME`).
+    pub secret: String,
 }
+
+/// The files an earlier version of the deploy left in the bucket, beside the database: the keys
+/// `store_keys` takes over from them once, then deletes.
+const LEGACY_KEY_FILES: [&str; 3] = [TOKEN_FILE, SEALING_KEY_FILE, CA_KEY_FILE];
 
 /// The VM's name within its owner.
 const VM_NAME: &str = "api";
@@ -86,8 +98,8 @@ const PIN_PLACEMENT: StepKey<Placement> = StepKey::new("pin_placement");
 const ENSURE_BUCKET: StepKey<Made> = StepKey::new("ensure_bucket");
 /// The key of the binary the deploy shipped to the bucket; `None` when the operator hosts it.
 const SHIP_BINARY: StepKey<Option<String>> = StepKey::new("ship_binary");
-/// Proof the identity is in the bucket and sealed in the record.
-const STORE_IDENTITY: StepKey<IdentityStored> = StepKey::new("store_identity");
+/// The keys are in the hosting provider's secret store, and the token sealed in the record.
+const STORE_KEYS: StepKey<KeysStored> = StepKey::new("store_keys");
 /// The API's network rules.
 const ENSURE_NETWORK: StepKey<Network> = StepKey::new("ensure_network");
 /// The secret holding the storage credential's key (its ARN or resource name), when the bucket is
@@ -108,10 +120,12 @@ const MARK_READY: StepKey<()> = StepKey::new("mark_ready");
 
 impl Workflow for DeployApi {
     const KIND: &'static str = "api.deploy";
-    /// v2: `save_hosting_credential`; v3: `store_storage_secret`; v4: `ship_binary` and `reserve_address`. A run of an older version is
-    /// not registered any more: the engine parks it (`needs-attention`, naming the version)
-    /// rather than run another step list under it; cancel it and deploy again.
-    const VERSION: u32 = 4;
+    /// v2: `save_hosting_credential`; v3: `store_storage_secret`; v4: `ship_binary` and
+    /// `reserve_address`; v5: `store_keys` (in the secret store) instead of `store_identity` (in
+    /// the bucket). A run of an older version is not registered any more: the engine parks it
+    /// (`needs-attention`, naming the version) rather than run another step list under it; cancel
+    /// it and deploy again.
+    const VERSION: u32 = 5;
     type Input = DeployInput;
     type Output = DeployOutput;
 
@@ -139,10 +153,11 @@ impl Workflow for DeployApi {
                     .undo_retry(retry::sweeps()),
             )
             .then(
-                Step::action(STORE_IDENTITY, store_identity)
+                Step::action(STORE_KEYS, store_keys)
                     .retry(cloud())
                     .attempt_timeout(retry::CLOUD_ATTEMPT)
-                    .undo(store_identity_undo),
+                    .undo(store_keys_undo)
+                    .undo_retry(retry::sweeps()),
             )
             .then(
                 Step::action(ENSURE_NETWORK, ensure_network)
@@ -373,35 +388,60 @@ async fn ensure_bucket_undo(ctx: StepCtx<DeployApi>, made: Effect<Made>) -> Resu
     Ok(())
 }
 
-/// Puts the token and the TLS CA in the bucket (keeping what an earlier deploy of this bucket
-/// put there: a running API may use it), and keeps them sealed in the record.
-async fn store_identity(ctx: StepCtx<DeployApi>) -> Result<IdentityStored, StepError> {
-    let api = record(&ctx).await?;
+/// Puts the API's keys in the hosting provider's secret store: those the secret already holds (a
+/// redeploy on this bucket), else those an earlier version of the deploy left in the bucket,
+/// else new ones. Then deletes any key file from the bucket, and keeps the token sealed in the
+/// record.
+async fn store_keys(ctx: StepCtx<DeployApi>) -> Result<KeysStored, StepError> {
+    let (api, cloud, _) = hosting(&ctx).await?;
     let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
     let url = anycloud_checkpoint::BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
     let layout = Layout::new(&url.prefix);
-    let fresh = ApiIdentity::generate(&api.name).map_err(StepError::retryable)?;
-    let identity = ApiIdentity {
-        token: seed(&bucket, &layout, TOKEN_FILE, fresh.token).await?.trim().to_owned(),
-        ca_cert_pem: seed(&bucket, &layout, CA_CERT_FILE, fresh.ca_cert_pem).await?,
-        ca_key_pem: seed(&bucket, &layout, CA_KEY_FILE, fresh.ca_key_pem).await?,
+    let name = api_keys::secret_name(api.provider, &api.bucket);
+    let keys = match cloud.read_vm_secret(&name).await? {
+        Some(text) => ApiKeys::from_json(&text, &name).map_err(StepError::terminal_msg)?,
+        None => match legacy_keys(&bucket, &layout).await? {
+            Some(keys) => keys,
+            None => ApiKeys::generate(&api.name).map_err(StepError::retryable)?,
+        },
     };
-    let sealed = deps(&ctx).sealer.seal(&serde_json::to_vec(&identity).map_err(StepError::terminal)?);
+    let secret = cloud.store_vm_secret(&api.owner(), &name, &keys.to_json()).await?;
+    let legacy: Vec<String> = LEGACY_KEY_FILES.iter().map(|file| layout.identity(file)).collect();
+    bucket.objects().delete(&legacy).await.map_err(step_error)?;
+    let identity = keys.identity();
+    let opened = serde_json::to_vec(&identity).map_err(StepError::terminal)?;
+    let sealed = deps(&ctx).sealer.seal(hosted_apis::IDENTITY.place(&api.id), &opened);
     hosted_apis::set_identity(&deps(&ctx).db, &api.id, Some(&sealed), Some(&identity.ca_cert_pem)).await?;
-    Ok(IdentityStored { ca_pem: identity.ca_cert_pem })
+    Ok(KeysStored { ca_pem: keys.ca_cert_pem, secret })
 }
 
-/// Puts identity file `name` in the bucket unless it has one, and answers the bucket's.
-async fn seed(bucket: &ApiBucket, layout: &Layout, name: &str, value: String) -> Result<String, StepError> {
-    let kept = anycloud_checkpoint::identity::seed(bucket.objects(), layout, name, value.as_bytes())
-        .await
-        .map_err(|err| StepError::retryable_msg(err.to_string()))?;
-    String::from_utf8(kept.to_vec()).map_err(|_| StepError::terminal_msg(format!("identity file `{name}` is not text")))
+/// The keys an earlier version of the deploy put in the bucket, when they are all there.
+async fn legacy_keys(bucket: &ApiBucket, layout: &Layout) -> Result<Option<ApiKeys>, StepError> {
+    let mut texts = Vec::new();
+    for file in [TOKEN_FILE, SEALING_KEY_FILE, CA_CERT_FILE, CA_KEY_FILE] {
+        match bucket.objects().get(&layout.identity(file)).await.map_err(step_error)? {
+            Some((bytes, _)) => texts.push(String::from_utf8_lossy(&bytes).trim().to_owned()),
+            None => return Ok(None),
+        }
+    }
+    let [token, sealing_key, ca_cert_pem, ca_key_pem] = <[String; 4]>::try_from(texts)
+        .map_err(|_| StepError::terminal_msg("the bucket's key files could not be read"))?;
+    Ok(Some(ApiKeys {
+        token,
+        sealing_key,
+        ca_cert_pem: format!("{ca_cert_pem}\n"),
+        ca_key_pem: format!("{ca_key_pem}\n"),
+    }))
 }
 
-/// Forgets the sealed identity (the bucket's copy goes with a bucket this run created).
-async fn store_identity_undo(ctx: StepCtx<DeployApi>, _stored: Effect<IdentityStored>) -> Result<(), StepError> {
-    hosted_apis::set_identity(&deps(&ctx).db, &ctx.input().api_id, None, None).await?;
+/// Forgets the sealed identity, and deletes the keys' secret with a bucket this run created (an
+/// adopted bucket's database is sealed with them: they stay).
+async fn store_keys_undo(ctx: StepCtx<DeployApi>, _stored: Effect<KeysStored>) -> Result<(), StepError> {
+    let (api, cloud, _) = hosting(&ctx).await?;
+    if api.bucket_made.as_deref() == Some("created") {
+        cloud.delete_vm_secret(&api_keys::secret_name(api.provider, &api.bucket)).await?;
+    }
+    hosted_apis::set_identity(&deps(&ctx).db, &api.id, None, None).await?;
     Ok(())
 }
 
@@ -448,15 +488,38 @@ async fn store_storage_secret_undo(ctx: StepCtx<DeployApi>, _stored: Effect<Opti
 
 async fn ensure_vm_identity(ctx: StepCtx<DeployApi>) -> Result<String, StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
-    let secret = ctx.output(STORE_STORAGE_SECRET)?;
-    Ok(cloud.ensure_vm_identity(&api.owner(), &api.bucket, secret.as_deref()).await?)
+    let secrets: Vec<String> =
+        std::iter::once(ctx.output(STORE_KEYS)?.secret).chain(ctx.output(STORE_STORAGE_SECRET)?).collect();
+    let identity = cloud.ensure_vm_identity(&api.owner(), &api.bucket, &secrets).await?;
+    // On GCP the bucket names the API's service account in its own policy, set by the storage
+    // credential that owns the bucket.
+    if let Some(member) = cloud.bucket_member(&api.owner())
+        && !api_storage_key::travels(&api)
+    {
+        let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+        bucket.let_vm_use(&member).await.map_err(step_error)?;
+    }
+    Ok(identity)
 }
 
 async fn ensure_vm_identity_undo(ctx: StepCtx<DeployApi>, _identity: Effect<String>) -> Result<(), StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
     // An instance profile still attached to a VM cannot be deleted.
     deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await?;
+    forget_vm_identity(deps(&ctx), &api, cloud.as_ref()).await?;
     cloud.delete_vm_identity(&api.owner()).await?;
+    Ok(())
+}
+
+/// Removes the bucket's binding to the VM's identity, where the deploy made one (a bucket that
+/// is gone holds none).
+pub(crate) async fn forget_vm_identity(deps: &Deps, api: &HostedApi, cloud: &dyn Cloud) -> Result<(), StepError> {
+    if let Some(member) = cloud.bucket_member(&api.owner())
+        && !api_storage_key::travels(api)
+    {
+        let (bucket, _) = ApiBucket::open(deps, api).await?;
+        bucket.forget_vm(&member).await.map_err(step_error)?;
+    }
     Ok(())
 }
 
@@ -481,11 +544,10 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
     let (bucket, access) = ApiBucket::open(deps(&ctx), &api).await?;
     let port = api.public_port().map_err(StepError::terminal_msg)?;
     let storage_secret = ctx.output(STORE_STORAGE_SECRET)?;
-    // The VM reads the secret from its own provider, at the hosting credential's endpoint.
-    let secret_endpoint = match &storage_secret {
-        Some(_) => credentials::get(&deps(&ctx).db, &api.credential).await?.and_then(|c| c.public.endpoint),
-        None => None,
-    };
+    let keys_secret = ctx.output(STORE_KEYS)?.secret;
+    // The VM reads its secrets from its own provider, at the hosting credential's endpoint.
+    let secret_endpoint =
+        credentials::get(&deps(&ctx).db, &api.credential).await?.and_then(|credential| credential.public.endpoint);
     let address = ctx.output(RESERVE_ADDRESS)?;
     // A fresh signed URL at each attempt: the VM fetches it within minutes of its launch.
     let download = match binary(&api)? {
@@ -496,20 +558,24 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         }
         BinarySource::Hosted { url, sums } => Download { url, sums, https_only: true },
     };
+    let owner = api.owner();
     let script = api_user_data::hosted_api(&Script {
         id: &api.name,
+        owner: &owner,
         provider: api.provider,
         port,
         bucket: &api.bucket,
         bucket_region: access.region.as_deref(),
         bucket_endpoint: access.endpoint.as_deref(),
+        keys_secret: &keys_secret,
         storage_secret: storage_secret.as_deref(),
-        storage_secret_endpoint: secret_endpoint.as_deref(),
+        secret_endpoint: secret_endpoint.as_deref(),
         binary: &download,
         address: &address.ip,
         hosting_credential: &api.credential,
         region: &api.region,
         vm_type: &api.vm_type,
+        allow_insecure_endpoints: deps(&ctx).clouds.endpoint_policy() == EndpointPolicy::AllowInsecure,
     });
     let network = ctx.output(ENSURE_NETWORK)?;
     let spec = LaunchSpec {
@@ -520,7 +586,7 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         token: ctx.idempotency_key(),
         network: &network,
         vm_identity: Some(ctx.output(ENSURE_VM_IDENTITY)?),
-        reads_secret: storage_secret.is_some(),
+        reads_secret: true,
         address: Some(&address),
     };
     let vm = cloud.launch(&spec).await?;
@@ -555,7 +621,7 @@ async fn wait_until_answers(ctx: StepCtx<DeployApi>) -> Result<Check<String>, St
     }
     let address = deps(&ctx).hosted_api_address(&reserved.ip);
     let url = format!("https://{address}:{}", api.port);
-    let ca_pem = ctx.output(STORE_IDENTITY)?.ca_pem;
+    let ca_pem = ctx.output(STORE_KEYS)?.ca_pem;
     match crate::api_identity::health(&url, &ca_pem).await {
         Ok(()) => Ok(Check::Ready(url)),
         Err(why) => Ok(Check::NotYet(format!(
@@ -570,7 +636,7 @@ async fn wait_until_answers(ctx: StepCtx<DeployApi>) -> Result<Check<String>, St
 async fn save_hosting_credential(ctx: StepCtx<DeployApi>) -> Result<Check<()>, StepError> {
     let api = record(&ctx).await?;
     let url = ctx.output(WAIT_UNTIL_ANSWERS)?;
-    let ca_pem = ctx.output(STORE_IDENTITY)?.ca_pem;
+    let ca_pem = ctx.output(STORE_KEYS)?.ca_pem;
     crate::api_hosting_credential::hand_over(deps(&ctx), &api, &url, &ca_pem).await
 }
 

@@ -1,8 +1,10 @@
-//! The hosting credential, handed to the API it hosts: `api.deploy` saves it on the deployed API
-//! (which places its clusters' control planes with it, ../shared/spec/clusters.md "Placement")
-//! through the API's own `POST /v1/credentials`, over HTTPS that trusts only the API's CA, with
-//! the API's token. The secret is sealed there like every credential; it never rides in the VM's
-//! user-data or sits in the bucket in the clear.
+//! The hosting credential, handed to the API it hosts without its key: `api.deploy` saves on the
+//! deployed API (which places its clusters' control planes with it, ../shared/spec/clusters.md
+//! "Placement") a machine-identity credential of the same name, provider, region, project and
+//! endpoint, through the API's own `POST /v1/credentials`, over HTTPS that trusts only the API's
+//! CA, with the API's token. The API then acts as its VM (its instance profile on AWS, its service
+//! account on GCP), whose rights `ensure_vm_identity` limits to what placing control planes
+//! needs: the deployer's key, which may create roles, never reaches the VM.
 
 use anycloud_engine::{Check, StepError};
 
@@ -57,35 +59,29 @@ async fn api_token(deps: &Deps, api: &HostedApi) -> Result<String, StepError> {
     let sealed = hosted_apis::sealed_identity(&deps.db, &api.id)
         .await?
         .ok_or_else(|| StepError::terminal_msg(format!("API `{}` has no identity stored", api.name)))?;
-    let opened = deps.sealer.open(&sealed).map_err(StepError::terminal)?;
+    let opened = deps.sealer.open(hosted_apis::IDENTITY.place(&api.id), &sealed).map_err(StepError::terminal)?;
     let identity: ApiIdentity = serde_json::from_slice(&opened).map_err(StepError::terminal)?;
     Ok(identity.token)
 }
 
-/// The request that saves credential `name` as this API holds it.
+/// The request that saves credential `name` on the API: the same account, as the VM itself.
 async fn new_credential(deps: &Deps, name: &str) -> Result<NewCredential, StepError> {
-    let (credential, secret) = match credentials::open(&deps.db, &deps.sealer, name).await {
+    let credential = match credentials::get(&deps.db, name).await {
         Ok(Some(found)) => found,
         Ok(None) => return Err(AccountError::NoCredential(name.to_owned()).into()),
-        Err(err) => return Err(AccountError::Unreadable(name.to_owned(), err).into()),
+        Err(err) => return Err(StepError::retryable(err)),
     };
     let public = credential.public;
     let mut request = NewCredential {
         name: name.to_owned(),
         provider: credential.provider.as_str().to_owned(),
-        access_key_id: None,
-        secret_access_key: None,
-        service_account_json: None,
-        region: public.region,
         endpoint: public.endpoint,
-        sim: None,
+        machine_identity: true,
+        ..NewCredential::default()
     };
     match credential.provider {
-        ProviderKind::Aws => {
-            request.access_key_id = Some(public.identity);
-            request.secret_access_key = Some(secret);
-        }
-        ProviderKind::Gcp => request.service_account_json = Some(secret),
+        ProviderKind::Aws => request.region = public.region,
+        ProviderKind::Gcp => request.project = public.project,
         ProviderKind::Sim => {
             return Err(StepError::terminal_msg(format!("credential `{name}` is simulated: it hosts no VM")));
         }

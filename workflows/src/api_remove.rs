@@ -7,8 +7,9 @@
 //!
 //! Everything is found by the API's owner tag or name, so a removal after a half-finished deploy
 //! finds what the deploy left. The secret holding the key of a bucket on another provider goes
-//! with the VM (its name derives from the API's owner id). The bucket, and with it the API's state, is kept unless the
-//! removal was asked to delete it (`--delete-bucket`): another `api serve` on the same bucket
+//! with the VM (its name derives from the API's owner id). The bucket, and with it the API's state
+//! and the secret holding the keys that state is sealed with ([`crate::api_keys`]), is kept unless
+//! the removal was asked to delete it (`--delete-bucket`): another deploy on the same bucket
 //! restores the same API. The VM's reserved address is released with the VM (a stop and a delete
 //! alike): an address kept while nothing runs would be billed and owned by no live record, and a
 //! redeploy reserves a new one, whose URL the CLI stores. No step has an undo: a removal only goes forward, and each step is
@@ -18,11 +19,11 @@ use anycloud_engine::{Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
 use crate::api_bucket::{ApiBucket, step_error};
-use crate::api_storage_key;
 use crate::cloud::{Cloud, Placement};
 use crate::db::hosted_apis::{self, HostedApi, Phase};
 use crate::deps::Deps;
 use crate::retry;
+use crate::{api_keys, api_storage_key};
 
 /// The workflow, with what its steps need.
 pub struct RemoveApi {
@@ -135,6 +136,7 @@ async fn delete_network(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
 
 async fn delete_vm_identity(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
+    crate::api_deploy::forget_vm_identity(deps(&ctx), &api, cloud.as_ref()).await?;
     Ok(cloud.delete_vm_identity(&api.owner()).await?)
 }
 
@@ -147,13 +149,20 @@ async fn delete_storage_secret(ctx: StepCtx<RemoveApi>) -> Result<(), StepError>
     Ok(())
 }
 
+/// Deletes the bucket and, once it is gone, the keys its database was sealed with; a kept bucket
+/// keeps its keys (a later deploy on it finds them).
 async fn delete_bucket(ctx: StepCtx<RemoveApi>) -> Result<Option<usize>, StepError> {
     if !ctx.input().delete_bucket {
         return Ok(None);
     }
+    // No placement: deleting the bucket and its keys' secret needs the account, not a region's
+    // machine types and image.
     let api = deps(&ctx).hosted_api(&ctx.input().api_id).await?;
+    let cloud = deps(&ctx).cloud(&api.credential, &api.region).await?;
     let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
-    Ok(Some(bucket.destroy().await.map_err(step_error)?))
+    let deleted = bucket.destroy().await.map_err(step_error)?;
+    cloud.delete_vm_secret(&api_keys::secret_name(api.provider, &api.bucket)).await?;
+    Ok(Some(deleted))
 }
 
 async fn mark_removed(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {

@@ -14,7 +14,7 @@ use anycloud_checkpoint::StoreKind;
 use serde::{Deserialize, Serialize};
 
 use crate::db::hosted_apis::HostedApi;
-use crate::providers::{ProviderKind, aws_secrets, gcp_secrets};
+use crate::providers::ProviderKind;
 
 /// What the secret holds: the storage credential's key, as JSON.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,11 +82,7 @@ pub fn travels(api: &HostedApi) -> bool {
 /// Reads the key in `secret` (an ARN on AWS, `projects/P/secrets/NAME` on GCP) as this VM, from
 /// the store of `hosting`, at `endpoint` when given (the hosting credential's override).
 pub async fn read(hosting: ProviderKind, secret: &str, endpoint: Option<&str>) -> Result<StorageKey, String> {
-    let text = match hosting {
-        ProviderKind::Aws => aws_secrets::read_as_vm(secret, endpoint).await?,
-        ProviderKind::Gcp => gcp_secrets::read_as_vm(secret, endpoint).await?,
-        ProviderKind::Sim => return Err("the simulated cloud has no secret store".to_owned()),
-    };
+    let text = crate::providers::read_secret_as_vm(hosting, secret, endpoint).await?;
     serde_json::from_str(&text)
         .map_err(|err| format!("secret {secret} does not hold a checkpoint-storage key ({err}); deploy the API again"))
 }

@@ -64,6 +64,9 @@ pub const ADDRESS_VARIABLE: &str = "${ANYCLOUD_ADDRESS}";
 pub struct HostedApi<'a> {
     /// Its name.
     pub id: &'a str,
+    /// Its owner id at the provider (`api-<id>`), which it tags on everything it makes: its
+    /// VM's role may change only resources carrying it.
+    pub owner: &'a str,
     /// The provider of the VM.
     pub provider: ProviderKind,
     /// The public HTTPS port.
@@ -74,11 +77,14 @@ pub struct HostedApi<'a> {
     pub bucket_region: Option<&'a str>,
     /// Another endpoint than the store's public one (the storage credential's override).
     pub bucket_endpoint: Option<&'a str>,
+    /// The secret in the VM's own provider's store that holds the API's keys (an ARN,
+    /// `projects/P/secrets/NAME`): its name, never its value.
+    pub keys_secret: &'a str,
     /// The secret in the VM's own provider's store that holds the bucket's key, when the bucket
-    /// is on another provider (an ARN, `projects/P/secrets/NAME`): its name, never its value.
+    /// is on another provider: its name, never its value.
     pub storage_secret: Option<&'a str>,
     /// Another endpoint than the secret store's public one (the hosting credential's override).
-    pub storage_secret_endpoint: Option<&'a str>,
+    pub secret_endpoint: Option<&'a str>,
     /// Where the binary comes from, and its SHA-256.
     pub binary: &'a Download,
     /// The VM's stable public address (reserved by `api.deploy`): its certificate and URL name it.
@@ -90,6 +96,9 @@ pub struct HostedApi<'a> {
     pub region: &'a str,
     /// The VM's machine type.
     pub vm_type: &'a str,
+    /// Whether it accepts plain-HTTP and loopback endpoints: as the deploying API does
+    /// (`--allow-insecure-endpoints`), whose credentials and bucket endpoint it is handed.
+    pub allow_insecure_endpoints: bool,
 }
 
 /// The arguments of `anycloud api serve` the VM runs (after `api serve`), the address as
@@ -117,13 +126,19 @@ fn serve_arguments(api: &HostedApi<'_>) -> Vec<String> {
     if let Some(endpoint) = api.bucket_endpoint {
         args.extend(["--checkpoint-endpoint".into(), endpoint.into()]);
     }
+    args.extend(["--keys-secret".into(), api.keys_secret.into()]);
     if let Some(secret) = api.storage_secret {
         args.extend(["--checkpoint-storage-secret".into(), secret.into()]);
-        if let Some(endpoint) = api.storage_secret_endpoint {
-            args.extend(["--checkpoint-storage-secret-endpoint".into(), endpoint.into()]);
-        }
+    }
+    if let Some(endpoint) = api.secret_endpoint {
+        args.extend(["--secret-endpoint".into(), endpoint.into()]);
+    }
+    if api.allow_insecure_endpoints {
+        args.push(crate::providers::endpoint::ALLOW_INSECURE_FLAG.into());
     }
     args.extend([
+        "--owner".into(),
+        api.owner.into(),
         "--control-plane-credentials".into(),
         api.hosting_credential.into(),
         "--control-plane-region".into(),
@@ -242,18 +257,21 @@ mod tests {
     fn api() -> HostedApi<'static> {
         HostedApi {
             id: "team-api",
+            owner: "api-0b7c",
             provider: ProviderKind::Aws,
             port: 443,
             bucket: "s3://team-api-state",
             bucket_region: Some("eu-west-1"),
             bucket_endpoint: None,
+            keys_secret: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:anycloud/keys-0123456789abcdef-AbCdEf",
             storage_secret: None,
-            storage_secret_endpoint: None,
+            secret_endpoint: None,
             binary: download(),
             address: "198.51.100.9",
             hosting_credential: "aws-host",
             region: "eu-west-1",
             vm_type: "t3.medium",
+            allow_insecure_endpoints: false,
         }
     }
 
@@ -270,6 +288,10 @@ mod tests {
         assert_eq!(parse_serve_command("#!/bin/sh\necho hi\n"), None);
         assert_eq!(parse_download(&script).as_ref(), Some(download()), "the runner reads back what it fetches");
         assert_eq!(parse_download("#!/bin/sh\necho hi\n"), None);
+        // The deploying API's setting on endpoints goes with it, and only when it is on.
+        assert!(!args.iter().any(|a| a == "--allow-insecure-endpoints"));
+        let insecure = parse_serve_command(&hosted_api(&HostedApi { allow_insecure_endpoints: true, ..api() }));
+        assert!(insecure.unwrap_or_default().iter().any(|a| a == "--allow-insecure-endpoints"));
     }
 
     #[test]
@@ -279,19 +301,18 @@ mod tests {
             bucket: "gs://team-api-state/",
             bucket_region: None,
             storage_secret: Some(arn),
-            storage_secret_endpoint: Some("https://secretsmanager.example.internal"),
+            secret_endpoint: Some("https://secretsmanager.example.internal"),
             ..api()
         };
         let args = parse_serve_command(&hosted_api(&cross)).unwrap_or_default();
         let after = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
         assert_eq!(after("--checkpoint-storage-secret").as_deref(), Some(arn));
-        assert_eq!(
-            after("--checkpoint-storage-secret-endpoint").as_deref(),
-            Some("https://secretsmanager.example.internal")
-        );
+        assert_eq!(after("--secret-endpoint").as_deref(), Some("https://secretsmanager.example.internal"));
+        assert_eq!(after("--keys-secret").as_deref(), Some(api().keys_secret));
         assert_eq!(after("--checkpoint-bucket").as_deref(), Some("gs://team-api-state/"));
-        let without = parse_serve_command(&hosted_api(&HostedApi { storage_secret_endpoint: Some("x"), ..api() }));
-        assert!(!without.unwrap_or_default().iter().any(|a| a.starts_with("--checkpoint-storage-secret")));
+        let without = parse_serve_command(&hosted_api(&api())).unwrap_or_default();
+        assert!(!without.iter().any(|a| a.starts_with("--checkpoint-storage-secret")));
+        assert!(without.iter().any(|a| a == "--keys-secret"), "every hosted API reads its keys: {without:?}");
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub const CLUSTER_TAG: &str = "anycloud-cluster";
 pub const NAME_TAG: &str = "anycloud-vm";
 /// The tag or label that carries a VM's role.
 pub const ROLE_TAG: &str = "anycloud-role";
+/// The tag (AWS) that carries, on everything a deployed API creates, the API's owner id
+/// (`api-<id>`): its VM's role may act only on resources carrying it (`providers::aws_iam`).
+pub const OWNER_TAG: &str = "anycloud-owner";
 
 /// What a VM is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,8 +98,9 @@ pub struct LaunchSpec<'a> {
     /// Who the VM acts as at its provider (an AWS instance profile's name, a GCP service
     /// account's e-mail), as [`Cloud::ensure_vm_identity`] returned it; `None`: nobody.
     pub vm_identity: Option<String>,
-    /// Whether the VM reads a secret of its own provider's secret store (the key of a
-    /// checkpoint bucket on another provider): a GCE VM then needs the `cloud-platform` scope.
+    /// Whether the VM reads a secret of its own provider's secret store (a hosted API's keys, the
+    /// key of a checkpoint bucket on another provider): a GCE VM then needs the `cloud-platform`
+    /// scope.
     pub reads_secret: bool,
     /// The stable public address the VM is reached at, as [`Cloud::ensure_address`] reserved it:
     /// GCE and the simulated cloud give it to the VM at launch (GCE's `natIP`); on EC2
@@ -182,10 +186,13 @@ impl CloudError {
 }
 
 impl From<CloudError> for anycloud_engine::StepError {
+    /// The message is kept as a provider's answer is (`providers::endpoint::answer_text`):
+    /// bounded, without control characters.
     fn from(err: CloudError) -> Self {
+        use crate::providers::endpoint::answer_text;
         match err {
-            CloudError::Retryable(message) => anycloud_engine::StepError::retryable_msg(message),
-            CloudError::Terminal(message) => anycloud_engine::StepError::terminal_msg(message),
+            CloudError::Retryable(message) => anycloud_engine::StepError::retryable_msg(answer_text(&message)),
+            CloudError::Terminal(message) => anycloud_engine::StepError::terminal_msg(answer_text(&message)),
         }
     }
 }
@@ -261,12 +268,20 @@ pub trait Cloud: Send + Sync {
     }
 
     /// Finds or makes who a hosted API's VM acts as, allowed to read and write `bucket` (an
-    /// `s3://` or `gs://` URL) when it is on this provider's store, to read `secret` (as
-    /// [`Cloud::store_vm_secret`] answered it) when given, and nothing else it does not already
-    /// have; `owner` names it.
-    async fn ensure_vm_identity(&self, owner: &str, bucket: &str, secret: Option<&str>) -> Result<String, CloudError> {
-        let _ = (owner, bucket, secret);
+    /// `s3://` or `gs://` URL) when it is on this provider's store, to read `secrets` (as
+    /// [`Cloud::store_vm_secret`] answered them), and nothing else it does not already have;
+    /// `owner` names it.
+    async fn ensure_vm_identity(&self, owner: &str, bucket: &str, secrets: &[String]) -> Result<String, CloudError> {
+        let _ = (owner, bucket, secrets);
         Err(CloudError::Terminal("this provider cannot host an API; host it on aws or gcp".to_owned()))
+    }
+
+    /// The member a checkpoint bucket on this provider's store names the VM identity of `owner`
+    /// by in its own IAM policy (GCS: `serviceAccount:EMAIL`), when the deploy binds the bucket
+    /// to it there; `None` when the identity's own policy names the bucket (AWS) or there is none.
+    fn bucket_member(&self, owner: &str) -> Option<String> {
+        let _ = owner;
+        None
     }
 
     /// Removes what [`Cloud::ensure_vm_identity`] made. Nothing to remove is success.
@@ -276,11 +291,18 @@ pub trait Cloud: Send + Sync {
     }
 
     /// Puts `value` in this account's secret store as secret `name` of the hosted API `owner`
-    /// (created, or given a new current version), for its VM to read as itself: on AWS once
+    /// (created, or given a new current version when it holds something else, the older versions
+    /// retired), for its VM to read as itself: on AWS once
     /// [`Cloud::ensure_vm_identity`] names it in the VM's policy, on GCP through the secret's
     /// own IAM binding, set here. Answers the secret's reference (an ARN, a resource name).
     async fn store_vm_secret(&self, owner: &str, name: &str, value: &str) -> Result<String, CloudError> {
         let _ = (owner, name, value);
+        Err(CloudError::Terminal("this provider has no secret store; host the API on aws or gcp".to_owned()))
+    }
+
+    /// What secret `name` holds now, read with this account's keys; `None` when there is none.
+    async fn read_vm_secret(&self, name: &str) -> Result<Option<String>, CloudError> {
+        let _ = name;
         Err(CloudError::Terminal("this provider has no secret store; host the API on aws or gcp".to_owned()))
     }
 

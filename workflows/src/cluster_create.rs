@@ -110,11 +110,13 @@ impl Workflow for CreateCluster {
     /// v2: the first step is `pin_placement` (v1 called it `store_intent`); v3: the control
     /// plane's own placement and network (`pin_control_plane`, `ensure_control_plane_network`);
     /// v4: its reserved address (`reserve_control_plane_address`); rules open only the cluster's
-    /// own addresses (`open_node_paths`), and a cluster across networks runs WireGuard. A run of
-    /// an older version is not registered any more: the engine parks it (`needs-attention`,
-    /// naming the version) rather than run another step list under it; cancel it and create the
-    /// cluster again.
-    const VERSION: u32 = 4;
+    /// own addresses (`open_node_paths`), and a cluster across networks runs WireGuard; v5: the
+    /// same steps, but the server is given an agent token and workers join with it, never with
+    /// the server token (a v4 run's control plane, launched without one, would admit no v5
+    /// worker). A run of an older version is not registered any more: the engine parks it
+    /// (`needs-attention`, naming the version) rather than run another step list under it; cancel
+    /// it and create the cluster again.
+    const VERSION: u32 = 5;
     type Input = CreateInput;
     type Output = CreateOutput;
 
@@ -331,12 +333,12 @@ async fn reserve_control_plane_address_undo(
     deps(&ctx).release_addresses(cloud.as_ref(), placement).await
 }
 
-/// Makes the join token, the API token and the CA, and stores them sealed. A rerun keeps the
+/// Makes the server and agent tokens, the API token and the CA, and stores them sealed. A rerun keeps the
 /// secrets a first attempt stored: VMs may already carry them.
 async fn generate_secrets(ctx: StepCtx<CreateCluster>) -> Result<SecretsStored, StepError> {
     let input = ctx.input();
     let fresh = ClusterSecrets::generate(&input.name).map_err(StepError::retryable)?;
-    let sealed = fresh.seal(&deps(&ctx).sealer).map_err(StepError::terminal)?;
+    let sealed = fresh.seal(&deps(&ctx).sealer, &input.cluster_id).map_err(StepError::terminal)?;
     clusters::keep_secrets(&deps(&ctx).db, &input.cluster_id, &sealed).await?;
     Ok(SecretsStored { ca: format!("anycloud cluster {} CA", input.name) })
 }
@@ -435,6 +437,15 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
     let server = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?.ip;
     let Side { placement, cloud } = &sides.capacity;
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
+    if secrets.agent_token.is_empty() {
+        // Secrets made before agent tokens: the control plane was never given one, and a worker
+        // is never given the server token.
+        return Err(StepError::terminal_msg(format!(
+            "cluster {}'s secrets have no agent token (they were made by an older anycloud): delete the cluster \
+             and create it again",
+            cluster.name
+        )));
+    }
     let mut workers = Vec::new();
     for index in 0..cluster.min_vms {
         let name = format!("w{index}");

@@ -219,12 +219,46 @@ impl Deps {
         }
     }
 
+    /// Between a job's Secrets and its Job (the crash-test seam; nothing in production).
+    pub async fn in_secret_apply(&self) {
+        if let Some(pause) = self.seams.pause_in_secret_apply {
+            tracing::warn!(?pause, "test seam: pausing between a job's Secrets and its Job");
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// The values of the secrets a deployment takes, each at its pinned version. A version that
+    /// is gone (its secret was deleted after the deployment ended, before a resubmit) is a
+    /// terminal error that says what to do; a database error is retried.
+    pub async fn open_secrets(
+        &self,
+        deployment: &str,
+        uses: &[crate::db::secrets::SecretUse],
+    ) -> Result<Vec<crate::kube_secret::Opened>, StepError> {
+        let mut opened = Vec::with_capacity(uses.len());
+        for using in uses {
+            let values = match crate::db::secrets::open(&self.db, &self.sealer, &using.name, using.version).await {
+                Ok(Some(values)) => values,
+                Ok(None) => {
+                    return Err(StepError::terminal_msg(format!(
+                        "secret `{}` version {} that deployment `{deployment}` takes no longer exists; create it                          again (`anycloud secret new {}`) and resubmit or upgrade `{deployment}`",
+                        using.name, using.version, using.name
+                    )));
+                }
+                Err(crate::db::credentials::OpenError::Store(err)) => return Err(err.into()),
+                Err(err) => return Err(StepError::terminal(err)),
+            };
+            opened.push(crate::kube_secret::Opened { using: using.clone(), values });
+        }
+        Ok(opened)
+    }
+
     /// The cluster's secrets, opened.
     pub async fn secrets(&self, cluster_id: &str) -> Result<ClusterSecrets, StepError> {
         let sealed = clusters::sealed_secrets(&self.db, cluster_id)
             .await?
             .ok_or_else(|| StepError::terminal_msg(format!("cluster {cluster_id} has no secrets")))?;
-        ClusterSecrets::open(&self.sealer, &sealed).map_err(StepError::terminal)
+        ClusterSecrets::open(&self.sealer, cluster_id, &sealed).map_err(StepError::terminal)
     }
 
     /// Terminates every VM with a hosted API's tag (it has no record in `vms`, a cluster's table)

@@ -10,7 +10,7 @@
 //! polls of the Job and its Pod, so nothing is held in memory across a restart. The record moves
 //! `queued -> starting -> running -> completed | errored`. A cluster that refuses the Job (400,
 //! 422) makes the job `invalid`. `anycloud terminate` cancels the run: the undo of `apply`, which
-//! runs last in every unwind, deletes the deployment's Jobs and Pods, waits until Kubernetes lists
+//! runs last in every unwind, deletes the deployment's Jobs, Pods and Secrets, waits until Kubernetes lists
 //! none, and ends the record `terminated` (cancelled) or `failed` (anything else went wrong).
 //! docs/workflows/job-run.md describes each step.
 
@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::db::deployments::{self, Deployment, Status};
 use crate::deps::Deps;
 use crate::kube_job::{self, Outcome, Progress};
+use crate::pod_wait::{PodWait, Verdict};
 use crate::{now_ms, retry};
 
 /// The workflow, with what its steps need.
@@ -108,15 +109,22 @@ fn deps(ctx: &StepCtx<RunJob>) -> &Deps {
 /// The deployment's record and a client for its cluster's Kubernetes API.
 async fn deployment_and_client(ctx: &StepCtx<RunJob>) -> Result<(Deployment, kube::Client), StepError> {
     let input = ctx.input();
-    let deployment = deployments::get(&deps(ctx).db, &input.deployment_id)
-        .await?
-        .ok_or_else(|| StepError::terminal_msg(format!("deployment {} has no record", input.deployment_id)))?;
+    let (deployment, client) = record_and_client(ctx).await?;
     if deployment.attempt != input.attempt {
         return Err(StepError::terminal_msg(format!(
             "deployment `{}` is at attempt {}, not {}: this run is out of date",
             deployment.name, deployment.attempt, input.attempt
         )));
     }
+    Ok((deployment, client))
+}
+
+/// The deployment's record, whatever its attempt, and a client for its cluster.
+async fn record_and_client(ctx: &StepCtx<RunJob>) -> Result<(Deployment, kube::Client), StepError> {
+    let input = ctx.input();
+    let deployment = deployments::get(&deps(ctx).db, &input.deployment_id)
+        .await?
+        .ok_or_else(|| StepError::terminal_msg(format!("deployment {} has no record", input.deployment_id)))?;
     let cluster = deps(ctx).cluster(&deployment.cluster_id).await?;
     let client = deps(ctx).kube_client(&cluster).await?;
     Ok((deployment, client))
@@ -136,7 +144,15 @@ async fn apply(ctx: StepCtx<RunJob>) -> Result<Applied, StepError> {
         kube_job::delete(&client, &deployment, Some(deployment.attempt))
             .await
             .map_err(|err| kube_failed("deleting the Jobs of earlier attempts", &err))?;
-        if let Err(err) = kube_job::apply(&client, &deployment).await {
+        let secrets = deps(&ctx).open_secrets(&deployment.name, &deployment.spec.secrets).await?;
+        let applied = async {
+            kube_job::apply_secrets(&client, &deployment, &secrets).await?;
+            if !secrets.is_empty() {
+                deps(&ctx).in_secret_apply().await;
+            }
+            kube_job::apply_job(&client, &deployment, &secrets).await
+        };
+        if let Err(err) = applied.await {
             if let Some(message) = kube_job::is_refusal(&err) {
                 let reason = format!("the cluster refused the Job: {message}");
                 deployments::end(
@@ -185,21 +201,26 @@ async fn apply(ctx: StepCtx<RunJob>) -> Result<Applied, StepError> {
     result
 }
 
-/// Deletes every Job and Pod of the deployment and waits until Kubernetes lists none; then ends
-/// the job `terminated` (cancelled) or `failed` (with the cause). It runs last in every unwind.
+/// Deletes every Job and Pod of the deployment's attempts up to this run's and waits until
+/// Kubernetes lists none; then ends the job `terminated` (cancelled) or `failed` (with the
+/// cause), unless it has ended already. It runs last in every unwind.
 async fn apply_undo(ctx: StepCtx<RunJob>, _applied: Effect<Applied>) -> Result<(), StepError> {
-    let (deployment, client) = deployment_and_client(&ctx).await?;
-    let left = kube_job::delete(&client, &deployment, None)
+    // A job `wait_for_pod` ended may be resubmitted while this undo runs: the record is then at
+    // the next attempt, whose run waits for this one (the same resource key), so it has no
+    // object yet. This undo deletes this attempt's objects and earlier ones', never a later one's.
+    let attempt = ctx.input().attempt;
+    let (deployment, client) = record_and_client(&ctx).await?;
+    let left = kube_job::delete(&client, &deployment, Some(attempt + 1))
         .await
         .map_err(|err| kube_failed("deleting the job's Kubernetes objects", &err))?;
     if left > 0 {
         return Err(StepError::retryable_msg(format!(
-            "asked Kubernetes to delete {left} Job(s) and Pod(s) of `{}`; waiting until it lists none",
+            "asked Kubernetes to delete {left} Job(s), Pod(s) and Secret(s) of `{}`; waiting until it lists none",
             deployment.name
         )));
     }
     let (status, reason) = ended_reason(ctx.cancelled(), ctx.unwind_reason(), ctx.run_id());
-    deployments::end(&deps(&ctx).db, &deployment.id, deployment.attempt, status, None, Some(&reason), now_ms()).await?;
+    deployments::end(&deps(&ctx).db, &deployment.id, attempt, status, None, Some(&reason), now_ms()).await?;
     Ok(())
 }
 
@@ -226,7 +247,7 @@ async fn wait_for_pod(ctx: StepCtx<RunJob>) -> Result<Check<String>, StepError> 
         Err(err) => return Ok(Check::NotYet(format!("asking Kubernetes: {}", anycloud_engine::error_chain(&err)))),
     };
     match progress {
-        Progress::Starting(why) => Ok(Check::NotYet(why)),
+        Progress::Starting(wait) => waiting(&ctx, &deployment, wait).await,
         Progress::Running { pod, node } => {
             let reason = format!("Pod {pod} runs on node {}", node.as_deref().unwrap_or("?"));
             let db = &deps(&ctx).db;
@@ -257,9 +278,32 @@ async fn wait_for_end(ctx: StepCtx<RunJob>) -> Result<Check<Outcome>, StepError>
     match progress {
         Progress::Ended(outcome) => Ok(Check::Ready(outcome)),
         Progress::Running { pod, .. } => Ok(Check::NotYet(format!("Pod {pod} runs"))),
-        Progress::Starting(why) => Ok(Check::NotYet(why)),
+        Progress::Starting(wait) => Ok(Check::NotYet(wait.why)),
         Progress::Gone => Err(gone(&deployment)),
     }
+}
+
+/// A job whose Pod waits: its record says why (written when that changes, so that `status` and
+/// the `--wait` lines show what Kubernetes says while it waits). A Pod that cannot start (the
+/// kubelet backed off pulling its image) ends the job `failed`, one that asks for more than
+/// any node has `invalid`, with the reason, at once rather than after [`START_TIMEOUT`]; the
+/// step then fails and the undo deletes the Job.
+async fn waiting(ctx: &StepCtx<RunJob>, deployment: &Deployment, wait: PodWait) -> Result<Check<String>, StepError> {
+    let db = &deps(ctx).db;
+    let ended = match wait.verdict {
+        Verdict::Waits => None,
+        Verdict::CannotStart => Some(Status::Failed),
+        Verdict::TooLarge => Some(Status::Invalid),
+    };
+    if let Some(status) = ended {
+        deployments::end(db, &deployment.id, deployment.attempt, status, None, Some(&wait.why), now_ms()).await?;
+        return Err(StepError::terminal_msg(wait.why));
+    }
+    if deployment.reason.as_deref() != Some(wait.why.as_str()) {
+        deployments::set_status(db, &deployment.id, deployment.attempt, Status::Starting, Some(&wait.why), now_ms())
+            .await?;
+    }
+    Ok(Check::NotYet(wait.why))
 }
 
 /// Ends the job `completed` (exit 0) or `errored`, with its exit code and reason.

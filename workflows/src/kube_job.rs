@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::{AsyncBufRead, AsyncBufReadExt, Stream};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, AttachParams, AttachedProcess, DeleteParams, ListParams, LogParams, Patch, PatchParams};
@@ -18,7 +18,9 @@ use tokio::sync::mpsc;
 
 use crate::db::deployments::Deployment;
 use crate::kube_api::KubeError;
+use crate::kube_secret::{self, Opened};
 use crate::log_cursor::{self, LogCursor};
+use crate::pod_wait::{self, PodWait, Subject};
 
 /// The field manager of every object Anycloud applies.
 pub const FIELD_MANAGER: &str = "anycloud";
@@ -46,8 +48,15 @@ fn attempt_selector(deployment: &Deployment) -> String {
     format!("{DEPLOYMENT_ID}={},{ATTEMPT}={}", deployment.id, deployment.attempt)
 }
 
+/// What the Secrets of the deployment's current attempt are named after
+/// ([`kube_secret::object_name`]): `{name}.{attempt}`.
+fn secrets_prefix(deployment: &Deployment) -> String {
+    format!("{}.{}", deployment.name, deployment.attempt)
+}
+
 /// The Job of the deployment's current attempt: one Pod, never restarted, no retries (a new
-/// attempt is a `resubmit`), requests equal to limits.
+/// attempt is a `resubmit`), requests equal to limits; its secrets by reference
+/// ([`kube_secret::references`]).
 pub fn job_object(deployment: &Deployment) -> serde_json::Value {
     let spec = &deployment.spec;
     let mut resources = serde_json::Map::new();
@@ -58,6 +67,7 @@ pub fn job_object(deployment: &Deployment) -> serde_json::Value {
         resources.insert("memory".into(), json!(memory));
     }
     let env: Vec<_> = spec.env.iter().map(|var| json!({ "name": var.name, "value": var.value })).collect();
+    let (env_from, pull_secrets) = kube_secret::references(&secrets_prefix(deployment), &spec.secrets);
     let labels = labels(deployment);
     json!({
         "apiVersion": "batch/v1",
@@ -69,11 +79,13 @@ pub fn job_object(deployment: &Deployment) -> serde_json::Value {
                 "metadata": { "labels": labels },
                 "spec": {
                     "restartPolicy": "Never",
+                    "imagePullSecrets": pull_secrets,
                     "containers": [{
                         "name": CONTAINER,
                         "image": spec.image,
                         "command": spec.command,
                         "env": env,
+                        "envFrom": env_from,
                         "resources": { "requests": resources, "limits": resources },
                     }],
                 },
@@ -82,8 +94,13 @@ pub fn job_object(deployment: &Deployment) -> serde_json::Value {
     })
 }
 
-/// Server-side applies the deployment's namespace and its current attempt's Job.
-pub async fn apply(client: &kube::Client, deployment: &Deployment) -> Result<(), KubeError> {
+/// Server-side applies the deployment's namespace and its current attempt's Secrets
+/// (`secrets`, opened at their pinned versions), not yet owned: [`apply_job`] follows.
+pub async fn apply_secrets(
+    client: &kube::Client,
+    deployment: &Deployment,
+    secrets: &[Opened],
+) -> Result<(), KubeError> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let namespace = json!({
@@ -91,9 +108,34 @@ pub async fn apply(client: &kube::Client, deployment: &Deployment) -> Result<(),
         "metadata": { "name": deployment.namespace, "labels": { "app.kubernetes.io/managed-by": "anycloud" } },
     });
     namespaces.patch(&deployment.namespace, &params, &Patch::Apply(namespace)).await?;
+    kube_secret::apply(client, &deployment.namespace, secret_objects(deployment, secrets, None)).await
+}
+
+/// Server-side applies the current attempt's Job, then its Secrets again, now owned by the Job
+/// (so that deleting the Job deletes them). Run twice, it changes nothing.
+pub async fn apply_job(client: &kube::Client, deployment: &Deployment, secrets: &[Opened]) -> Result<(), KubeError> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
     let jobs: Api<Job> = Api::namespaced(client.clone(), &deployment.namespace);
-    jobs.patch(&deployment.job_name(), &params, &Patch::Apply(job_object(deployment))).await?;
+    let job = jobs.patch(&deployment.job_name(), &params, &Patch::Apply(job_object(deployment))).await?;
+    if !secrets.is_empty() {
+        let uid = job.metadata.uid.unwrap_or_default();
+        let owner = kube_secret::owner("batch/v1", "Job", &deployment.job_name(), &uid);
+        kube_secret::apply(client, &deployment.namespace, secret_objects(deployment, secrets, Some(&owner))).await?;
+    }
     Ok(())
+}
+
+/// The Secrets of the current attempt, owned by `owner` when given.
+fn secret_objects(
+    deployment: &Deployment,
+    secrets: &[Opened],
+    owner: Option<&serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    let (prefix, labels) = (secrets_prefix(deployment), labels(deployment));
+    secrets
+        .iter()
+        .map(|opened| kube_secret::secret_object(&deployment.namespace, &prefix, &labels, opened, owner))
+        .collect()
 }
 
 /// Whether a Kubernetes error is the cluster refusing the object itself (400, 422): applying it
@@ -108,8 +150,8 @@ pub fn is_refusal(err: &KubeError) -> Option<String> {
 /// Where an attempt stands, as its Job and Pod say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {
-    /// No Pod runs yet; why, in Kubernetes' words.
-    Starting(String),
+    /// No Pod runs yet; why, in Kubernetes' words, and whether it may still start.
+    Starting(PodWait),
     /// Its Pod runs, on this node.
     Running {
         /// The Pod.
@@ -162,7 +204,8 @@ pub async fn progress(client: &kube::Client, deployment: &Deployment) -> Result<
         return Ok(Progress::Ended(Outcome { succeeded, exit_code, reason, started_at }));
     }
     let Some(pod) = pod else {
-        return Ok(Progress::Starting(format!("Job {} has no Pod yet", deployment.job_name())));
+        let why = format!("Job {} has no Pod yet", deployment.job_name());
+        return Ok(Progress::Starting(PodWait { why, verdict: pod_wait::Verdict::Waits }));
     };
     let name = pod.metadata.name.clone().unwrap_or_default();
     let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone());
@@ -179,6 +222,9 @@ pub async fn progress(client: &kube::Client, deployment: &Deployment) -> Result<
     if state.as_ref().is_some_and(|state| state.running.is_some()) {
         return Ok(Progress::Running { pod: name, node });
     }
+    if let Some(wait) = pod_wait::explain_live(client, &pod, &subject(deployment)).await? {
+        return Ok(Progress::Starting(wait));
+    }
     let waiting = state.and_then(|state| state.waiting).map(|waiting| {
         let reason = waiting.reason.unwrap_or_else(|| "Waiting".into());
         match waiting.message {
@@ -187,7 +233,19 @@ pub async fn progress(client: &kube::Client, deployment: &Deployment) -> Result<
         }
     });
     let phase = pod.status.and_then(|status| status.phase).unwrap_or_else(|| "Pending".into());
-    Ok(Progress::Starting(format!("Pod {name} is {phase}{}", waiting.map(|w| format!(" ({w})")).unwrap_or_default())))
+    let why = format!("Pod {name} is {phase}{}", waiting.map(|w| format!(" ({w})")).unwrap_or_default());
+    Ok(Progress::Starting(PodWait { why, verdict: pod_wait::Verdict::Waits }))
+}
+
+/// The job as the words about its Pod name it: what to run once the cause is fixed is a
+/// `resubmit`.
+fn subject(deployment: &Deployment) -> Subject<'_> {
+    Subject {
+        name: &deployment.name,
+        image: &deployment.spec.image,
+        port: None,
+        again: format!("`anycloud resubmit {}`", deployment.name),
+    }
 }
 
 /// When a terminated container started, in ms since the epoch.
@@ -201,8 +259,8 @@ fn container_state(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerSta
 }
 
 /// Deletes the Jobs of every attempt of the deployment before `before` (all of them when
-/// `None`), with their Pods (foreground propagation), and returns how many Jobs and Pods are
-/// still listed: 0 once Kubernetes has removed everything.
+/// `None`), with their Pods (foreground propagation) and Secrets, and returns how many of them
+/// are still listed: 0 once Kubernetes has removed everything.
 pub async fn delete(client: &kube::Client, deployment: &Deployment, before: Option<i64>) -> Result<usize, KubeError> {
     let selector = ListParams::default().labels(&format!("{DEPLOYMENT_ID}={}", deployment.id));
     let old = |labels: Option<&BTreeMap<String, String>>| {
@@ -215,8 +273,10 @@ pub async fn delete(client: &kube::Client, deployment: &Deployment, before: Opti
     };
     let jobs: Api<Job> = Api::namespaced(client.clone(), &deployment.namespace);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &deployment.namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &deployment.namespace);
     Ok(delete_listed(&jobs, &selector, &old, &DeleteParams::foreground()).await?
-        + delete_listed(&pods, &selector, &old, &DeleteParams::background()).await?)
+        + delete_listed(&pods, &selector, &old, &DeleteParams::background()).await?
+        + delete_listed(&secrets, &selector, &old, &DeleteParams::background()).await?)
 }
 
 /// Deletes the objects `selector` lists that `wanted` keeps, and returns how many of them were

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment as KubeDeployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -19,6 +19,8 @@ use crate::db::deployments::Deployment;
 use crate::db::revisions::Revision;
 use crate::kube_api::KubeError;
 use crate::kube_job::{CONTAINER, DEPLOYMENT, DEPLOYMENT_ID, FIELD_MANAGER, delete_listed};
+use crate::kube_secret::{self, Opened};
+use crate::pod_wait::{self, Subject, Verdict};
 
 /// The label of the revision a Pod template (and so a ReplicaSet and its Pods) belongs to.
 pub const REVISION: &str = "anycloud.dev/revision";
@@ -97,6 +99,7 @@ pub fn deployment_object(deployment: &Deployment, revision: &Revision) -> serde_
         .map(|var| json!({ "name": var.name, "value": var.value }))
         .collect();
     env.push(json!({ "name": "PORT", "value": port.to_string() }));
+    let (env_from, pull_secrets) = kube_secret::references(&deployment.name, &spec.secrets);
     let labels = labels(deployment);
     let mut template_labels = labels.clone();
     template_labels.insert(REVISION.to_owned(), revision.number.to_string());
@@ -121,11 +124,13 @@ pub fn deployment_object(deployment: &Deployment, revision: &Revision) -> serde_
             "template": {
                 "metadata": { "labels": template_labels },
                 "spec": {
+                    "imagePullSecrets": pull_secrets,
                     "containers": [{
                         "name": CONTAINER,
                         "image": spec.image,
                         "command": spec.command,
                         "env": env,
+                        "envFrom": env_from,
                         "ports": [{ "name": PORT_NAME, "containerPort": port, "protocol": "TCP" }],
                         "readinessProbe": {
                             "tcpSocket": { "port": port },
@@ -156,16 +161,32 @@ pub async fn apply_service(client: &kube::Client, deployment: &Deployment) -> Re
     Ok(applied.spec.and_then(|spec| spec.cluster_ip))
 }
 
-/// Server-side applies the Deployment with `revision`'s template.
+/// Server-side applies `revision`'s Secrets (`secrets`, opened at the versions it pinned), the
+/// Deployment with its template, and the Secrets again now owned by the Deployment, so that
+/// deleting the Deployment deletes them. Each call is idempotent.
 pub async fn apply_deployment(
     client: &kube::Client,
     deployment: &Deployment,
     revision: &Revision,
+    secrets: &[Opened],
 ) -> Result<(), KubeError> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let deployments: Api<KubeDeployment> = Api::namespaced(client.clone(), &deployment.namespace);
+    let namespace = &deployment.namespace;
+    let mut secret_labels = labels(deployment);
+    secret_labels.insert(REVISION.to_owned(), revision.number.to_string());
+    let objects = |owner: Option<&serde_json::Value>| {
+        let object = |opened| kube_secret::secret_object(namespace, &deployment.name, &secret_labels, opened, owner);
+        secrets.iter().map(object).collect()
+    };
+    kube_secret::apply(client, namespace, objects(None)).await?;
+    let deployments: Api<KubeDeployment> = Api::namespaced(client.clone(), namespace);
     let object = deployment_object(deployment, revision);
-    deployments.patch(&deployment.name, &params, &Patch::Apply(object)).await?;
+    let applied = deployments.patch(&deployment.name, &params, &Patch::Apply(object)).await?;
+    if !secrets.is_empty() {
+        let uid = applied.metadata.uid.unwrap_or_default();
+        let owner = kube_secret::owner("apps/v1", "Deployment", &deployment.name, &uid);
+        kube_secret::apply(client, namespace, objects(Some(&owner))).await?;
+    }
     Ok(())
 }
 
@@ -186,17 +207,48 @@ pub enum Rollout {
 /// Reads the Deployment and the Pods of `revision` and says where its rollout stands: the
 /// Deployment's controller must have observed its latest spec, every desired replica must be
 /// updated and available, and no replica of another revision may be left (as `kubectl rollout
-/// status` waits). A Pod of the revision whose container exited, crash-loops or cannot start, or
-/// the Deployment's `ProgressDeadlineExceeded`, fails it.
-pub async fn rollout(client: &kube::Client, deployment: &Deployment, revision: i64) -> Result<Rollout, KubeError> {
+/// status` waits). A Pod of the revision whose container exited, crash-loops or cannot be
+/// created, whose image the kubelet has backed off pulling, or that asks for more than any node
+/// has, or the Deployment's `ProgressDeadlineExceeded`, fails it. While it progresses, it says
+/// why the first Pod of the revision that is not ready waits, in Kubernetes' words
+/// ([`pod_wait`]); `again` is what to run once that is fixed.
+pub async fn rollout(
+    client: &kube::Client,
+    deployment: &Deployment,
+    revision: &Revision,
+    again: &str,
+) -> Result<Rollout, KubeError> {
+    let number = revision.number;
     let deployments: Api<KubeDeployment> = Api::namespaced(client.clone(), &deployment.namespace);
     let Some(object) = deployments.get_opt(&deployment.name).await? else { return Ok(Rollout::Gone) };
     let pods: Api<Pod> = Api::namespaced(client.clone(), &deployment.namespace);
-    for pod in pods.list(&list_revision(deployment, revision)).await?.items {
-        if let Some(cause) = pod_failure(&pod, revision) {
+    let mut listed = pods.list(&list_revision(deployment, number)).await?.items;
+    listed.sort_by(|a, b| {
+        (&a.metadata.creation_timestamp, &a.metadata.name).cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+    });
+    let subject = Subject {
+        name: &deployment.name,
+        image: &revision.spec.image,
+        port: Some(port(deployment)),
+        again: again.to_owned(),
+    };
+    for pod in &listed {
+        if let Some(cause) = pod_failure(pod, number, &subject) {
             return Ok(Rollout::Failed(cause));
         }
     }
+    // Why the first Pod that is not ready waits: one look at events (and nodes) per check.
+    let mut waiting = None;
+    for pod in &listed {
+        if let Some(wait) = pod_wait::explain_live(client, pod, &subject).await? {
+            waiting = Some(wait);
+            break;
+        }
+    }
+    if let Some(wait) = waiting.as_ref().filter(|wait| wait.verdict != Verdict::Waits) {
+        return Ok(Rollout::Failed(format!("revision {number} cannot start: {}", wait.why)));
+    }
+    let why = waiting.map(|wait| format!(": {}", wait.why)).unwrap_or_default();
     let generation = object.metadata.generation.unwrap_or(0);
     let desired = object.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
     let template_revision = object
@@ -207,9 +259,9 @@ pub async fn rollout(client: &kube::Client, deployment: &Deployment, revision: i
         .and_then(|labels| labels.get(REVISION))
         .cloned()
         .unwrap_or_default();
-    if template_revision != revision.to_string() {
+    if template_revision != number.to_string() {
         return Ok(Rollout::Progressing(format!(
-            "the Deployment's template is revision {template_revision}, not {revision}"
+            "the Deployment's template is revision {template_revision}, not {number}"
         )));
     }
     let Some(status) = object.status else {
@@ -228,8 +280,8 @@ pub async fn rollout(client: &kube::Client, deployment: &Deployment, revision: i
     if let Some(condition) = deadline {
         let seconds = object.spec.as_ref().and_then(|spec| spec.progress_deadline_seconds).unwrap_or(600);
         return Ok(Rollout::Failed(format!(
-            "revision {revision} did not become available within its progress deadline of {seconds}s \
-             (ProgressDeadlineExceeded{})",
+            "revision {number} did not become available within its progress deadline of {seconds}s \
+             (ProgressDeadlineExceeded{}){why}",
             condition.message.map(|message| format!(": {message}")).unwrap_or_default()
         )));
     }
@@ -238,22 +290,25 @@ pub async fn rollout(client: &kube::Client, deployment: &Deployment, revision: i
     let available = i64::from(status.available_replicas.unwrap_or(0));
     let desired = i64::from(desired);
     if updated < desired {
-        return Ok(Rollout::Progressing(format!("{updated} of {desired} replica(s) of revision {revision} created")));
+        return Ok(Rollout::Progressing(format!(
+            "{updated} of {desired} replica(s) of revision {number} created{why}"
+        )));
     }
     if total > updated {
-        return Ok(Rollout::Progressing(format!("{} replica(s) of other revisions still to go", total - updated)));
+        return Ok(Rollout::Progressing(format!("{} replica(s) of other revisions still to go{why}", total - updated)));
     }
     if available < desired {
         return Ok(Rollout::Progressing(format!(
-            "{available} of {desired} replica(s) of revision {revision} available"
+            "{available} of {desired} replica(s) of revision {number} available{why}"
         )));
     }
     Ok(Rollout::Available)
 }
 
 /// Why a Pod of `revision` shows that the revision cannot serve: its container exited (a server
-/// must not), crash-loops, or cannot be created. `None` while it runs or is starting.
-fn pod_failure(pod: &Pod, revision: i64) -> Option<String> {
+/// must not), crash-loops, or cannot be created. `None` while it runs or is starting (an image
+/// pull that fails is [`pod_wait`]'s to judge: the kubelet tries once more before it backs off).
+fn pod_failure(pod: &Pod, revision: i64, subject: &Subject<'_>) -> Option<String> {
     if pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
@@ -262,30 +317,25 @@ fn pod_failure(pod: &Pod, revision: i64) -> Option<String> {
     let state = status.state.as_ref();
     let last = status.last_state.as_ref().and_then(|last| last.terminated.as_ref());
     let exited = state.and_then(|state| state.terminated.as_ref()).or(last);
-    let waiting = state.and_then(|state| state.waiting.as_ref()).and_then(|waiting| waiting.reason.clone());
-    if let Some(reason) = waiting.as_deref().filter(|reason| *reason == "CrashLoopBackOff") {
-        let code = exited.map(|exited| format!(", last exit code {}", exited.exit_code)).unwrap_or_default();
-        return Some(format!(
-            "revision {revision}'s container is crash-looping in Pod {name} ({reason}{code}, {} restart(s))",
-            status.restart_count
-        ));
+    let waiting = state.and_then(|state| state.waiting.as_ref());
+    let reason = waiting.and_then(|waiting| waiting.reason.as_deref());
+    if reason == Some("CrashLoopBackOff") {
+        let why = pod_wait::explain(pod, &[], subject).map(|wait| wait.why).unwrap_or_default();
+        return Some(format!("revision {revision}'s container is crash-looping in Pod {name}: {why}"));
     }
-    if let Some(reason) = waiting.as_deref().filter(|reason| {
-        matches!(
-            *reason,
-            "ErrImagePull"
-                | "ImagePullBackOff"
-                | "InvalidImageName"
-                | "CreateContainerConfigError"
-                | "CreateContainerError"
-        )
-    }) {
-        return Some(format!("revision {revision}'s container cannot start in Pod {name} ({reason})"));
+    if let Some(reason) =
+        reason.filter(|reason| matches!(*reason, "CreateContainerConfigError" | "CreateContainerError"))
+    {
+        let message = waiting.and_then(|waiting| waiting.message.as_deref()).unwrap_or("no message");
+        return Some(format!(
+            "revision {revision}'s container cannot start in Pod {name} ({reason}: {message}){}",
+            pod_wait::config_advice(message)
+        ));
     }
     if let Some(exited) = exited.filter(|_| status.restart_count > 0 || state.is_some_and(|s| s.terminated.is_some())) {
         let why = exited.reason.clone().unwrap_or_else(|| "Terminated".into());
         return Some(format!(
-            "revision {revision}'s container exited with code {} in Pod {name} ({why})",
+            "revision {revision}'s container exited with code {} in Pod {name} ({why}); a server must keep running",
             exited.exit_code
         ));
     }
@@ -299,7 +349,7 @@ pub async fn revision_pods(client: &kube::Client, deployment: &Deployment, revis
 }
 
 /// Deletes the service's Deployment (foreground: its ReplicaSets and Pods go first), Service,
-/// and any ReplicaSet or Pod of it left, and returns how many of them are still listed: 0 once
+/// and any ReplicaSet, Pod or Secret of it left, and returns how many of them are still listed: 0 once
 /// Kubernetes has removed everything.
 pub async fn delete(client: &kube::Client, deployment: &Deployment) -> Result<usize, KubeError> {
     let selector = list_all(deployment);
@@ -309,10 +359,12 @@ pub async fn delete(client: &kube::Client, deployment: &Deployment) -> Result<us
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     Ok(delete_listed(&deployments, &selector, &any, &DeleteParams::foreground()).await?
         + delete_listed(&services, &selector, &any, &DeleteParams::background()).await?
         + delete_listed(&replica_sets, &selector, &any, &DeleteParams::background()).await?
-        + delete_listed(&pods, &selector, &any, &DeleteParams::background()).await?)
+        + delete_listed(&pods, &selector, &any, &DeleteParams::background()).await?
+        + delete_listed(&secrets, &selector, &any, &DeleteParams::background()).await?)
 }
 
 /// Whether a Kubernetes error says the object is not there.

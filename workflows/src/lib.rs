@@ -7,7 +7,7 @@
 //!   transaction, and answers with a type of [`api`] or a [`refusal`].
 //! - The workflows, one file each, named after their kind: [`credentials_verify`],
 //!   [`cluster_create`], [`cluster_delete`], [`job_run`], [`service_deploy`], [`service_upgrade`],
-//!   [`service_terminate`], [`api_deploy`], [`api_remove`]. [`registry`] registers them all; their shared retry
+//!   [`service_terminate`], [`api_deploy`], [`api_remove`], [`api_rotate_ca`]. [`registry`] registers them all; their shared retry
 //!   policies are in [`retry`], what their steps use in [`deps`].
 //! - [`db`]: the domain's tables and every SQL statement on them.
 //! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP; the simulated cloud is its own
@@ -15,7 +15,9 @@
 //!   ask of a cluster's Kubernetes API.
 //! - [`kube_job`]: a job's Kubernetes objects, logs and exec ([`log_cursor`]: resuming a log
 //!   stream that broke); [`kube_service`]: a service's
-//!   Deployment, Service and rollouts; [`workload`]: checking a workload's spec.
+//!   Deployment, Service and rollouts; [`kube_secret`]: the Secrets a deployment's secrets
+//!   become; [`pod_wait`]: why a workload's Pod waits, in Kubernetes' words ([`kube_quantity`]:
+//!   reading CPU and memory quantities); [`workload`]: checking a workload's spec.
 //! - [`secrets`] and [`cluster_secrets`]: what is sealed at rest; [`user_data`]: what a VM runs
 //!   when it boots.
 
@@ -25,7 +27,9 @@ pub mod api_bucket;
 pub mod api_deploy;
 pub mod api_hosting_credential;
 pub mod api_identity;
+pub mod api_keys;
 pub mod api_remove;
+pub mod api_rotate_ca;
 pub mod api_storage_key;
 pub mod api_user_data;
 pub mod cloud;
@@ -40,10 +44,13 @@ pub mod deps;
 pub mod job_run;
 pub mod kube_api;
 pub mod kube_job;
+pub mod kube_quantity;
+pub mod kube_secret;
 pub mod kube_service;
 pub mod log_cursor;
 pub mod names;
 pub mod operations;
+pub mod pod_wait;
 pub mod providers;
 pub mod refusal;
 pub mod retry;
@@ -64,6 +71,7 @@ use anycloud_engine::Registry;
 
 use api_deploy::DeployApi;
 use api_remove::RemoveApi;
+use api_rotate_ca::RotateApiCa;
 
 use cluster_create::CreateCluster;
 use cluster_delete::DeleteCluster;
@@ -87,6 +95,7 @@ pub fn registry(deps: &Deps) -> Registry {
         .with(Arc::new(TerminateService { deps: deps.clone() }))
         .with(Arc::new(DeployApi { deps: deps.clone() }))
         .with(Arc::new(RemoveApi { deps: deps.clone() }))
+        .with(Arc::new(RotateApiCa { deps: deps.clone() }))
 }
 
 /// Milliseconds since the Unix epoch.

@@ -124,6 +124,16 @@ codes! {
     HostedApiNotFound = "HOSTED_API_NOT_FOUND", NotFound;
     /// The hosted API is not ready (still deploying, failed, or being removed).
     HostedApiNotReady = "HOSTED_API_NOT_READY", Conflict;
+    /// The secret is wrong as given (name, keys, values, size, registry).
+    InvalidSecret = "INVALID_SECRET", BadInput;
+    /// A secret has that name.
+    SecretExists = "SECRET_EXISTS", Conflict;
+    /// No secret has that name.
+    SecretNotFound = "SECRET_NOT_FOUND", NotFound;
+    /// A deployment that has not ended takes the secret.
+    SecretInUse = "SECRET_IN_USE", Conflict;
+    /// A registry secret given where an env secret goes (`--secret`), or the reverse.
+    WrongSecretKind = "WRONG_SECRET_KIND", BadInput;
 }
 
 impl std::fmt::Display for Code {

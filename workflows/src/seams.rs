@@ -15,6 +15,9 @@ pub struct TestSeams {
     /// A pause between a launch call's answer and the end of its step, so that a crash test can
     /// kill the API between the two.
     pub pause_after_launch: Option<Duration>,
+    /// A pause between a job's Secrets and its Job in `job.run`'s `apply`, so that a crash test
+    /// can kill the API inside the secrets' apply.
+    pub pause_in_secret_apply: Option<Duration>,
     /// Where every hosted API's VM is reached (moto's and the fake Compute server's VMs boot
     /// nothing: the tests' VM runner runs the API their user-data names at this address).
     pub hosted_api_address: Option<String>,
@@ -37,6 +40,9 @@ impl TestSeams {
         }
         if let Some(pause) = self.pause_after_launch {
             on.push(format!("each launch step pauses {} ms before its checkpoint", pause.as_millis()));
+        }
+        if let Some(pause) = self.pause_in_secret_apply {
+            on.push(format!("a job's apply pauses {} ms between its Secrets and its Job", pause.as_millis()));
         }
         if let Some(address) = &self.hosted_api_address {
             on.push(format!("every hosted API's VM is reached at {address}"));

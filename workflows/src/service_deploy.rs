@@ -133,9 +133,10 @@ async fn apply(ctx: StepCtx<DeployService>) -> Result<Applied, StepError> {
     let input = ctx.input();
     let (deployment, client) = service_and_client(deps, &input.deployment_id).await?;
     let first = revision(deps, &deployment, 1).await?;
+    let secrets = deps.open_secrets(&deployment.name, &first.spec.secrets).await?;
     let applied = async {
         let cluster_ip = kube_service::apply_service(&client, &deployment).await?;
-        kube_service::apply_deployment(&client, &deployment, &first).await?;
+        kube_service::apply_deployment(&client, &deployment, &first, &secrets).await?;
         Ok::<_, crate::kube_api::KubeError>(cluster_ip)
     }
     .await;
@@ -207,23 +208,40 @@ fn ended_reason(cancelled: bool, cause: Option<&str>, run: uuid::Uuid) -> (Statu
 }
 
 /// Ready once every desired replica of revision 1 is available. A container that exits or
-/// crash-loops, or the progress deadline passing, fails the step (terminal: the run unwinds).
+/// crash-loops, an image the kubelet backs off pulling, or the progress deadline passing, fails
+/// the step (terminal: the run unwinds). While it waits, the record says why.
 async fn wait_available(ctx: StepCtx<DeployService>) -> Result<Check<()>, StepError> {
     let deps = deps(&ctx);
     let (deployment, client) = service_and_client(deps, &ctx.input().deployment_id).await?;
     let first = revision(deps, &deployment, 1).await?;
     let applied = ctx.output(APPLY)?;
-    check_rollout(&client, &deployment, &first, applied.applied_at).await
+    let again = "deploy the service again (`anycloud service IMAGE --cluster NAME --id NEW-NAME -- COMMAND`)";
+    let check = check_rollout(&client, &deployment, &first, applied.applied_at, again).await?;
+    if let Check::NotYet(why) = &check {
+        say_why(deps, &deployment, Status::Deploying, why).await?;
+    }
+    Ok(check)
 }
 
-/// Where the rollout of `revision`, applied at `applied_at`, stands, as a poll's check.
+/// Writes what a service waits for into its record's reason, when that changed (so `status`
+/// and the `--wait` lines show it).
+pub(crate) async fn say_why(deps: &Deps, deployment: &Deployment, status: Status, why: &str) -> Result<(), StepError> {
+    if deployment.status == status && deployment.reason.as_deref() != Some(why) {
+        deployments::set_status(&deps.db, &deployment.id, deployment.attempt, status, Some(why), now_ms()).await?;
+    }
+    Ok(())
+}
+
+/// Where the rollout of `revision`, applied at `applied_at`, stands, as a poll's check; `again`
+/// is what to run once a cause the user must fix is fixed.
 pub(crate) async fn check_rollout(
     client: &kube::Client,
     deployment: &Deployment,
     revision: &Revision,
     applied_at: i64,
+    again: &str,
 ) -> Result<Check<()>, StepError> {
-    let rollout = match kube_service::rollout(client, deployment, revision.number).await {
+    let rollout = match kube_service::rollout(client, deployment, revision, again).await {
         Ok(rollout) => rollout,
         Err(err) => return Ok(Check::NotYet(format!("asking Kubernetes: {}", anycloud_engine::error_chain(&err)))),
     };

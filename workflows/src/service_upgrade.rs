@@ -35,7 +35,7 @@ use crate::db::deployments::{self, Status};
 use crate::db::revisions::{self, RevisionResult};
 use crate::deps::Deps;
 use crate::kube_service::{self, Rollout};
-use crate::service_deploy::{ROLLOUT_TIMEOUT, check_rollout, kube_failed, revision, service_and_client};
+use crate::service_deploy::{ROLLOUT_TIMEOUT, check_rollout, kube_failed, revision, say_why, service_and_client};
 use crate::{kube_job, now_ms, retry};
 
 /// The workflow, with what its steps need.
@@ -127,7 +127,8 @@ async fn apply(ctx: StepCtx<UpgradeService>) -> Result<UpgradeApplied, StepError
     revisions::set_result(&deps.db, &deployment.id, next.number, RevisionResult::Upgrading, None, now).await?;
     deployments::set_status(&deps.db, &deployment.id, deployment.attempt, Status::Upgrading, Some(&rolling), now)
         .await?;
-    if let Err(err) = kube_service::apply_deployment(&client, &deployment, &next).await {
+    let secrets = deps.open_secrets(&deployment.name, &next.spec.secrets).await?;
+    if let Err(err) = kube_service::apply_deployment(&client, &deployment, &next, &secrets).await {
         let Some(message) = kube_job::is_refusal(&err) else {
             return Err(kube_failed(&format!("applying revision {} of `{}`", next.number, deployment.name), &err));
         };
@@ -172,10 +173,12 @@ async fn roll_back(ctx: StepCtx<UpgradeService>, applied: Effect<UpgradeApplied>
         deployments::set_status(&deps.db, &deployment.id, deployment.attempt, Status::RollingBack, Some(&rolling), now)
             .await?;
     }
-    kube_service::apply_deployment(&client, &deployment, &previous)
+    let secrets = deps.open_secrets(&deployment.name, &previous.spec.secrets).await?;
+    kube_service::apply_deployment(&client, &deployment, &previous, &secrets)
         .await
         .map_err(|err| kube_failed(&format!("re-applying revision {from} of `{}`", deployment.name), &err))?;
-    let rollout = kube_service::rollout(&client, &deployment, from)
+    let again = format!("`anycloud deployment upgrade {}`", deployment.name);
+    let rollout = kube_service::rollout(&client, &deployment, &previous, &again)
         .await
         .map_err(|err| kube_failed("reading the rollback's progress", &err))?;
     let left = kube_service::revision_pods(&client, &deployment, to)
@@ -220,7 +223,14 @@ async fn wait_available(ctx: StepCtx<UpgradeService>) -> Result<Check<()>, StepE
     let (deployment, client) = service_and_client(deps, &ctx.input().deployment_id).await?;
     let next = revision(deps, &deployment, ctx.input().revision).await?;
     let applied = ctx.output(APPLY)?;
-    check_rollout(&client, &deployment, &next, applied.applied_at).await
+    let again = format!("`anycloud deployment upgrade {} --image {}`", deployment.name, next.spec.image);
+    let check = check_rollout(&client, &deployment, &next, applied.applied_at, &again).await?;
+    if let Check::NotYet(why) = &check {
+        let rolling =
+            format!("rolling out revision {}; revision {} serves meanwhile: {why}", next.number, applied.from);
+        say_why(deps, &deployment, Status::Upgrading, &rolling).await?;
+    }
+    Ok(check)
 }
 
 /// Makes the new revision the one that serves; the one before it is superseded.

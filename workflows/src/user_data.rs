@@ -1,12 +1,14 @@
 //! cloud-init user-data for a cluster's VMs: the control plane installs and starts the k3s
 //! server with the cluster's CA and tokens; each capacity VM installs the k3s agent and joins.
 //!
-//! The scripts carry secrets (the join token, the API token, the CA key): they go to the
-//! provider's launch call and nowhere else (not into step outputs, logs or `inspect`).
+//! The scripts carry secrets: the control plane's the server token, the agent token, the API
+//! token and the CA key; a worker's the agent token alone (and the CA's hash, which is public).
+//! They go to the provider's launch call and nowhere else (not into step outputs, logs or
+//! `inspect`).
 //!
 //! Nothing here can boot a real VM, so the scripts are right by construction and by test
 //! (`workflows/tests/cloud_init_sandbox.rs` runs each one in a scratch root with stub `curl`,
-//! `k3s` and install script, and runs `shellcheck` over it).
+//! `iptables`, `k3s` and install script, and runs `shellcheck` over it).
 
 // What every script does, in order:
 //
@@ -15,14 +17,27 @@
 //    starts at boot by itself, so a later boot has nothing to do. The marker is the last thing the
 //    script writes, so a boot after a failed run tries again from the start.
 // 2. Reads the VM's own public address from its provider's metadata service: IMDSv2 on EC2 (a
-//    session token first; new instances refuse IMDSv1), `Metadata-Flavor: Google` on GCE.
+//    session token first; the instances are launched with `HttpTokens=required`), `Metadata-Flavor:
+//    Google` on GCE.
 // 3. Downloads the pinned k3s binary for `uname -m` and the install script of the same tag, and
 //    checks both against the SHA-256 sums below before it writes anything.
-// 4. Writes its files (`umask 077`), places the binary at /usr/local/bin/k3s and runs the install
+// 4. Keeps Pods from the metadata service (`metadata_guard`): an iptables rule in the `raw`
+//    table's PREROUTING chain drops what arrives for 169.254.169.254 on any interface, which is
+//    what a Pod's traffic does (it is routed through the host; the host's own requests leave
+//    through OUTPUT and are not touched). The rule is in place before k3s first starts, and a
+//    systemd drop-in puts it back before every later start of k3s (iptables rules do not outlive
+//    a reboot); if it cannot be put in place, k3s does not start.
+// 5. Writes its files (`umask 077`), places the binary at /usr/local/bin/k3s and runs the install
 //    script with `INSTALL_K3S_SKIP_DOWNLOAD=true`: k3s's documented air-gapped install.
 //
-// A worker joins with k3s's secure token, `K10<sha256 of the server CA bundle>::server:<token>`:
-// before it sends its credentials it checks that the CA the server presents is the cluster's.
+// The server gets two tokens (docs.k3s.io/cli/token, "Token Types"): the server token
+// (`K3S_TOKEN`), which joins servers and would let its holder fetch the cluster's bootstrap data,
+// CA keys included, and the agent token (`K3S_AGENT_TOKEN`, `--agent-token`), which joins agents
+// only. Both reach k3s through the environment file the install script writes (0600), not the
+// command line. A worker joins with the agent token in k3s's secure format,
+// `K10<sha256 of the server CA bundle>::node:<agent token>`: before it sends its credentials it
+// checks that the CA the server presents is the cluster's. No worker ever sees the server token,
+// the API token or a CA key.
 //
 // Every absolute path a script writes is under `${ANYCLOUD_ROOT:-}` (unset on a VM), so that a test
 // can run it in a scratch directory without root.
@@ -126,7 +141,7 @@ pub fn control_plane_with(
     address: &str,
     secrets: &ClusterSecrets,
 ) -> String {
-    let ClusterSecrets { join_token, api_token, ca_key_pem, .. } = secrets;
+    let ClusterSecrets { server_token, agent_token, api_token, ca_key_pem, .. } = secrets;
     let ca_cert = ca_bundle(secrets);
     let ca_key = with_newline(ca_key_pem);
     let head =
@@ -141,8 +156,10 @@ pub fn control_plane_with(
             format!(" \\\n  --node-external-ip '{address}' --flannel-backend=wireguard-native --flannel-external-ip")
         }
     };
+    let guard = metadata_guard(provider, "k3s");
     format!(
         r#"{head}
+{guard}
 tls="$root/var/lib/rancher/k3s/server/tls"
 mkdir -p "$tls" "$root/etc/rancher/k3s" "$root/usr/local/bin" "$root/var/lib/anycloud"
 cat > "$tls/server-ca.crt" <<'ANYCLOUD_EOF'
@@ -157,9 +174,9 @@ cat > anycloud-tokens.csv <<'ANYCLOUD_EOF'
 ANYCLOUD_EOF
 cp "$work/k3s" "$root/usr/local/bin/k3s"
 chmod 0755 "$root/usr/local/bin/k3s"
-K3S_TOKEN='{join_token}' INSTALL_K3S_SKIP_DOWNLOAD=true sh -s - server \
+K3S_TOKEN='{server_token}' K3S_AGENT_TOKEN='{agent_token}' INSTALL_K3S_SKIP_DOWNLOAD=true sh -s - server \
   --node-taint {CONTROL_PLANE_TAINT}{disabled} \
-  --node-label anycloud.dev/cluster={cluster_id} \
+  --node-label anycloud.dev/cluster={cluster_id} --secrets-encryption \
   --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv \
   --tls-san '{address}' ${{public_ip:+--tls-san "$public_ip"}}{across} < "$work/install.sh"
 echo '{version}' > "$marker"
@@ -195,7 +212,7 @@ pub fn worker_with(
     secrets: &ClusterSecrets,
 ) -> String {
     let Join { cluster_id, vm_name, server_address, reach } = *join;
-    let token = secure_join_token(secrets);
+    let token = secure_agent_token(secrets);
     let title = format!("anycloud cluster {cluster_id}: capacity VM {vm_name}");
     let head = head(&title, provider, PublicIp::of(reach, false), downloads);
     // Across networks the VM's public address is its node's ExternalIP (k3s's multicloud guide:
@@ -204,8 +221,10 @@ pub fn worker_with(
         Reach::OneNetwork => "",
         Reach::AcrossNetworks => " \\\n  --node-external-ip \"$public_ip\"",
     };
+    let guard = metadata_guard(provider, "k3s-agent");
     format!(
         r#"{head}
+{guard}
 mkdir -p "$root/usr/local/bin" "$root/var/lib/anycloud"
 cp "$work/k3s" "$root/usr/local/bin/k3s"
 chmod 0755 "$root/usr/local/bin/k3s"
@@ -292,6 +311,66 @@ verify "$work/install.sh" '{install_sh_sha256}' 'install.sh of k3s {version}'"#
     )
 }
 
+/// The metadata service's address, on EC2 and on GCE (`metadata.google.internal` is this address).
+pub const METADATA_ADDRESS: &str = "169.254.169.254";
+
+/// The iptables chain that holds what a Pod may send to the metadata address.
+pub const METADATA_CHAIN: &str = "ANYCLOUD-METADATA";
+
+/// Where the guard is installed on a VM, and the systemd drop-in that runs it before k3s starts.
+const GUARD_PATH: &str = "/usr/local/bin/anycloud-metadata-guard";
+const GUARD_DROP_IN: &str = "anycloud-metadata-guard.conf";
+
+/// Shell that installs and runs the node's rule against the metadata service, and has systemd run
+/// it again before every start of `unit` (`k3s` on the server, `k3s-agent` on a worker; the names
+/// k3s's install script gives its units).
+///
+/// Why `raw` PREROUTING and not FORWARD: a Pod's packet for 169.254.169.254 enters the host from
+/// its veth (flannel's `cni0` bridge) and is routed out of the host's interface, so it passes
+/// PREROUTING, then FORWARD, never OUTPUT. FORWARD is where k3s's flannel and kube-proxy put
+/// their own chains, at its top: flannel's `FLANNEL-FWD` accepts everything from the Pod network
+/// (flannel-io/flannel#1542, #1650), so a DROP placed in FORWARD before k3s starts ends up below
+/// that ACCEPT and never matches. Nothing of k3s writes to the `raw` table, whose PREROUTING runs
+/// before any of theirs (and before conntrack and NAT), so the rule holds whatever k3s adds. It
+/// matches any source, so a Pod that forges its address is dropped too; the host's own requests
+/// (the script's metadata lookups, k3s) leave through OUTPUT and are not touched.
+///
+/// On GCE the metadata server is also the VM's DNS resolver (Cloud DNS, "Name resolution order":
+/// every VM uses 169.254.169.254 as its name server), and CoreDNS, a Pod, forwards to it: port 53
+/// is let through there, and nothing else.
+fn metadata_guard(provider: ProviderKind, unit: &str) -> String {
+    let dns = match provider {
+        ProviderKind::Gcp => {
+            "\n# GCE's DNS resolver answers at this address too: CoreDNS forwards there.\n\
+                              rule -p udp --dport 53 -j RETURN\n\
+                              rule -p tcp --dport 53 -j RETURN"
+        }
+        ProviderKind::Aws | ProviderKind::Sim => "",
+    };
+    let drop_in_dir = format!("$root/etc/systemd/system/{unit}.service.d");
+    format!(
+        r#"mkdir -p "$root/usr/local/bin" "{drop_in_dir}"
+cat > "$root{GUARD_PATH}" <<'ANYCLOUD_EOF'
+#!/bin/sh
+# anycloud: Pods may not reach the metadata service ({METADATA_ADDRESS}); why: workflows/src/user_data.rs.
+set -eu
+iptables -w -t raw -N {METADATA_CHAIN} 2>/dev/null || true
+rule() {{
+  iptables -w -t raw -C {METADATA_CHAIN} "$@" 2>/dev/null || iptables -w -t raw -A {METADATA_CHAIN} "$@"
+}}{dns}
+rule -j DROP
+iptables -w -t raw -C PREROUTING -d {METADATA_ADDRESS}/32 -j {METADATA_CHAIN} 2>/dev/null ||
+  iptables -w -t raw -I PREROUTING 1 -d {METADATA_ADDRESS}/32 -j {METADATA_CHAIN}
+ANYCLOUD_EOF
+chmod 0700 "$root{GUARD_PATH}"
+cat > "{drop_in_dir}/{GUARD_DROP_IN}" <<'ANYCLOUD_EOF'
+[Service]
+ExecStartPre={GUARD_PATH}
+ANYCLOUD_EOF
+"$root{GUARD_PATH}""#
+    )
+}
+
 /// Shell that sets `$public_ip` to the VM's public address from its provider's metadata service
 /// (empty when it has none): IMDSv2 on EC2 (a session token first), `Metadata-Flavor: Google`
 /// on GCE.
@@ -321,39 +400,52 @@ fn with_newline(pem: &str) -> Cow<'_, str> {
     if pem.ends_with('\n') { Cow::Borrowed(pem) } else { Cow::Owned(format!("{pem}\n")) }
 }
 
-/// The token a worker joins with, in k3s's secure format: `K10<hash>::server:<join token>`. The
-/// hash is what k3s computes of the bundle a server serves at `/cacerts` (its server-ca.crt):
-/// for a bundle of one certificate, the sha256 of the file's bytes (k3s `clientaccess.hashCA`).
-fn secure_join_token(secrets: &ClusterSecrets) -> String {
-    secure_token_for(ca_bundle(secrets).as_bytes(), &secrets.join_token)
+/// The token a worker joins with: the agent token in k3s's secure format,
+/// `K10<hash>::node:<agent token>` (`node` is the user k3s keeps the agent token under; the server
+/// token's is `server`). The hash is what k3s computes of the bundle a server serves at `/cacerts`
+/// (its server-ca.crt): for a bundle of one certificate, the sha256 of the file's bytes (k3s
+/// `clientaccess.hashCA`).
+fn secure_agent_token(secrets: &ClusterSecrets) -> String {
+    secure_token(ca_bundle(secrets).as_bytes(), AGENT_USER, &secrets.agent_token)
 }
 
-fn secure_token_for(ca_bundle: &[u8], join_token: &str) -> String {
+/// The user k3s gives the agent token (`node`, group `k3s:agent`) and the server token (`server`,
+/// group `k3s:server`): k3s `pkg/daemons/control/deps`, `genUsers`.
+const AGENT_USER: &str = "node";
+const SERVER_USER: &str = "server";
+
+fn secure_token(ca_bundle: &[u8], user: &str, password: &str) -> String {
     let hash: String = Sha256::digest(ca_bundle).iter().map(|b| format!("{b:02x}")).collect();
-    format!("K10{hash}::server:{join_token}")
+    format!("K10{hash}::{user}:{password}")
 }
 
-/// What a worker's script says it joins: `(server address, join token, node name)`; the token is
+/// What a worker's script says it joins: `(server address, token, node name)`; the token is
 /// in k3s's secure format. The simulated cloud reads it the way a booting VM would run it.
 pub fn parse_worker(user_data: &str) -> Option<(String, String, String)> {
-    let value = |key: &str| {
-        let start = user_data.find(key)? + key.len();
-        let rest = &user_data[start..];
-        Some(rest[..rest.find('\'')?].to_owned())
-    };
-    let url = value("K3S_URL='https://")?;
+    let url = quoted(user_data, "K3S_URL='https://")?;
     let address = url.strip_suffix(":6443")?.to_owned();
-    Some((address, value("K3S_TOKEN='")?, value("--node-name '")?))
+    Some((address, quoted(user_data, "K3S_TOKEN='")?.to_owned(), quoted(user_data, "--node-name '")?.to_owned()))
 }
 
-/// The token a worker must present to join the control plane whose script this is: its join
-/// token with the hash of the CA it installs, as [`parse_worker`] reads it from a worker's script.
-pub fn parse_control_plane_worker_token(user_data: &str) -> Option<String> {
-    let start = user_data.find("K3S_TOKEN='")? + "K3S_TOKEN='".len();
-    let rest = &user_data[start..];
-    let join_token = &rest[..rest.find('\'')?];
-    let (ca_cert, _) = parse_control_plane_ca(user_data)?;
-    Some(secure_token_for(ca_cert.as_bytes(), join_token))
+/// The single-quoted value after the first `key` in `script`.
+fn quoted<'a>(script: &'a str, key: &str) -> Option<&'a str> {
+    let start = script.find(key)? + key.len();
+    let rest = &script[start..];
+    Some(&rest[..rest.find('\'')?])
+}
+
+/// Whether the control plane whose script is `user_data` lets an agent join with `token`, as a
+/// k3s server does: the agent token, or the server token (which joins agents too), each in the
+/// secure format with the hash of the CA the control plane installs (a worker that pinned another
+/// CA would not send its credentials). Compared in constant time.
+pub fn control_plane_admits_agent(user_data: &str, token: &str) -> bool {
+    let Some((ca_cert, _)) = parse_control_plane_ca(user_data) else { return false };
+    [(AGENT_USER, "K3S_AGENT_TOKEN='"), (SERVER_USER, "K3S_TOKEN='")].into_iter().any(|(user, key)| {
+        quoted(user_data, key).filter(|password| !password.is_empty()).is_some_and(|password| {
+            let expected = secure_token(ca_cert.as_bytes(), user, password);
+            crate::secrets::constant_time_eq(token.as_bytes(), expected.as_bytes())
+        })
+    })
 }
 
 /// The API token a control plane's script installs. The simulated cloud's Kubernetes API
@@ -385,7 +477,8 @@ mod tests {
 
     fn secrets() -> ClusterSecrets {
         ClusterSecrets {
-            join_token: "join123".into(),
+            server_token: "server123".into(),
+            agent_token: "agent789".into(),
             api_token: "api456".into(),
             ca_cert_pem: "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n".into(),
             ca_key_pem: "-----BEGIN PRIVATE KEY-----\ny\n-----END PRIVATE KEY-----\n".into(),
@@ -405,8 +498,26 @@ mod tests {
             let (address, token, name) = parse_worker(&script).unwrap();
             assert_eq!((address.as_str(), name.as_str()), ("10.0.0.2", "w0"));
             // The sha256 of the PEM file's bytes, as `sha256sum server-ca.crt` prints it.
-            let expected = "K101a73b7a8990ec3c4cc6aedb06395635db02c9e6dc6a88e92ca46084be5969746::server:join123";
+            let expected = "K101a73b7a8990ec3c4cc6aedb06395635db02c9e6dc6a88e92ca46084be5969746::node:agent789";
             assert_eq!(token, expected);
+        }
+    }
+
+    /// A worker's script holds the agent token and the CA's hash: never the server token, the API
+    /// token or a key.
+    #[test]
+    fn a_worker_script_carries_no_secret_but_the_agent_token() {
+        for provider in PROVIDERS {
+            for reach in [Reach::OneNetwork, Reach::AcrossNetworks] {
+                let script = worker(provider, &Join { reach, ..join("w0") }, &secrets());
+                assert!(script.contains("agent789"), "{script}");
+                for secret in ["server123", "api456", "PRIVATE KEY", "BEGIN CERTIFICATE", "::server:"] {
+                    assert!(
+                        !script.contains(secret),
+                        "{provider} {reach:?}: {secret:?} in a worker's script:\n{script}"
+                    );
+                }
+            }
         }
     }
 
@@ -416,7 +527,8 @@ mod tests {
             let script = control_plane(provider, Reach::OneNetwork, "c1", "198.51.100.7", &secrets());
             assert!(script.contains("--tls-san '198.51.100.7'"), "the certificate names the stable address");
             assert_eq!(parse_control_plane_token(&script).as_deref(), Some("api456"));
-            assert!(script.contains("K3S_TOKEN='join123'"));
+            assert!(script.contains("K3S_TOKEN='server123' K3S_AGENT_TOKEN='agent789' INSTALL_K3S_SKIP_DOWNLOAD=true"));
+            assert!(!script.contains("--agent-token") && !script.contains("--token"), "no token on a command line");
             let (cert, key) = parse_control_plane_ca(&script).unwrap();
             assert_eq!(cert, secrets().ca_cert_pem);
             assert_eq!(key, secrets().ca_key_pem);
@@ -427,11 +539,31 @@ mod tests {
     fn a_worker_joins_with_the_token_its_control_plane_expects() {
         let cp = control_plane(ProviderKind::Gcp, Reach::AcrossNetworks, "c1", "198.51.100.7", &secrets());
         let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, &join("w0"), &secrets())).unwrap();
-        assert_eq!(parse_control_plane_worker_token(&cp), Some(token));
+        assert!(control_plane_admits_agent(&cp, &token));
+        let hash = "K101a73b7a8990ec3c4cc6aedb06395635db02c9e6dc6a88e92ca46084be5969746";
+        // As a k3s server does, it admits an agent with the server token too (none is given one).
+        assert!(control_plane_admits_agent(&cp, &format!("{hash}::server:server123")));
         let mut other_ca = secrets();
         other_ca.ca_cert_pem = "-----BEGIN CERTIFICATE-----\nz\n-----END CERTIFICATE-----\n".into();
         let (_, other, _) = parse_worker(&worker(ProviderKind::Aws, &join("w0"), &other_ca)).unwrap();
-        assert_ne!(parse_control_plane_worker_token(&cp), Some(other));
+        assert!(!control_plane_admits_agent(&cp, &other), "another CA's hash");
+        for wrong in [
+            format!("{hash}::node:agent78"),
+            format!("{hash}::node:agent7890"),
+            format!("{hash}::server:agent789"),
+            format!("{hash}::node:server123"),
+            format!("{hash}::node:api456"),
+            format!("{hash}::node:"),
+            "agent789".to_owned(),
+            String::new(),
+        ] {
+            assert!(!control_plane_admits_agent(&cp, &wrong), "{wrong:?} admitted");
+        }
+        // Secrets from before agent tokens: no agent token is admitted, the empty one least of all.
+        let old = ClusterSecrets { agent_token: String::new(), ..secrets() };
+        let old_cp = control_plane(ProviderKind::Aws, Reach::OneNetwork, "c1", "198.51.100.7", &old);
+        assert!(!control_plane_admits_agent(&old_cp, &format!("{hash}::node:")));
+        assert!(!control_plane_admits_agent(&worker(ProviderKind::Aws, &join("w0"), &secrets()), &token), "a worker");
     }
 
     #[test]
@@ -442,7 +574,7 @@ mod tests {
         let (cert, _) = parse_control_plane_ca(&script).unwrap();
         assert_eq!(cert, format!("{}\n", secrets.ca_cert_pem));
         let (_, token, _) = parse_worker(&worker(ProviderKind::Aws, &join("w0"), &secrets)).unwrap();
-        assert_eq!(Some(token), parse_control_plane_worker_token(&script));
+        assert!(control_plane_admits_agent(&script, &token));
     }
 
     #[test]
@@ -458,8 +590,36 @@ mod tests {
             assert!(!aws.contains("metadata.google.internal"));
             let gcp = script(ProviderKind::Gcp);
             assert!(gcp.contains("Metadata-Flavor: Google") && gcp.contains("metadata.google.internal"));
-            assert!(!gcp.contains("169.254.169.254"));
+            assert!(!gcp.contains("http://169.254.169.254"), "GCE's metadata is asked by name");
             assert_eq!(script(ProviderKind::Sim), aws);
+        }
+    }
+
+    /// Every node keeps its Pods from the metadata address before k3s first starts, and before
+    /// each later start of its k3s unit; GCE's lets DNS through (its resolver is that address).
+    #[test]
+    fn every_node_drops_pod_traffic_to_the_metadata_address_before_k3s_starts() {
+        for provider in PROVIDERS {
+            for reach in [Reach::OneNetwork, Reach::AcrossNetworks] {
+                for (unit, script) in [
+                    ("k3s", control_plane(provider, reach, "c1", "198.51.100.7", &secrets())),
+                    ("k3s-agent", worker(provider, &Join { reach, ..join("w0") }, &secrets())),
+                ] {
+                    let jump = "iptables -w -t raw -I PREROUTING 1 -d 169.254.169.254/32 -j ANYCLOUD-METADATA";
+                    let drop = "rule -j DROP";
+                    let run = "\n\"$root/usr/local/bin/anycloud-metadata-guard\"\n";
+                    let install = "INSTALL_K3S_SKIP_DOWNLOAD=true";
+                    let at = |text: &str| script.find(text).unwrap_or_else(|| panic!("{text:?} missing:\n{script}"));
+                    assert!(at(jump) < at(run) && at(drop) < at(run) && at(run) < at(install), "{script}");
+                    let drop_in = format!("/etc/systemd/system/{unit}.service.d/anycloud-metadata-guard.conf");
+                    assert!(at(&drop_in) < at(install), "{script}");
+                    assert!(script.contains("[Service]\nExecStartPre=/usr/local/bin/anycloud-metadata-guard\n"));
+                    let dns = script
+                        .contains("rule -p udp --dport 53 -j RETURN\nrule -p tcp --dport 53 -j RETURN\nrule -j DROP");
+                    assert_eq!(dns, provider == ProviderKind::Gcp, "{provider}: {script}");
+                    assert!(!script.contains("FORWARD"), "a FORWARD rule sits below k3s's own ACCEPT");
+                }
+            }
         }
     }
 

@@ -42,6 +42,7 @@ pub fn check(
         env: merged,
         cpus: cpus.map(cpu_quantity).transpose()?,
         memory: memory.map(memory_quantity).transpose()?,
+        secrets: Vec::new(),
     })
 }
 
@@ -99,6 +100,15 @@ fn check_image(image: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The registry host an image is pulled from, by Docker's rule: the reference's first path
+/// component when it holds a `.` or a `:` or is `localhost`, else Docker Hub (`docker.io`).
+pub fn registry_host(image: &str) -> String {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => first.to_ascii_lowercase(),
+        _ => "docker.io".to_owned(),
+    }
 }
 
 fn check_env_name(name: &str) -> Result<(), String> {
@@ -194,6 +204,16 @@ mod tests {
             let err = check_image(bad).unwrap_err();
             assert!(err.contains("is not a valid image reference"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn the_registry_host_is_docker_s() {
+        assert_eq!(registry_host("ghcr.io/acme/batch:latest"), "ghcr.io");
+        assert_eq!(registry_host("localhost:5000/a/b"), "localhost:5000");
+        assert_eq!(registry_host("localhost/a"), "localhost");
+        assert_eq!(registry_host("registry.example.com:443/team/app"), "registry.example.com:443");
+        assert_eq!(registry_host("python:3.12"), "docker.io");
+        assert_eq!(registry_host("acme/batch"), "docker.io");
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! directory (every absolute path a script writes is under it), and `PATH` starts with stubs:
 //! `curl` answers the provider's metadata URLs the way the real services do (EC2's IMDSv2 refuses a
 //! request without its session token, GCE's server one without `Metadata-Flavor: Google`) and
-//! serves fixture files for the k3s release URLs; `uname` says which machine it is. The fixture
-//! `install.sh` records its arguments and environment instead of installing. `sha256sum` is the
-//! real one: the tests give the scripts the sums of their fixtures.
+//! serves fixture files for the k3s release URLs; `uname` says which machine it is; `iptables`
+//! keeps the rules it is given in a file, in order. The fixture `install.sh` records its arguments
+//! and environment instead of installing. Both log to one `order.log`, which shows what ran before
+//! k3s was started. `sha256sum` is the real one: the tests give the scripts the sums of their
+//! fixtures.
 //!
 //! `shellcheck -s sh` must pass every script; a machine without shellcheck fails the test
 //! (scripts/test installs it).
@@ -22,7 +24,7 @@ use anycloud_workflows::api_user_data::{self, Download, HostedApi};
 use anycloud_workflows::cluster_network::Reach;
 use anycloud_workflows::cluster_secrets::ClusterSecrets;
 use anycloud_workflows::providers::ProviderKind;
-use anycloud_workflows::user_data::{self, Join, K3S_VERSION, K3sDownloads};
+use anycloud_workflows::user_data::{self, Join, K3S_VERSION, K3sDownloads, METADATA_ADDRESS, METADATA_CHAIN};
 use sha2::{Digest, Sha256};
 
 /// The public addresses the fake metadata services give.
@@ -90,8 +92,39 @@ set -eu
   echo "args: $*"
   echo "K3S_URL=${K3S_URL:-}"
   echo "K3S_TOKEN=${K3S_TOKEN:-}"
+  echo "K3S_AGENT_TOKEN=${K3S_AGENT_TOKEN:-}"
 } >> "$SANDBOX/install.log"
+echo "install.sh $1" >> "$SANDBOX/order.log"
 "$ANYCLOUD_ROOT/usr/local/bin/k3s" "$1"
+"#;
+
+/// `iptables`, as far as the metadata guard uses it (`-w -t TABLE` then `-N CHAIN`, `-C`/`-A CHAIN
+/// RULE...` or `-I CHAIN 1 RULE...`), answering as the real one does: `-N` of an existing chain
+/// and `-C` of a missing rule fail, and a rule in a chain never made is refused. It keeps the rules
+/// in `iptables.rules`, one `TABLE CHAIN RULE` a line, each chain's in its order.
+const IPTABLES: &str = r#"#!/bin/sh
+echo "iptables $*" >> "$SANDBOX/order.log"
+[ "$1" = -w ] || { echo 'iptables: no -w: would race k3s for the xtables lock' >&2; exit 2; }
+[ "$2" = -t ] || exit 2
+table=$3 op=$4 chain=$5
+shift 5
+rules="$SANDBOX/iptables.rules" chains="$SANDBOX/iptables.chains"
+touch "$rules" "$chains"
+case "$chain" in
+  PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) ;;
+  *) [ "$op" = -N ] || grep -qxF "$table $chain" "$chains" || { echo "iptables: No chain/target/match by that name." >&2; exit 1; } ;;
+esac
+case "$op" in
+  -N) if grep -qxF "$table $chain" "$chains"; then echo 'iptables: Chain already exists.' >&2; exit 1; fi
+      echo "$table $chain" >> "$chains" ;;
+  -C) grep -qxF "$table $chain $*" "$rules" || { echo 'iptables: Bad rule (does a matching rule exist in that chain?).' >&2; exit 1; } ;;
+  -A) echo "$table $chain $*" >> "$rules" ;;
+  -I) [ "$1" = 1 ] || exit 2
+      shift
+      { echo "$table $chain $*"; cat "$rules"; } > "$rules.new"
+      mv "$rules.new" "$rules" ;;
+  *) exit 2 ;;
+esac
 "#;
 
 fn secrets() -> ClusterSecrets {
@@ -148,6 +181,7 @@ impl Sandbox {
         sandbox.executable(&sandbox.path("bin/curl"), CURL);
         sandbox.executable(&sandbox.path("bin/uname"), UNAME);
         sandbox.executable(&sandbox.path("bin/systemctl"), SYSTEMCTL);
+        sandbox.executable(&sandbox.path("bin/iptables"), IPTABLES);
         sandbox.serve(BINARY_URL, "#!/bin/sh\necho \"amd64 k3s $*\" >> \"$SANDBOX/started\"\n");
         sandbox.serve(ARM64_BINARY_URL, "#!/bin/sh\necho \"arm64 k3s $*\" >> \"$SANDBOX/started\"\n");
         sandbox.serve(INSTALL_SH_URL, INSTALL_SH);
@@ -197,8 +231,14 @@ impl Sandbox {
     fn run(&self, script: &str) -> Run {
         let path = self.path("user-data.sh");
         fs::write(&path, script).unwrap();
-        let output = Command::new("/bin/sh")
-            .arg(&path)
+        let output = self.command("/bin/sh").arg(&path).output().unwrap();
+        Run { output, script: script.to_owned() }
+    }
+
+    /// `program` as the VM would run it: the stubs first on `PATH`, the scratch root.
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new(program);
+        command
             .env_clear()
             .env("PATH", format!("{}:/usr/bin:/bin", self.path("bin").display()))
             .env("ANYCLOUD_ROOT", self.path("root"))
@@ -207,17 +247,16 @@ impl Sandbox {
             .env("MACHINE", self.machine)
             .env("IMDS_TOKEN", IMDS_TOKEN)
             .env("AWS_PUBLIC_IP", AWS_PUBLIC_IP)
-            .env("GCP_PUBLIC_IP", GCP_PUBLIC_IP)
-            .output()
-            .unwrap();
-        Run { output, script: script.to_owned() }
+            .env("GCP_PUBLIC_IP", GCP_PUBLIC_IP);
+        command
     }
 
     fn log(&self, name: &str) -> String {
         fs::read_to_string(self.path(name)).unwrap_or_default()
     }
 
-    /// The lines `install.sh` logged: `args: ...`, `K3S_URL=...`, `K3S_TOKEN=...`, per run.
+    /// The lines `install.sh` logged: `args: ...`, `K3S_URL=...`, `K3S_TOKEN=...`,
+    /// `K3S_AGENT_TOKEN=...`, per run.
     fn installs(&self) -> Vec<String> {
         self.log("install.log").lines().map(str::to_owned).collect()
     }
@@ -262,7 +301,7 @@ fn server_args(reach: Reach, ip: &str) -> String {
     };
     format!(
         "args: server --node-taint anycloud.dev/control-plane=true:NoSchedule --disable=traefik --disable=servicelb \
-         --disable=metrics-server --node-label anycloud.dev/cluster=c1 \
+         --disable=metrics-server --node-label anycloud.dev/cluster=c1 --secrets-encryption \
          --kube-apiserver-arg=token-auth-file=/etc/rancher/k3s/anycloud-tokens.csv --tls-san {RESERVED} --tls-san {ip}{across}"
     )
 }
@@ -297,6 +336,72 @@ fn assert_asked_its_metadata_service(sandbox: &Sandbox, provider: ProviderKind) 
             assert!(log.contains(&get), "{log}");
             assert!(!log.contains("metadata.google.internal"), "{log}");
         }
+    }
+}
+
+/// The node's rule against the metadata service, as a script of `provider` left it before it
+/// started k3s's `unit`: every `iptables` call before `install.sh` started k3s; the rules exactly
+/// these, in order (on GCE DNS goes through, the metadata server being the VM's resolver); the
+/// guard and the systemd drop-in that runs it before every start of `unit`; and the guard, run
+/// again as the next start of k3s runs it, adds nothing, or after a reboot (no rules) the same.
+fn assert_pods_kept_from_the_metadata_service(sandbox: &Sandbox, provider: ProviderKind, unit: &str) {
+    let order = sandbox.log("order.log");
+    let lines: Vec<&str> = order.lines().collect();
+    let install = lines.iter().position(|line| line.starts_with("install.sh ")).expect("install.sh ran");
+    let last_rule = lines.iter().rposition(|line| line.starts_with("iptables ")).expect("iptables ran");
+    assert!(last_rule < install, "{provider}: a rule set after k3s started:\n{order}");
+    let mut expected = vec![format!("raw PREROUTING -d {METADATA_ADDRESS}/32 -j {METADATA_CHAIN}")];
+    if provider == ProviderKind::Gcp {
+        expected.push(format!("raw {METADATA_CHAIN} -p udp --dport 53 -j RETURN"));
+        expected.push(format!("raw {METADATA_CHAIN} -p tcp --dport 53 -j RETURN"));
+    }
+    expected.push(format!("raw {METADATA_CHAIN} -j DROP"));
+    let rules = sandbox.log("iptables.rules");
+    assert_eq!(rules.lines().collect::<Vec<_>>(), expected, "{provider}");
+
+    let guard = sandbox.root("usr/local/bin/anycloud-metadata-guard");
+    assert_eq!(mode(&guard), 0o700);
+    let drop_in = sandbox.root(&format!("etc/systemd/system/{unit}.service.d/anycloud-metadata-guard.conf"));
+    assert_eq!(
+        fs::read_to_string(&drop_in).unwrap(),
+        "[Service]\nExecStartPre=/usr/local/bin/anycloud-metadata-guard\n",
+        "{provider} {unit}"
+    );
+    let again = sandbox.command(&guard).output().unwrap();
+    assert!(again.status.success(), "{provider}: {}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(sandbox.log("iptables.rules"), rules, "{provider}: the guard run again changed the rules");
+    fs::remove_file(sandbox.path("iptables.rules")).unwrap();
+    fs::remove_file(sandbox.path("iptables.chains")).unwrap();
+    let rebooted = sandbox.command(&guard).output().unwrap();
+    assert!(rebooted.status.success(), "{provider}: {}", String::from_utf8_lossy(&rebooted.stderr));
+    assert_eq!(sandbox.log("iptables.rules"), rules, "{provider}: the guard after a reboot");
+}
+
+/// What a worker holds: the agent token (and the CA's hash), never the server token, the API
+/// token or a CA key; not in its script, not in any file it wrote, not in what it gave k3s.
+fn assert_holds_no_secret_but_the_agent_token(sandbox: &Sandbox, script: &str, secrets: &ClusterSecrets) {
+    fn files(dir: &Path, into: &mut String) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files(&path, into);
+            } else {
+                into.push_str(&String::from_utf8_lossy(&fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut held = format!("{script}{}", sandbox.log("install.log"));
+    files(&sandbox.path("root"), &mut held);
+    assert!(held.contains(&secrets.agent_token), "the worker has no agent token");
+    let key_line = secrets.ca_key_pem.lines().nth(1).unwrap();
+    for (what, secret) in [
+        ("the server token", secrets.server_token.as_str()),
+        ("the API token", &secrets.api_token),
+        ("the CA key", key_line),
+        ("a private key", "PRIVATE KEY"),
+        ("a server's credentials", "::server:"),
+    ] {
+        assert!(!held.contains(secret), "{what} reached a worker:\n{held}");
     }
 }
 
@@ -346,9 +451,15 @@ fn a_control_plane_installs_the_cluster_ca_and_tokens_and_names_its_public_addre
         let ip = public_ip(provider);
         assert_eq!(
             sandbox.installs(),
-            [server_args(Reach::OneNetwork, ip), "K3S_URL=".to_owned(), format!("K3S_TOKEN={}", secrets.join_token),],
+            [
+                server_args(Reach::OneNetwork, ip),
+                "K3S_URL=".to_owned(),
+                format!("K3S_TOKEN={}", secrets.server_token),
+                format!("K3S_AGENT_TOKEN={}", secrets.agent_token),
+            ],
             "{provider}"
         );
+        assert_pods_kept_from_the_metadata_service(&sandbox, provider, "k3s");
         assert_eq!(sandbox.log("started"), "amd64 k3s server\n");
         assert_eq!(fs::read_to_string(sandbox.root("var/lib/anycloud/installed")).unwrap(), format!("{K3S_VERSION}\n"));
         assert!(fs::read_dir(sandbox.path("tmp")).unwrap().next().is_none(), "the downloads were left behind");
@@ -375,10 +486,13 @@ fn a_worker_joins_the_control_plane_and_pins_the_cluster_ca() {
             [
                 "args: agent --node-name w0 --node-label anycloud.dev/cluster=c1".to_owned(),
                 format!("K3S_URL=https://{SERVER}:6443"),
-                format!("K3S_TOKEN=K10{ca_hash}::server:{}", secrets.join_token),
+                format!("K3S_TOKEN=K10{ca_hash}::node:{}", secrets.agent_token),
+                "K3S_AGENT_TOKEN=".to_owned(),
             ],
             "{provider}"
         );
+        assert_pods_kept_from_the_metadata_service(&sandbox, provider, "k3s-agent");
+        assert_holds_no_secret_but_the_agent_token(&sandbox, &script, &secrets);
         assert_eq!(sandbox.log("started"), "amd64 k3s agent\n");
         assert_eq!(fs::read(sandbox.root("usr/local/bin/k3s")).unwrap(), sandbox.served(BINARY_URL));
         assert!(!sandbox.root("var/lib/rancher").exists(), "a worker writes no CA");
@@ -405,7 +519,7 @@ fn a_second_boot_installs_nothing_again() {
             let script = script(provider, &sandbox.downloads(), &secrets());
             sandbox.run(&script).assert_ok();
             let (installs, requests) = (sandbox.installs(), sandbox.requests());
-            assert_eq!(installs.len(), 3, "{provider} {role}: {installs:?}");
+            assert_eq!(installs.len(), 4, "{provider} {role}: {installs:?}");
 
             sandbox.run(&script).assert_ok();
             assert_eq!(sandbox.installs(), installs, "{provider} {role}: the second run installed again");
@@ -429,6 +543,26 @@ fn a_tampered_download_installs_and_starts_nothing() {
                 run.assert_failed(&format!("a tampered {tampered} ({provider} {role})"));
                 sandbox.assert_installed_nothing();
             }
+        }
+    }
+}
+
+/// A VM whose metadata rule cannot be set (no `iptables`, or one that fails) starts no k3s: no
+/// Pod ever runs on a node without it.
+#[test]
+fn a_vm_that_cannot_keep_pods_from_the_metadata_service_starts_no_k3s() {
+    for provider in [ProviderKind::Aws, ProviderKind::Gcp] {
+        for (role, script) in ROLES {
+            let sandbox = Sandbox::new();
+            sandbox.executable(
+                &sandbox.path("bin/iptables"),
+                "#!/bin/sh\necho \"iptables $*\" >> \"$SANDBOX/order.log\"\n\
+                 echo 'iptables: Could not fetch rule set generation id: Permission denied' >&2\nexit 4\n",
+            );
+            let run = sandbox.run(&script(provider, &sandbox.downloads(), &secrets()));
+            assert!(!run.output.status.success(), "{provider} {role}: went on without its rule");
+            assert!(sandbox.log("order.log").starts_with("iptables "), "{provider} {role}");
+            sandbox.assert_installed_nothing();
         }
     }
 }
@@ -472,13 +606,18 @@ fn a_cluster_across_providers_advertises_public_addresses_and_runs_wireguard_bot
                     "args: agent --node-name w0 --node-label anycloud.dev/cluster=c1 --node-external-ip {agent_ip}"
                 ),
                 format!("K3S_URL=https://{server_ip}:6443"),
-                format!("K3S_TOKEN=K10{ca_hash}::server:{}", secrets.join_token),
+                format!("K3S_TOKEN=K10{ca_hash}::node:{}", secrets.agent_token),
+                "K3S_AGENT_TOKEN=".to_owned(),
             ],
             "{capacity} agent joining a {control_plane} server"
         );
         for sandbox in [&server, &agent] {
             assert_fetched_only_pinned_downloads(sandbox);
         }
+        assert_pods_kept_from_the_metadata_service(&server, control_plane, "k3s");
+        assert_pods_kept_from_the_metadata_service(&agent, capacity, "k3s-agent");
+        let script = user_data::worker_with(capacity, &agent.downloads(), &joining, &secrets);
+        assert_holds_no_secret_but_the_agent_token(&agent, &script, &secrets);
     }
 }
 
@@ -562,18 +701,21 @@ fn hosted_api(provider: ProviderKind, sums: &[(Arch, &str)]) -> String {
     };
     api_user_data::hosted_api(&HostedApi {
         id: "team-api",
+        owner: "api-0b7c",
         provider,
         port: 443,
         bucket: "s3://team-api-state/",
         bucket_region: Some("eu-west-1"),
         bucket_endpoint: None,
+        keys_secret: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:anycloud/keys-0123456789abcdef-AbCdEf",
         storage_secret: None,
-        storage_secret_endpoint: None,
+        secret_endpoint: None,
         binary: &download,
         address: "198.51.100.9",
         hosting_credential: "aws-host",
         region: "eu-west-1",
         vm_type: "t3.medium",
+        allow_insecure_endpoints: false,
     })
 }
 

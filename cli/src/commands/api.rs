@@ -5,6 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
 use anycloud_workflows::api::ApiStatus;
+use anycloud_workflows::providers::endpoint::EndpointPolicy;
 use serde_json::Value;
 
 use super::print_json;
@@ -78,6 +79,13 @@ pub async fn status(json: bool) -> CliResult {
         say!("answers     yes, version {}", status.version);
         say!("store       {}", status.store);
         say!("engine      {}", status.engine_owner);
+        say!(
+            "endpoints   {}",
+            match status.endpoints {
+                EndpointPolicy::HttpsOnly => "https:// to public hosts only",
+                EndpointPolicy::AllowInsecure => "plain http:// and loopback allowed (--allow-insecure-endpoints)",
+            }
+        );
         if let Some(checkpoint) = &status.checkpoint {
             say!(
                 "checkpoint  {}: generation {}, snapshot {} bytes + {} WAL segments ({} bytes)",
@@ -110,6 +118,8 @@ pub struct HostArgs {
     pub database_url: Option<String>,
     /// Make it the active API.
     pub use_it: bool,
+    /// `--allow-insecure-endpoints`, passed on to the hosted API.
+    pub allow_insecure_endpoints: bool,
 }
 
 /// Starts a hosted API as a detached process that the simulated cloud "hosts", waits until it
@@ -144,6 +154,9 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
         .process_group(0);
     if let Some(url) = &args.database_url {
         command.env("ANYCLOUD_DATABASE_URL", url);
+    }
+    if args.allow_insecure_endpoints {
+        command.arg(anycloud_workflows::providers::endpoint::ALLOW_INSECURE_FLAG);
     }
     let mut child = command
         .spawn()

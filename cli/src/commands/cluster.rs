@@ -149,7 +149,14 @@ pub async fn status(name: &str, json: bool) -> CliResult {
 /// Every cluster that is not deleted.
 pub async fn list(json: bool) -> CliResult {
     let client = Client::active()?;
-    let answer: ClusterList = client.get("/v1/clusters").await?;
+    let clusters = super::every_page(
+        &client,
+        "/v1/clusters",
+        |page: ClusterList| page.clusters,
+        |summary| summary.cluster.name.as_str(),
+    )
+    .await?;
+    let answer = ClusterList { clusters };
     if json {
         print_json(&answer);
         return Ok(OK);

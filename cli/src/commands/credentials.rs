@@ -17,8 +17,8 @@ use crate::render;
 pub struct NewArgs {
     /// Name.
     pub name: String,
-    /// Provider.
-    pub provider: String,
+    /// Provider; `None` runs the wizard ([`super::credentials_wizard`]).
+    pub provider: Option<String>,
     /// AWS access key id (or `AWS_ACCESS_KEY_ID`).
     pub access_key_id: Option<String>,
     /// AWS secret key (or `AWS_SECRET_ACCESS_KEY`).
@@ -29,6 +29,10 @@ pub struct NewArgs {
     pub region: Option<String>,
     /// Endpoint override.
     pub endpoint: Option<String>,
+    /// No key: act as the machine the API runs on.
+    pub machine_identity: bool,
+    /// GCP machine identity: the project.
+    pub project: Option<String>,
     /// The simulated account's behaviour.
     pub sim: SimFlags,
     /// Follow the verification.
@@ -62,6 +66,10 @@ pub struct SimFlags {
     /// sim: VMs boot but their Kubernetes nodes never become Ready.
     #[arg(long)]
     pub sim_never_ready: bool,
+    /// sim: images on this registry host (`ghcr.io`, `registry.local:5000`) are private: a Pod pulls
+    /// them only with an imagePullSecrets registry secret for the host (repeatable).
+    #[arg(long = "sim-private-registry", value_name = "HOST")]
+    pub sim_private_registry: Vec<String>,
 }
 
 impl SimFlags {
@@ -77,12 +85,13 @@ impl SimFlags {
             quota_vms: self.sim_quota_vms,
             boot_ms: self.sim_boot_ms.unwrap_or(defaults.boot_ms),
             never_ready: self.sim_never_ready,
+            private_registries: self.sim_private_registry.clone(),
         }
     }
 }
 
 /// The largest service-account key file read (a real one is about 2.3 KiB).
-const KEY_FILE_LIMIT: u64 = 64 * 1024;
+pub(crate) const KEY_FILE_LIMIT: u64 = 64 * 1024;
 
 impl SimFlags {
     /// The `--sim-*` flags given.
@@ -96,6 +105,7 @@ impl SimFlags {
             ("--sim-quota-vms", self.sim_quota_vms.is_some()),
             ("--sim-boot-ms", self.sim_boot_ms.is_some()),
             ("--sim-never-ready", self.sim_never_ready),
+            ("--sim-private-registry", !self.sim_private_registry.is_empty()),
         ];
         flags.into_iter().filter(|(_, given)| *given).map(|(flag, _)| flag).collect()
     }
@@ -103,7 +113,7 @@ impl SimFlags {
 
 /// Refuses flags that do not apply to the credential's provider: ignoring them would let a
 /// person believe they took effect.
-fn refuse_foreign_flags(args: &NewArgs, provider: ProviderKind) -> Result<(), CliError> {
+pub(crate) fn refuse_foreign_flags(args: &NewArgs, provider: ProviderKind) -> Result<(), CliError> {
     let mut foreign: Vec<(&str, &str)> = Vec::new();
     if provider != ProviderKind::Sim {
         foreign.extend(args.sim.given().into_iter().map(|flag| (flag, "sim")));
@@ -122,6 +132,12 @@ fn refuse_foreign_flags(args: &NewArgs, provider: ProviderKind) -> Result<(), Cl
     if provider == ProviderKind::Sim && args.endpoint.is_some() {
         foreign.push(("--endpoint", "aws or gcp"));
     }
+    if provider == ProviderKind::Sim && args.machine_identity {
+        foreign.push(("--machine-identity", "aws or gcp"));
+    }
+    if provider != ProviderKind::Gcp && args.project.is_some() {
+        foreign.push(("--project", "gcp"));
+    }
     if foreign.is_empty() {
         return Ok(());
     }
@@ -131,25 +147,53 @@ fn refuse_foreign_flags(args: &NewArgs, provider: ProviderKind) -> Result<(), Cl
         args.name,
         named.join(", "),
         if foreign.len() == 1 { "does" } else { "do" },
-        args.provider,
+        provider.as_str(),
         if foreign.len() == 1 { "it" } else { "them" },
     )))
 }
 
-/// Saves a credential; the API verifies it with the provider.
+/// The key flags given, which only a named provider gives a meaning to (the wizard asks for
+/// its keys instead).
+pub(crate) fn key_flags_given(args: &NewArgs) -> Vec<&'static str> {
+    let mut given: Vec<&'static str> = [
+        ("--access-key-id", args.access_key_id.is_some()),
+        ("--secret-access-key", args.secret_access_key.is_some()),
+        ("--service-account-file", args.service_account_file.is_some()),
+        ("--region", args.region.is_some()),
+        ("--machine-identity", args.machine_identity),
+        ("--project", args.project.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, given)| *given)
+    .map(|(flag, _)| flag)
+    .collect();
+    given.extend(args.sim.given());
+    given
+}
+
+/// Saves a credential; the API verifies it with the provider. Without `--provider`, the
+/// wizard asks for it and its keys on the terminal.
 pub async fn new(args: NewArgs, json: bool) -> CliResult {
-    if let Ok(provider) = args.provider.parse::<ProviderKind>() {
-        refuse_foreign_flags(&args, provider)?;
+    let Some(provider) = args.provider.clone() else {
+        return super::credentials_wizard::run(args, json).await;
+    };
+    if let Ok(kind) = provider.parse::<ProviderKind>() {
+        refuse_foreign_flags(&args, kind)?;
     }
     let client = Client::active()?;
     let from_env = |value: Option<String>, var: &str| value.or_else(|| std::env::var(var).ok());
     let mut request = NewCredential {
         name: args.name.clone(),
-        provider: args.provider.clone(),
+        provider: provider.clone(),
         endpoint: args.endpoint,
+        machine_identity: args.machine_identity,
+        project: args.project,
         ..NewCredential::default()
     };
-    match args.provider.parse::<ProviderKind>() {
+    match provider.parse::<ProviderKind>() {
+        // No key, not even one in the environment: the API acts as its machine.
+        Ok(ProviderKind::Aws) if args.machine_identity => request.region = args.region,
+        Ok(ProviderKind::Gcp) if args.machine_identity => {}
         Ok(ProviderKind::Aws) => {
             request.access_key_id = from_env(args.access_key_id, "AWS_ACCESS_KEY_ID");
             request.secret_access_key = from_env(args.secret_access_key, "AWS_SECRET_ACCESS_KEY");
@@ -160,8 +204,7 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
                 .service_account_file
                 .or_else(|| std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").map(Into::into));
             if let Some(path) = path {
-                let bytes = super::read_small_file(&path, KEY_FILE_LIMIT, "service-account key file")
-                    .map_err(CliError::bad_input)?;
+                let bytes = read_key_file(&path).map_err(CliError::bad_input)?;
                 request.service_account_json = Some(String::from_utf8_lossy(&bytes).into_owned());
             }
         }
@@ -169,28 +212,50 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
         // The API names the providers it knows.
         Err(_) => {}
     }
-    let saved: CredentialSaved = client.post("/v1/credentials", &request).await?;
+    let saved = save(&client, &request).await?;
+    follow_verification(&client, &saved, &provider, args.wait, json).await
+}
+
+/// Reads a service-account key file a person named (at most [`KEY_FILE_LIMIT`] bytes).
+pub(crate) fn read_key_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    super::read_small_file(path, KEY_FILE_LIMIT, "service-account key file")
+}
+
+/// `POST /v1/credentials`: what the flags and the wizard both send.
+pub(crate) async fn save(client: &Client, request: &NewCredential) -> Result<CredentialSaved, CliError> {
+    client.post("/v1/credentials", request).await
+}
+
+/// Says the credential was saved and, with `wait`, follows its verification to its end: exit 0
+/// if it is valid, 1 if not.
+pub(crate) async fn follow_verification(
+    client: &Client,
+    saved: &CredentialSaved,
+    provider: &str,
+    wait: bool,
+    json: bool,
+) -> CliResult {
+    let name = &saved.credential.name;
     let run = saved.workflow_id.to_string();
-    if json && !args.wait {
-        print_json(&saved);
+    if json && !wait {
+        print_json(saved);
         return Ok(OK);
     }
     if !json {
-        say!("credential {} ({}) saved; verifying it with workflow {run}", args.name, args.provider);
+        say!("credential {name} ({provider}) saved; verifying it with workflow {run}");
     }
-    if !args.wait {
+    if !wait {
         say!("  follow it:  anycloud workflow inspect {run} --follow");
         return Ok(OK);
     }
-    let code = super::workflow::follow(&client, &run, Duration::from_secs(15 * 60), json).await?;
-    let shown: CredentialShown = client.get(&format!("/v1/credentials/{}", args.name)).await?;
+    let code = super::workflow::follow(client, &run, Duration::from_secs(15 * 60), json).await?;
+    let shown: CredentialShown = client.get(&format!("/v1/credentials/{name}")).await?;
     let credential = &shown.credential;
     if json {
         print_json(&shown);
     } else {
         say!(
-            "credential {} is {}: {}",
-            args.name,
+            "credential {name} is {}: {}",
             credential.status.as_str(),
             credential.status_message.as_deref().unwrap_or("")
         );
@@ -198,10 +263,29 @@ pub async fn new(args: NewArgs, json: bool) -> CliResult {
     Ok(if code == OK && credential.status == CredentialStatus::Valid { OK } else { ENDED_OTHERWISE })
 }
 
+/// An AWS access key id as `credentials list` shows it: its first and last four characters
+/// (`AKIA…WXYZ`), enough to tell keys apart without writing the whole id down.
+pub(crate) fn shorten_key_id(key_id: &str) -> String {
+    let chars: Vec<char> = key_id.chars().collect();
+    if chars.len() <= 8 {
+        return key_id.to_owned();
+    }
+    let head: String = chars[..4].iter().collect();
+    let tail: String = chars[chars.len() - 4..].iter().collect();
+    format!("{head}…{tail}")
+}
+
 /// Lists credentials; secrets are never shown.
 pub async fn list(json: bool) -> CliResult {
     let client = Client::active()?;
-    let answer: CredentialList = client.get("/v1/credentials").await?;
+    let credentials = super::every_page(
+        &client,
+        "/v1/credentials",
+        |page: CredentialList| page.credentials,
+        |credential| credential.name.as_str(),
+    )
+    .await?;
+    let answer = CredentialList { credentials };
     if json {
         print_json(&answer.credentials);
         return Ok(OK);
@@ -223,13 +307,11 @@ pub async fn list(json: bool) -> CliResult {
         .credentials
         .iter()
         .map(|credential| {
-            let mut identity = credential.public.identity.clone();
-            let chars: Vec<char> = identity.chars().collect();
-            if credential.provider == ProviderKind::Aws && chars.len() > 8 {
-                let (head, tail): (String, String) =
-                    (chars[..4].iter().collect(), chars[chars.len() - 4..].iter().collect());
-                identity = format!("{head}…{tail}");
-            }
+            let identity = if credential.provider == ProviderKind::Aws {
+                shorten_key_id(&credential.public.identity)
+            } else {
+                credential.public.identity.clone()
+            };
             vec![
                 credential.name.clone(),
                 credential.provider.to_string(),

@@ -10,6 +10,7 @@ use anycloud_engine::RunStatus;
 use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery};
 use anycloud_workflows::db::deployments::Status;
 use anycloud_workflows::db::revisions::RevisionResult;
+use anycloud_workflows::operations::described_secrets;
 
 use super::print_json;
 use crate::client::{Client, segment};
@@ -109,9 +110,10 @@ pub async fn list(status: Option<String>, kind: Option<&str>, limit: u32, json: 
                 entry.state.clone(),
                 entry.cluster.clone(),
                 deployment.spec.image.clone(),
-                match deployment.revision {
-                    Some(revision) => format!("rev {revision}"),
-                    None => deployment.attempt.to_string(),
+                match (deployment.is_service(), deployment.revision) {
+                    (true, Some(revision)) => format!("rev {revision}"),
+                    (true, None) => "-".to_owned(),
+                    (false, _) => deployment.attempt.to_string(),
                 },
                 when,
             ]
@@ -164,6 +166,7 @@ pub async fn resubmit(key: &str, wait: bool, timeout: Duration, json: bool) -> C
             detail.deployment.attempt,
             detail.state
         );
+        say_secrets(&detail.deployment.spec.secrets);
         if !wait {
             say!("see it with `anycloud status {name}`, its output with `anycloud logs {name}`");
             return Ok(OK);
@@ -313,16 +316,26 @@ fn change_key(detail: &DeploymentDetail) -> String {
 /// One line of a follower: the state, and what it waits for or why it retries.
 fn state_line(detail: &DeploymentDetail) -> String {
     let deployment = &detail.deployment;
-    let mut line = match deployment.revision {
-        Some(revision) => format!("{} {} (revision {revision} serves)", deployment.name, detail.state),
-        None => format!("{} {} (attempt {})", deployment.name, detail.state, deployment.attempt),
-    };
+    let mut line = format!("{} {} ({})", deployment.name, detail.state, standing(deployment));
     if let Some(retry) = &detail.retry {
         line.push_str(&retry_text(retry));
     } else if let Some(reason) = &deployment.reason {
         line.push_str(&format!(": {reason}"));
     }
     line
+}
+
+/// What runs: a job's attempt, or the revision of a service that serves, and never a revision
+/// that does not (a service that deploys, or has ended, serves nothing).
+pub(crate) fn standing(deployment: &anycloud_workflows::db::deployments::Deployment) -> String {
+    if !deployment.is_service() {
+        return format!("attempt {}", deployment.attempt);
+    }
+    match deployment.serving_revision() {
+        Some(revision) => format!("revision {revision} serves"),
+        None if deployment.status.is_ended() => "nothing serves".to_owned(),
+        None => "nothing serves yet".to_owned(),
+    }
 }
 
 fn retry_text(retry: &anycloud_workflows::api::RetryState) -> String {
@@ -336,10 +349,7 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
     let spec = &deployment.spec;
     let now = anycloud_workflows::now_ms();
     say!("{:<10} {}  (id {})", deployment.kind, deployment.name, deployment.id);
-    match deployment.revision {
-        Some(revision) => say!("state      {}, revision {revision} serves", detail.state),
-        None => say!("state      {}, attempt {}", detail.state, deployment.attempt),
-    }
+    say!("state      {}, {}", detail.state, standing(deployment));
     if let Some(retry) = &detail.retry {
         let next = retry.next_at.map(|at| format!(", next {}", render::relative(at, now))).unwrap_or_default();
         say!("retrying   {} failed attempt(s){next}", retry.attempt);
@@ -378,6 +388,8 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
     if verbose {
         let names: Vec<&str> = spec.env.iter().map(|var| var.name.as_str()).collect();
         say!("env        {}", if names.is_empty() { "-".to_owned() } else { names.join(", ") });
+        let secrets = described_secrets(&spec.secrets);
+        say!("secrets    {}", if secrets.is_empty() { "-".to_owned() } else { secrets });
         say!("namespace  {}", deployment.namespace);
         match deployment.is_service() {
             true => say!("k8s        Deployment and Service {}", deployment.name),
@@ -412,6 +424,13 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
             say!("           {reason}");
         }
         say!("           details: `anycloud workflow inspect {}`", run.id);
+    }
+}
+
+/// Says which secrets, at which versions, a workload just accepted takes (nothing when none).
+pub(crate) fn say_secrets(uses: &[anycloud_workflows::db::secrets::SecretUse]) {
+    if !uses.is_empty() {
+        say!("it takes secret(s) {}", described_secrets(uses));
     }
 }
 

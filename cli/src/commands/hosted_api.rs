@@ -1,7 +1,8 @@
 //! `anycloud api serve --credentials aws|gcp`: deploys an API on a cloud VM through the active
 //! API (where the credentials are saved), follows its `api.deploy` run, and stores the new API's
 //! address, token and pinned CA in the CLI config. `anycloud api stop|delete` of such an API
-//! runs `api.remove` on the API that deployed it, and says what stays.
+//! runs `api.remove` on the API that deployed it, and says what stays; `anycloud api rotate-ca`
+//! runs `api.rotate_ca` there, and pins what the API serves from.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -242,6 +243,77 @@ pub async fn remove(deployer: Client, name: &str, delete_bucket: bool, json: boo
     Ok(OK)
 }
 
+/// Rotates the CA of the deployed API `name` (the active API when `None`) through the API that
+/// deployed it: pins the old and the new CA as soon as the deployer has stored the new one, and
+/// the new one alone once the API serves from it.
+pub async fn rotate_ca(name: Option<String>, timeout: Duration, json: bool) -> CliResult {
+    let name = match name {
+        Some(name) => name,
+        None => Config::load()?.active()?.0,
+    };
+    let Some(deployer) = deployer_of(&name)? else {
+        return Err(CliError::bad_input(format!(
+            "API `{name}` was not deployed on a cloud VM from this CLI config (`anycloud api list` shows the APIs              it knows): rotate its CA where it was deployed from, with `anycloud api rotate-ca {name}` there"
+        )));
+    };
+    let started: HostedApiStarted = deployer.post_empty(&format!("/v1/apis/{}/rotate-ca", segment(&name))).await?;
+    let run = started.workflow_id.to_string();
+    let before = started.api.ca_pem.clone().unwrap_or_default();
+    if !json {
+        say!("rotating the CA of API `{name}` through `{}`; workflow {run}", deployer.name());
+    }
+    // Both CAs pinned before the API serves from the new one (the deployer pins the bundle first).
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let shown: anycloud_workflows::api::HostedApiView =
+            deployer.get(&format!("/v1/apis/{}", segment(&name))).await?;
+        let pinned = shown.ca_pem.unwrap_or_default();
+        let both = anycloud_workflows::api_identity::pem_blocks(&pinned).len() > 1;
+        if pinned != before || both || std::time::Instant::now() > deadline {
+            pin(&name, &pinned)?;
+            break;
+        }
+        let detail: anycloud_workflows::api::WorkflowDetail = deployer.get(&format!("/v1/workflows/{run}")).await?;
+        if detail.workflow.run.status.is_final() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let followed = follow(&deployer, &run, deadline.saturating_duration_since(std::time::Instant::now()), json).await?;
+    let access: HostedApiAccess = deployer.get(&format!("/v1/apis/{}/access", segment(&name))).await?;
+    pin(&name, &access.ca_pem)?;
+    let cas = anycloud_workflows::api_identity::pem_blocks(&access.ca_pem).len();
+    if followed != OK || cas != 1 {
+        return Err(CliError::new(
+            followed.max(ENDED_OTHERWISE),
+            "ROTATION_UNFINISHED",
+            format!(
+                "the CA rotation of API `{name}` did not finish; the CLI config pins {cas} CAs (the old and the new),                  which trust the API whichever it serves from; `anycloud workflow inspect {run}` shows where it                  stands, and `anycloud api rotate-ca {name}` finishes it"
+            ),
+        ));
+    }
+    if json {
+        print_json(&serde_json::json!({ "rotated": name, "workflow_id": run, "ca_pem": access.ca_pem }));
+    } else {
+        say!(
+            "API `{name}` serves a certificate from its new CA, which the CLI config pins alone; its token is unchanged"
+        );
+    }
+    Ok(OK)
+}
+
+/// Pins `ca_pem` for API `name` in the CLI config.
+fn pin(name: &str, ca_pem: &str) -> Result<(), CliError> {
+    if ca_pem.is_empty() {
+        return Ok(());
+    }
+    let mut config = Config::load()?;
+    if let Some(entry) = config.apis.get_mut(name) {
+        entry.ca_pem = Some(ca_pem.to_owned());
+    }
+    config.save()
+}
+
 /// The client of the API that deployed `name`, from the CLI config.
 pub fn deployer_of(name: &str) -> Result<Option<Client>, CliError> {
     let config = Config::load()?;
@@ -253,5 +325,5 @@ pub fn deployer_of(name: &str) -> Result<Option<Client>, CliError> {
             format!("API `{name}` was deployed by API `{deployer}`, which the CLI config no longer knows"),
         )
     })?;
-    Ok(Some(Client::new(deployer, entry)))
+    Client::new(deployer, entry).map(Some)
 }

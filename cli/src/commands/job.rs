@@ -68,6 +68,8 @@ pub struct SubmitArgs {
     pub cpus: Option<String>,
     /// `--memory`.
     pub memory: Option<String>,
+    /// `--secret`, `--pull-secret`.
+    pub secrets: super::secret::SecretFlags,
     /// The command after `--`.
     pub command: Vec<String>,
     /// The placement flags (refused).
@@ -97,6 +99,7 @@ pub async fn submit(args: SubmitArgs, json: bool) -> CliResult {
             detail.state,
             detail.deployment.attempt
         );
+        deployment::say_secrets(&detail.deployment.spec.secrets);
         if !wait {
             say!("see it with `anycloud status {name}`, its output with `anycloud logs {name}`");
             return Ok(OK);
@@ -118,6 +121,8 @@ fn request(args: SubmitArgs) -> Result<NewJob, CliError> {
         env: environment(args.env_file.as_deref(), args.env)?,
         cpus: args.cpus,
         memory: args.memory,
+        secrets: args.secrets.secret,
+        pull_secrets: args.secrets.pull_secret,
     })
 }
 
@@ -236,6 +241,7 @@ mod tests {
             env_file: None,
             cpus: None,
             memory: None,
+            secrets: super::super::secret::SecretFlags::default(),
             command: vec!["true".into()],
             placement: PlacementFlags::default(),
             wait: false,

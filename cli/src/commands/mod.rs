@@ -7,11 +7,13 @@ use crate::output::say;
 pub mod api;
 pub mod cluster;
 pub mod credentials;
+pub mod credentials_wizard;
 pub mod deployment;
 pub mod exec;
 pub mod hosted_api;
 pub mod job;
 pub mod logs;
+pub mod secret;
 pub mod service;
 pub mod workflow;
 
@@ -20,6 +22,32 @@ pub fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => say!("{text}"),
         Err(err) => eprintln!("error[ENCODING]: could not encode the answer as JSON: {err}"),
+    }
+}
+
+/// Every entry of a list the API answers a page at a time, by name (`?limit&after`, at most
+/// [`anycloud_workflows::operations::PAGE_LIMIT`] a page): asks for the page after the last name
+/// until one comes short.
+pub(crate) async fn every_page<L, T>(
+    client: &crate::client::Client,
+    path: &str,
+    entries: impl Fn(L) -> Vec<T>,
+    name: impl Fn(&T) -> &str,
+) -> Result<Vec<T>, crate::exit::CliError>
+where
+    L: serde::de::DeserializeOwned,
+{
+    use anycloud_workflows::operations::PAGE_LIMIT;
+    let mut all: Vec<T> = Vec::new();
+    loop {
+        let after = all.last().map(|last| name(last).to_owned());
+        let query = anycloud_workflows::api::NamesQuery { limit: Some(PAGE_LIMIT), after };
+        let page = entries(client.get_query(path, &query).await?);
+        let full = page.len() >= PAGE_LIMIT as usize;
+        all.extend(page);
+        if !full {
+            return Ok(all);
+        }
     }
 }
 

@@ -81,6 +81,8 @@ pub struct DeployArgs {
     pub memory: Option<String>,
     /// `--progress-deadline`.
     pub progress_deadline: Option<Duration>,
+    /// `--secret`, `--pull-secret`.
+    pub secrets: super::secret::SecretFlags,
     /// The command after `--`.
     pub command: Vec<String>,
     /// The placement flags (refused).
@@ -107,6 +109,7 @@ pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
     if !json {
         let run = detail.deployment.workflow_id.as_deref().unwrap_or("-");
         say!("service {name} accepted on cluster {}: {}, revision 1; workflow {run}", detail.cluster, detail.state);
+        deployment::say_secrets(&detail.deployment.spec.secrets);
         if let Some(address) = &detail.address {
             say!("it will answer inside the cluster at {}:{}", address.dns_name, address.port);
         }
@@ -136,6 +139,8 @@ fn request(args: DeployArgs) -> Result<NewService, CliError> {
         port: args.port,
         replicas: args.replicas,
         progress_deadline_s: args.progress_deadline.map(|deadline| deadline.as_secs() as i64),
+        secrets: args.secrets.secret,
+        pull_secrets: args.secrets.pull_secret,
     })
 }
 
@@ -151,6 +156,8 @@ pub struct UpgradeArgs {
     pub replicas: Option<i64>,
     /// `--progress-deadline`.
     pub progress_deadline: Option<Duration>,
+    /// `--secret`, `--pull-secret`: secrets to add.
+    pub secrets: super::secret::SecretFlags,
     /// Follow the upgrade until it ends.
     pub wait: bool,
     /// How long `--wait` waits.
@@ -166,6 +173,8 @@ pub async fn upgrade(args: UpgradeArgs, json: bool) -> CliResult {
         env: args.env,
         replicas: args.replicas,
         progress_deadline_s: args.progress_deadline.map(|deadline| deadline.as_secs() as i64),
+        secrets: args.secrets.secret,
+        pull_secrets: args.secrets.pull_secret,
     };
     let path = format!("/v1/deployments/{}/upgrade", segment(&args.key));
     let detail: DeploymentDetail = client.post(&path, &request).await?;
@@ -180,6 +189,9 @@ pub async fn upgrade(args: UpgradeArgs, json: bool) -> CliResult {
     if !json {
         let run = detail.deployment.workflow_id.as_deref().unwrap_or("-");
         say!("service {name}: revision {revision} accepted ({}); workflow {run}", detail.state);
+        if let Some(next) = detail.revisions.last() {
+            deployment::say_secrets(&next.spec.secrets);
+        }
         if !args.wait {
             say!("follow it with `anycloud status {name} --watch`");
             return Ok(OK);
@@ -200,12 +212,10 @@ pub async fn upgrade(args: UpgradeArgs, json: bool) -> CliResult {
             .and_then(|found| found.reason.clone())
             .map(|reason| format!(": {reason}"))
             .unwrap_or_default();
-        let serving = settled.deployment.revision.unwrap_or(1);
+        let serving = deployment::standing(&settled.deployment);
         match result {
             Some(RevisionResult::Running) => say!("service {name}: revision {revision} serves"),
-            Some(result) => {
-                say!("service {name}: the upgrade to revision {revision} {result}{reason}; revision {serving} serves")
-            }
+            Some(result) => say!("service {name}: the upgrade to revision {revision} {result}{reason}; {serving}"),
             None => say!("service {name} {}", settled.state),
         }
     }
@@ -233,6 +243,7 @@ mod tests {
             cpus: None,
             memory: None,
             progress_deadline: None,
+            secrets: super::super::secret::SecretFlags::default(),
             command: vec!["python3".into(), "-m".into(), "http.server".into()],
             placement: PlacementFlags::default(),
             unsupported: UnsupportedFlags::default(),

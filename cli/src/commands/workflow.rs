@@ -12,6 +12,7 @@ use anycloud_engine::{
 use anycloud_workflows::api::{
     EventsQuery, WorkflowActed, WorkflowAction, WorkflowDetail, WorkflowEvents, WorkflowList, WorkflowQuery,
 };
+use anycloud_workflows::operations::PAGE_LIMIT;
 
 use super::print_json;
 use crate::client::Client;
@@ -80,7 +81,7 @@ pub async fn inspect(id: &str, events: bool, follow: bool, json: bool) -> CliRes
     if json {
         let mut out = serde_json::to_value(&answer.workflow).unwrap_or_default();
         if events {
-            let timeline: WorkflowEvents = client.get(&format!("/v1/workflows/{id}/events")).await?;
+            let timeline = timeline(&client, id, 0).await?;
             out["events"] = serde_json::to_value(&timeline.events).unwrap_or_default();
         }
         print_json(&out);
@@ -89,7 +90,7 @@ pub async fn inspect(id: &str, events: bool, follow: bool, json: bool) -> CliRes
     // The header reads the latest `waiting` entry (its count of checks), so the timeline is read
     // for a waiting run too: repeated checks are one entry, so it stays short.
     let timeline: Option<WorkflowEvents> = if events || answer.workflow.run.status == RunStatus::Waiting {
-        Some(client.get(&format!("/v1/workflows/{id}/events")).await?)
+        Some(timeline(&client, id, 0).await?)
     } else {
         None
     };
@@ -122,8 +123,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
             if let Some(gap) = gap {
                 tokio::time::sleep(gap).await;
             }
-            let query = EventsQuery { after: Some(after) };
-            let events: WorkflowEvents = client.get_query(&format!("/v1/workflows/{id}/events"), &query).await?;
+            let events = timeline(client, id, after).await?;
             Ok((events, run))
         }
         .await;
@@ -176,6 +176,22 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
             ));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The run's timeline after entry `after`, read a page at a time (the API answers at most
+/// [`PAGE_LIMIT`] entries a page) until a page comes short.
+async fn timeline(client: &Client, id: &str, after: i64) -> Result<WorkflowEvents, CliError> {
+    let mut events: Vec<EventRecord> = Vec::new();
+    loop {
+        let after = events.last().map_or(after, |last| last.seq);
+        let query = EventsQuery { after: Some(after), limit: Some(PAGE_LIMIT) };
+        let page: WorkflowEvents = client.get_query(&format!("/v1/workflows/{id}/events"), &query).await?;
+        let full = page.events.len() >= PAGE_LIMIT as usize;
+        events.extend(page.events);
+        if !full {
+            return Ok(WorkflowEvents { events });
+        }
     }
 }
 
@@ -321,11 +337,8 @@ pub(crate) async fn explain_run(client: &Client, id: &str) -> Option<Header> {
     if detail.workflow.run.status.is_final() {
         return None;
     }
-    let timeline: Option<WorkflowEvents> = if detail.workflow.run.status == RunStatus::Waiting {
-        client.get(&format!("/v1/workflows/{id}/events")).await.ok()
-    } else {
-        None
-    };
+    let timeline: Option<WorkflowEvents> =
+        if detail.workflow.run.status == RunStatus::Waiting { timeline(client, id, 0).await.ok() } else { None };
     let latest = timeline.as_ref().and_then(|timeline| latest_wait(&timeline.events));
     Some(explain(&detail.workflow, latest, detail.now))
 }

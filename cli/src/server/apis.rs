@@ -1,5 +1,5 @@
 //! `/v1/apis`: APIs this API deployed on cloud VMs (`api serve --credentials aws|gcp`): deploy,
-//! list, show, the access a CLI stores, remove.
+//! list, show, the access a CLI stores, rotate its CA, remove.
 
 use axum::Json;
 use axum::extract::State;
@@ -28,12 +28,31 @@ pub async fn stage_binary(
     PathParam(sha256): PathParam<String>,
     body: axum::body::Body,
 ) -> Result<Json<anycloud_workflows::api_binary::StagedBinary>, ApiError> {
-    Ok(Json(state.ops.stage_binary(&sha256, body.into_data_stream()).await?))
+    // The body is cut at the limit as it streams (`body_limit.rs`): say so with a 413.
+    let past_limit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = past_limit.clone();
+    let chunks = futures::StreamExt::inspect(body.into_data_stream(), move |chunk| {
+        if let Err(err) = chunk
+            && super::body_limit::went_past_limit(err)
+        {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    match state.ops.stage_binary(&sha256, chunks).await {
+        Ok(staged) => Ok(Json(staged)),
+        Err(_) if past_limit.load(std::sync::atomic::Ordering::SeqCst) => {
+            Err(super::body_limit::too_large(super::body_limit::Limit::Binary))
+        }
+        Err(err) => Err(err.into()),
+    }
 }
 
-/// The live hosted APIs.
-pub async fn list(State(state): State<AppState>) -> Result<Json<HostedApiList>, ApiError> {
-    Ok(Json(state.ops.list_apis().await?))
+/// A page of the live hosted APIs, by name (`?limit&after`).
+pub async fn list(
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<anycloud_workflows::api::NamesQuery>,
+) -> Result<Json<HostedApiList>, ApiError> {
+    Ok(Json(state.ops.list_apis(&query).await?))
 }
 
 /// One hosted API (never its token).
@@ -59,4 +78,12 @@ pub async fn remove(
     QueryParams(request): QueryParams<RemoveHostedApi>,
 ) -> Result<(StatusCode, Json<HostedApiStarted>), ApiError> {
     Ok((StatusCode::ACCEPTED, Json(state.ops.remove_api(&name, request).await?)))
+}
+
+/// Starts `api.rotate_ca` (or answers the rotation in hand).
+pub async fn rotate_ca(
+    State(state): State<AppState>,
+    PathParam(name): PathParam<String>,
+) -> Result<(StatusCode, Json<HostedApiStarted>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(state.ops.rotate_api_ca(&name).await?)))
 }

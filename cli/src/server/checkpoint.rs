@@ -15,6 +15,8 @@ use anycloud_checkpoint::{
     Bucket, BucketUrl, Checkpointer, Layout, LocalFiles, Restored, S3Access, S3Bucket, StoreKind,
 };
 
+use anycloud_workflows::api_identity::{CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
+use anycloud_workflows::api_keys::ApiKeys;
 use anycloud_workflows::api_storage_key::StorageKey;
 use anycloud_workflows::providers::ProviderKind;
 
@@ -35,13 +37,15 @@ pub struct CheckpointOptions {
     /// The S3 region.
     pub region: Option<String>,
     /// Where the bucket's key is, when the bucket is on another provider than this VM.
-    pub storage_secret: Option<StorageSecret>,
+    pub storage_secret: Option<VmSecret>,
+    /// Where a hosted API's keys are (its token, sealing key and TLS CA).
+    pub keys_secret: Option<VmSecret>,
 }
 
-/// The secret holding the key of a bucket on another provider, in this VM's own provider's
-/// secret store (`api.deploy` put it there, readable by the VM's identity alone).
+/// A secret of a hosted API in its VM's own provider's secret store (`api.deploy` put it there,
+/// readable by the VM's identity): the API's keys, or the key of a bucket on another provider.
 #[derive(Clone, Debug)]
-pub struct StorageSecret {
+pub struct VmSecret {
     /// The provider whose store holds it: the VM's.
     pub store: ProviderKind,
     /// An ARN (AWS), `projects/P/secrets/NAME` (GCP).
@@ -58,11 +62,13 @@ pub struct TakenOver {
     restored: Restored,
 }
 
-/// The files that travel with the state: the API's token and its sealing key, the port of the
-/// simulated control planes' endpoint (which their kubeconfigs and records name), and the CA a
-/// deployed API issues its TLS certificate from (`api.deploy` puts it, and the token, there
-/// before the VM's first start).
-const IDENTITY: [&str; 5] = ["token", "secret.key", "sim-kube-port", "tls-ca.crt", "tls-ca.key"];
+/// The files that travel with the state: the port of the simulated control planes' endpoint
+/// (which their kubeconfigs and records name). Nothing secret: the API's token, its sealing key
+/// and its CA key never go to the bucket beside the database they unseal. A deployed API reads
+/// them from its provider's secret store at every start ([`write_keys`]); an API run by hand
+/// keeps them on its own disk, and an operator who restores it elsewhere brings `token` and
+/// `secret.key` (without them the restored database does not open: `SECRET_KEY_MISMATCH`).
+const IDENTITY: [&str; 1] = ["sim-kube-port"];
 
 fn failed(code: &str, url: &BucketUrl, err: impl std::fmt::Display) -> CliError {
     CliError::new(NOT_OBSERVED, code, format!("checkpoint bucket {url}: {err}"))
@@ -105,9 +111,16 @@ pub async fn restore(options: &CheckpointOptions, api: &str, data_dir: &Path) ->
         identity_dir: data_dir.to_owned(),
         identity: IDENTITY.iter().map(|name| (*name).to_owned()).collect(),
     };
+    let keys = match &options.keys_secret {
+        Some(secret) => Some(api_keys(secret, url).await?),
+        None => None,
+    };
     let restored = anycloud_checkpoint::restore(bucket.as_ref(), &layout, &files, api)
         .await
         .map_err(|err| failed("CHECKPOINT_RESTORE_FAILED", url, err))?;
+    if let Some(keys) = keys {
+        write_keys(&keys, data_dir).map_err(|err| failed("DATA_DIR", url, format!("writing the API's keys: {err}")))?;
+    }
     match &restored.head {
         Some((head, _)) => println!(
             "restored from {url}: generation {} ({} WAL segments, {} bytes) in {} ms",
@@ -123,37 +136,80 @@ pub async fn restore(options: &CheckpointOptions, api: &str, data_dir: &Path) ->
 
 /// Reads the bucket's key from the VM's own provider's secret store, as the VM; nothing is
 /// restored or started without it.
-async fn storage_key(secret: &StorageSecret, url: &BucketUrl) -> Result<StorageKey, CliError> {
+async fn storage_key(secret: &VmSecret, url: &BucketUrl) -> Result<StorageKey, CliError> {
     let started = std::time::Instant::now();
-    let (store, grant) = match secret.store {
-        ProviderKind::Aws => {
-            ("AWS Secrets Manager", "the VM's instance profile allows secretsmanager:GetSecretValue on it")
-        }
-        _ => (
-            "GCP Secret Manager",
-            "the VM's service account has roles/secretmanager.secretAccessor on it and the VM the cloud-platform scope",
-        ),
-    };
     let key = anycloud_workflows::api_storage_key::read(secret.store, &secret.secret, secret.endpoint.as_deref())
         .await
-        .map_err(|why| {
-            CliError::new(
-                NOT_OBSERVED,
-                "CHECKPOINT_SECRET_UNREADABLE",
-                format!(
-                    "checkpoint bucket {url}: the key to it, in {store} secret {}, could not be read as this VM: \
-                     {why}; check that the secret exists (`anycloud api serve` with the same flags puts it back) and \
-                     that {grant}; nothing was restored or started",
-                    secret.secret
-                ),
-            )
-        })?;
-    println!(
-        "checkpoint bucket {url}: its key read from {store} secret {} in {} ms",
-        secret.secret,
-        started.elapsed().as_millis()
-    );
+        .map_err(|why| unreadable(secret, url, "the key to it", &why))?;
+    println!("checkpoint bucket {url}: its key read from {} in {} ms", shown(secret), started.elapsed().as_millis());
     Ok(key)
+}
+
+/// Reads the API's keys from the VM's own provider's secret store, as the VM; nothing is
+/// restored or started without them.
+async fn api_keys(secret: &VmSecret, url: &BucketUrl) -> Result<ApiKeys, CliError> {
+    let started = std::time::Instant::now();
+    let keys = anycloud_workflows::api_keys::read(secret.store, &secret.secret, secret.endpoint.as_deref())
+        .await
+        .map_err(|why| unreadable(secret, url, "the API's keys", &why))?;
+    println!("the API's keys read from {} in {} ms", shown(secret), started.elapsed().as_millis());
+    Ok(keys)
+}
+
+/// `AWS Secrets Manager secret ARN`, `GCP Secret Manager secret NAME`.
+fn shown(secret: &VmSecret) -> String {
+    let store = if secret.store == ProviderKind::Aws { "AWS Secrets Manager" } else { "GCP Secret Manager" };
+    format!("{store} secret {}", secret.secret)
+}
+
+fn unreadable(secret: &VmSecret, url: &BucketUrl, what: &str, why: &str) -> CliError {
+    let grant = match secret.store {
+        ProviderKind::Aws => "the VM's instance profile allows secretsmanager:GetSecretValue on it",
+        _ => {
+            "the VM's service account has roles/secretmanager.secretAccessor on it and the VM the cloud-platform scope"
+        }
+    };
+    CliError::new(
+        NOT_OBSERVED,
+        "CHECKPOINT_SECRET_UNREADABLE",
+        format!(
+            "checkpoint bucket {url}: {what}, in {}, could not be read as this VM: {why}; check that the secret \
+             exists (deploying the API again puts it back) and that {grant}; nothing was restored or started",
+            shown(secret)
+        ),
+    )
+}
+
+/// Writes the keys where `api serve` reads them (`token`, `secret.key`, `tls-ca.crt`,
+/// `tls-ca.key`), each readable by this user alone, replacing what was there: each through a new
+/// temporary file (`create_new` follows no link), then renamed.
+fn write_keys(keys: &ApiKeys, data_dir: &Path) -> std::io::Result<()> {
+    write_private_files(
+        data_dir,
+        &[
+            (TOKEN_FILE, &keys.token),
+            (anycloud_workflows::secrets::SEALING_KEY_FILE, &keys.sealing_key),
+            (CA_CERT_FILE, &keys.ca_cert_pem),
+            (CA_KEY_FILE, &keys.ca_key_pem),
+        ],
+    )
+}
+
+/// Writes each `(name, value)` in `data_dir`, readable by this user alone, replacing what was
+/// there: through a new temporary file (`create_new` follows no link), then renamed.
+pub(super) fn write_private_files(data_dir: &Path, files: &[(&str, &str)]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    for &(name, value) in files {
+        let path = data_dir.join(name);
+        let temporary = data_dir.join(format!(".{name}.tmp"));
+        let _ = std::fs::remove_file(&temporary);
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temporary)?;
+        file.write_all(value.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, &path)?;
+    }
+    Ok(())
 }
 
 fn mismatched(url: &BucketUrl, key: &StorageKey) -> CliError {

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use anycloud_workflows::api::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
 
 use super::AppState;
-use super::error::{ApiError, JsonBody, PathParam};
+use super::error::{ApiError, JsonBody, PathParam, QueryParams};
 
 /// Stores the cluster's intent and starts its creation.
 pub async fn create(
@@ -17,9 +17,12 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(state.ops.create_cluster(request).await?)))
 }
 
-/// Every cluster that is not deleted, with its VM counts.
-pub async fn list(State(state): State<AppState>) -> Result<Json<ClusterList>, ApiError> {
-    Ok(Json(state.ops.list_clusters().await?))
+/// A page of the clusters that are not deleted, by name (`?limit&after`), with their VM counts.
+pub async fn list(
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<anycloud_workflows::api::NamesQuery>,
+) -> Result<Json<ClusterList>, ApiError> {
+    Ok(Json(state.ops.list_clusters(&query).await?))
 }
 
 /// One cluster: spec, phase, VMs, endpoint, the workflow on it and what went wrong.

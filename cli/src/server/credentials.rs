@@ -20,9 +20,12 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(state.ops.save_credential(request).await?)))
 }
 
-/// Every credential, without secrets.
-pub async fn list(State(state): State<AppState>) -> Result<Json<CredentialList>, ApiError> {
-    Ok(Json(state.ops.list_credentials().await?))
+/// A page of the credentials by name (`?limit&after`), without secrets.
+pub async fn list(
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<anycloud_workflows::api::NamesQuery>,
+) -> Result<Json<CredentialList>, ApiError> {
+    Ok(Json(state.ops.list_credentials(&query).await?))
 }
 
 /// One credential, without its secret.

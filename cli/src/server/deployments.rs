@@ -73,13 +73,25 @@ pub async fn resubmit(
 
 /// The job's output as `text/plain`, line by line as the cluster sends it; with `timestamps`
 /// each line after its stamp, with `since_time` from that time on (what a client that resumes a
-/// broken stream asks, `anycloud_workflows::log_cursor`).
+/// broken stream asks, `anycloud_workflows::log_cursor`). A follow is refused with
+/// `429 TOO_MANY_STREAMS` while the API holds its most ([`super::streams::MAX_STREAMS`]).
 pub async fn logs(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
+    // A followed log has no end of its own: it holds one of the API's stream places until its
+    // client leaves (`streams.rs`).
+    let slot = if query.follow {
+        Some(state.streams.hold(&format!("a follow of `{}`'s logs", anycloud_workflows::names::shown(&id)))?)
+    } else {
+        None
+    };
     let stream = state.ops.deployment_logs(&id, &query).await?;
+    let stream = futures::StreamExt::map(stream, move |chunk| {
+        let _held = &slot;
+        chunk
+    });
     let headers = [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")];
     Ok((headers, Body::from_stream(stream)).into_response())
 }

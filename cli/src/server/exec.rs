@@ -5,14 +5,17 @@
 //!
 //! The session ends when the command does, or when it has passed no input and no output for the
 //! exec idle limit (`Operations::exec_idle_limit`, 30 minutes): then the exit message says so in
-//! words. The API pings the client every [`PING_EVERY`], so that a proxy or load balancer on
+//! words. A client message is at most [`MAX_MESSAGE`] (the CLI sends stdin in 32 KiB pieces); a
+//! larger one ends the session (WebSocket close 1009). The first message must come within
+//! [`REQUEST_WITHIN`]. The API holds at most [`super::streams::MAX_STREAMS`] sessions and followed
+//! logs at once; beyond, an upgrade is refused with `429 TOO_MANY_STREAMS`. The API pings the client every [`PING_EVERY`], so that a proxy or load balancer on
 //! the way does not take a quiet session for a dead one (kube pings the cluster's side itself).
 
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
@@ -24,6 +27,14 @@ use super::AppState;
 /// How often the API pings an exec session's client: below the 60 s idle timeout of common
 /// proxies and load balancers (nginx's `proxy_read_timeout`, AWS ALB's default).
 pub const PING_EVERY: Duration = Duration::from_secs(25);
+
+/// The largest message (and frame) a client may send: far below the WebSocket library's 64 MiB,
+/// far above the CLI's 32 KiB pieces of stdin.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// How long the API waits for the exec request, the first message, after the upgrade.
+pub const REQUEST_WITHIN: Duration = Duration::from_secs(10);
+
 use super::error::{ApiError, PathParam};
 
 /// Upgrades to a WebSocket and runs the session on it. A request that is not a WebSocket
@@ -34,7 +45,16 @@ pub async fn exec(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     match upgrade {
-        Ok(upgrade) => upgrade.on_upgrade(move |socket| session(state, id, socket)),
+        Ok(upgrade) => {
+            let slot = match state.streams.hold(&format!("an exec in `{}`", anycloud_workflows::names::shown(&id))) {
+                Ok(slot) => slot,
+                Err(refused) => return refused.into_response(),
+            };
+            upgrade.max_message_size(MAX_MESSAGE).max_frame_size(MAX_MESSAGE).on_upgrade(move |socket| async move {
+                session(state, id, socket).await;
+                drop(slot);
+            })
+        }
         Err(rejection) => ApiError::new(
             rejection.status(),
             "WEBSOCKET_REQUIRED",
@@ -49,10 +69,15 @@ pub async fn exec(
 }
 
 async fn session(state: AppState, id: String, mut socket: WebSocket) {
-    let request = match socket.recv().await {
-        Some(Ok(Message::Text(text))) => serde_json::from_str::<ExecRequest>(text.as_str()).map_err(|err| {
+    let request = match tokio::time::timeout(REQUEST_WITHIN, socket.recv()).await {
+        Ok(Some(Ok(Message::Text(text)))) => serde_json::from_str::<ExecRequest>(text.as_str()).map_err(|err| {
             error_exit("INVALID_REQUEST", format!("the first message must be an exec request as JSON: {err}"))
         }),
+        Ok(Some(Err(err))) => Err(error_exit("INVALID_REQUEST", format!("the first message was refused: {err}"))),
+        Err(_) => Err(error_exit(
+            "INVALID_REQUEST",
+            format!("no exec request came within {} s of the upgrade", REQUEST_WITHIN.as_secs()),
+        )),
         _ => Err(error_exit("INVALID_REQUEST", "the first message must be an exec request as JSON text".into())),
     };
     let exit = match request {
@@ -89,6 +114,12 @@ fn refused(err: OperationError) -> ExecExit {
 
 /// Passes frames both ways until the command's output ends, then answers how it ended; or ends
 /// the session once nothing has passed either way for `idle_limit`.
+///
+/// The loop never waits on the command's stdin while output is waiting: kube's session writes
+/// stdout and reads stdin in one loop, so a relay that blocked on a stdin write while the
+/// command's echo filled its output would hold both sides forever (`cat` of 60 KiB did). Stdin
+/// goes to a writer task one message at a time, and the client's next message is read only once
+/// the writer has taken the last one: the WebSocket itself is the back-pressure.
 async fn relay(
     mut session: anycloud_workflows::operations::ExecSession,
     socket: &mut WebSocket,
@@ -103,7 +134,12 @@ async fn relay(
         tokio::spawn(pump(stderr, exec_channel::STDERR, output.clone()));
     }
     drop(output);
-    let mut stdin = session.stdin();
+    let mut stdin = session.stdin().map(|writer| {
+        let (sender, receiver) = mpsc::channel(1);
+        tokio::spawn(write_stdin(writer, receiver));
+        sender
+    });
+    let mut pending: Option<Stdin> = None;
     let idle = tokio::time::sleep(idle_limit);
     tokio::pin!(idle);
     let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
@@ -119,26 +155,38 @@ async fn relay(
                 // stdout and stderr have both ended: the command has.
                 None => break,
             },
-            message = socket.recv() => match message {
+            permit = reserve(stdin.clone()), if pending.is_some() => match (permit, pending.take()) {
+                (Some(permit), Some(next)) => {
+                    permit.send(next);
+                }
+                // The writer stopped (the command closed its stdin): the rest is dropped.
+                _ => stdin = None,
+            },
+            message = socket.recv(), if pending.is_none() => match message {
                 Some(Ok(Message::Binary(data))) => match data.split_first() {
                     Some((&exec_channel::STDIN, bytes)) => {
                         idle.as_mut().reset(Instant::now() + idle_limit);
-                        if let Some(writer) = stdin.as_mut()
-                            && writer.write_all(bytes).await.is_err()
-                        {
-                            stdin = None;
+                        if stdin.is_some() {
+                            pending = Some(Stdin::Data(bytes.to_vec()));
                         }
                     }
-                    Some((&exec_channel::CLOSE_STDIN, _)) => {
-                        if let Some(mut writer) = stdin.take() {
-                            let _ = writer.shutdown().await;
-                        }
-                    }
+                    Some((&exec_channel::CLOSE_STDIN, _)) if stdin.is_some() => pending = Some(Stdin::Close),
                     _ => {}
                 },
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
-                    stdin = None;
-                    break;
+                // The client left (the CLI never closes first): nobody waits for the exit code.
+                // Dropping the session closes its stream to the cluster.
+                Some(Ok(Message::Close(_))) | None => {
+                    return error_exit("CLIENT_GONE", "the client closed the session".into());
+                }
+                Some(Err(err)) => {
+                    return error_exit(
+                        "INVALID_REQUEST",
+                        format!(
+                            "the session ended: its WebSocket broke, or a message was refused ({err}); a message \
+                             carries at most {} KiB",
+                            MAX_MESSAGE / 1024
+                        ),
+                    );
                 }
                 Some(Ok(_)) => {}
             },
@@ -155,6 +203,35 @@ async fn relay(
     }
     drop(stdin);
     session.exit().await
+}
+
+/// What the client sent for the command's stdin.
+enum Stdin {
+    Data(Vec<u8>),
+    Close,
+}
+
+/// A place in the stdin writer's queue, or `None` once it has stopped.
+async fn reserve(stdin: Option<mpsc::Sender<Stdin>>) -> Option<mpsc::OwnedPermit<Stdin>> {
+    stdin?.reserve_owned().await.ok()
+}
+
+/// Writes what the client sent to the command's stdin, in order, until the client closes it or
+/// the command stops reading.
+async fn write_stdin(mut writer: impl AsyncWrite + Unpin, mut receiver: mpsc::Receiver<Stdin>) {
+    while let Some(next) = receiver.recv().await {
+        match next {
+            Stdin::Data(bytes) => {
+                if writer.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            Stdin::Close => {
+                let _ = writer.shutdown().await;
+                return;
+            }
+        }
+    }
 }
 
 /// What a person is told when the idle limit ended their session.

@@ -11,13 +11,17 @@
 
 mod apis;
 mod auth;
+mod body_limit;
 pub mod checkpoint;
 mod clusters;
 mod credentials;
 mod deployments;
 pub mod error;
 mod exec;
+pub mod listener;
+mod secrets;
 mod storage;
+mod streams;
 mod timing;
 pub mod tls;
 mod workflows;
@@ -41,16 +45,15 @@ use anycloud_workflows::api::ApiStatus;
 use anycloud_workflows::db::{Db, sealing_key};
 use anycloud_workflows::deps::Deps;
 use anycloud_workflows::operations::Operations;
-use anycloud_workflows::providers::Clouds;
+use anycloud_workflows::providers::{Clouds, SimulatedCloud};
 use anycloud_workflows::secrets::SecretBox;
 
 use crate::config::{ApiEntry, Config, data_home};
 use crate::exit::{CliError, CliResult, NOT_OBSERVED, OK};
 use crate::seams::Seams;
-pub use checkpoint::{CheckpointOptions, StorageSecret};
+pub use checkpoint::{CheckpointOptions, VmSecret};
 
-/// Largest request body accepted.
-pub const BODY_LIMIT: usize = 64 * 1024;
+pub use body_limit::BODY_LIMIT;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -62,6 +65,10 @@ pub struct AppState {
     checkpoint: Option<(anycloud_checkpoint::Checkpointer, Arc<str>)>,
     /// The database, which health pings.
     store: Store,
+    /// The followed logs and exec sessions it holds.
+    streams: streams::Streams,
+    /// The certificate it serves, when it serves HTTPS.
+    tls: Option<Arc<tls::Serving>>,
 }
 
 /// How `anycloud api serve` was asked to run.
@@ -88,8 +95,12 @@ pub struct ServeOptions {
     pub listen: std::net::IpAddr,
     /// Serve HTTPS with this certificate.
     pub tls: Option<tls::TlsSource>,
+    /// A hosted API: its owner id, tagged on everything it makes at a provider (`--owner`).
+    pub owner: Option<String>,
     /// A hosted API: where its clusters' control planes go (its own hosting credential).
     pub control_planes: Option<anycloud_workflows::cluster_sides::ControlPlaneHost>,
+    /// Which endpoint overrides credentials may name (`--allow-insecure-endpoints`).
+    pub endpoints: anycloud_workflows::providers::endpoint::EndpointPolicy,
 }
 
 impl ServeOptions {
@@ -131,9 +142,12 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         Some(checkpoint) => Some(checkpoint::restore(checkpoint, &options.id, &data_dir).await?),
         None => None,
     };
-    // After the restore: a deployed API's CA comes from its bucket.
+    // After the restore: a deployed API's CA comes from its keys secret.
     let tls = match &options.tls {
-        Some(source) => Some(tls::load(source, &data_dir).map_err(CliError::bad_input)?),
+        Some(source) => {
+            let keys_secret = options.checkpoint.as_ref().and_then(|checkpoint| checkpoint.keys_secret.clone());
+            Some(tls::load(source, &data_dir, keys_secret).map_err(CliError::bad_input)?)
+        }
         None => None,
     };
     let token = load_or_create_token(&data_dir).map_err(|err| io("storing the API token in", err))?;
@@ -150,6 +164,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         )
     })?;
 
+    let connections = listener::max_connections();
     let listener = tokio::net::TcpListener::bind((options.listen, options.port)).await.map_err(|err| {
         CliError::new(NOT_OBSERVED, "LISTEN_FAILED", format!("listening on {}:{}: {err}", options.listen, options.port))
     })?;
@@ -160,14 +175,22 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     }
     let url = format!("{}://{address}", if tls.is_some() { "https" } else { "http" });
 
-    let kube_tls = bind_sim_kube(&data_dir).await?;
-    let kube_tls_base = format!(
-        "https://{}",
-        kube_tls.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?
-    );
-    let sim = SimCloud::new(db.clone(), url.clone())
-        .with_kubelet_dir(data_dir.join("sim-kubelet"))
-        .with_kube_tls(kube_tls_base);
+    // The simulated cloud runs its clusters' Pods as processes of this machine: it is on only for
+    // an API meant for it (a local one, or one the simulated cloud hosts), never on an AWS or GCP VM.
+    let sim = match options.hosted_by.as_deref() {
+        None | Some("sim") => {
+            let kube_tls = bind_sim_kube(&data_dir).await?;
+            let kube_tls_base = format!(
+                "https://{}",
+                kube_tls.local_addr().map_err(|err| CliError::new(NOT_OBSERVED, "LISTEN_FAILED", err.to_string()))?
+            );
+            let sim = SimCloud::new(db.clone(), sealer.clone(), url.clone())
+                .with_kubelet_dir(data_dir.join("sim-kubelet"))
+                .with_kube_tls(kube_tls_base);
+            Some((sim, kube_tls))
+        }
+        Some(_) => None,
+    };
     // Take the bucket over before the engine runs a step: a fenced API must not act.
     let checkpointer = match (taken_over, &options.checkpoint) {
         (Some(taken), Some(checkpoint)) => Some(checkpoint::start(taken, checkpoint, &options.id).await?),
@@ -176,7 +199,9 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     let deps = Deps {
         db,
         sealer,
-        clouds: Clouds::new(Some(Arc::new(sim.clone()))),
+        clouds: Clouds::new(sim.as_ref().map(|(sim, _)| Arc::new(sim.clone()) as Arc<dyn SimulatedCloud>))
+            .with_endpoint_policy(options.endpoints)
+            .with_owner(options.owner.clone()),
         seams: seams.api.clone(),
         api_address: options.public_address.clone(),
         binaries: data_dir.join("binaries"),
@@ -220,6 +245,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         test_seams: seams.describe(),
         checkpoint: None,
+        endpoints: options.endpoints,
     };
     let state = AppState {
         ops: Operations::new(engine.clone(), deps, &options.id, options.hosted_by.is_some())
@@ -230,6 +256,8 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
             .clone()
             .zip(options.checkpoint.as_ref().map(|checkpoint| checkpoint.url.to_string().into())),
         store: store.clone(),
+        streams: streams::Streams::default(),
+        tls: tls.as_ref().map(|tls| tls.serving.clone()),
     };
     // Listen for SIGTERM before saying we are up, so that a stop right after start is clean.
     let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -238,24 +266,39 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         println!("WARNING: TEST SEAM ON (never in production): {seam}");
         tracing::warn!(%seam, "test seam on: this binary is the test suite's, never run it in production");
     }
+    // Each simulated cluster's kube-proxy is this very binary, run as `sim-kube-proxy`.
+    let proxy = std::env::current_exe()
+        .map(|exe| anycloud_sim::kube::ProxyCommand::new(exe, ["sim-kube-proxy"]))
+        .map_err(|err| CliError::new(NOT_OBSERVED, "API_START", format!("finding this binary's path: {err}")))?;
+    if options.endpoints == anycloud_workflows::providers::endpoint::EndpointPolicy::AllowInsecure {
+        println!(
+            "WARNING: plain http:// and loopback endpoints allowed (--allow-insecure-endpoints): for test peers only"
+        );
+    }
     println!("anycloud API `{}` ({}) listening on {url} (store: {})", options.id, options.kind(), store.backend());
     let _ = std::io::stdout().flush();
     tracing::info!(api = %options.id, %url, store = store.backend(), "API started");
 
     // The simulated control planes' Kubernetes APIs: one set of routes (and one reconcile loop),
     // served over TLS as k3s serves them, and on this API's port too.
-    let kube_routes = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage());
-    let kube_tls = tokio::spawn(anycloud_sim::kube::tls::serve(kube_tls, kube_routes.clone(), Arc::new(sim)));
-    let app = router(state, kube_routes);
-    let served = match &tls {
-        Some(tls) => {
-            tls::serve(listener, app, tls.config.clone(), stop_signal(terminate)).await;
-            Ok(())
+    let (kube_routes, kube_tls) = match sim {
+        Some((sim, kube_tls)) => {
+            let routes = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage(), proxy);
+            let serving = tokio::spawn(anycloud_sim::kube::tls::serve(kube_tls, routes.clone(), Arc::new(sim)));
+            (routes, Some(serving))
         }
-        None => axum::serve(listener, app).with_graceful_shutdown(stop_signal(terminate)).await,
+        None => (Router::new(), None),
     };
-    kube_tls.abort();
-    served.map_err(|err| CliError::new(NOT_OBSERVED, "SERVE_FAILED", format!("serving HTTP: {err}")))?;
+    let app = router(state, kube_routes);
+    let tls_config = tls.as_ref().map(|tls| tls.config.clone());
+    let renewing = tls.as_ref().map(|tls| tokio::spawn(tls.serving.clone().keep_renewed(tls::RENEWAL_CHECK)));
+    listener::serve(listener, app, tls_config, connections, stop_signal(terminate)).await;
+    if let Some(kube_tls) = kube_tls {
+        kube_tls.abort();
+    }
+    if let Some(renewing) = renewing {
+        renewing.abort();
+    }
     tracing::info!("stopping: letting steps in flight finish and releasing leases");
     match Arc::try_unwrap(engine) {
         Ok(engine) => engine.shutdown(Duration::from_secs(30)).await,
@@ -309,16 +352,44 @@ fn engine_refused(id: &str, err: &EngineError) -> CliError {
     }
 }
 
-/// A database URL without its password.
+/// A database URL without its secrets: the password of its user info, and the value of every
+/// query parameter whose name speaks of one (`password`, `sslpassword`, `token`, `secret`,
+/// `key`, ...), as libpq and sqlx take a password in either place.
 fn redact(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match base.find("://") {
+        Some(scheme) => {
+            let rest = &base[scheme + 3..];
+            let authority = rest.split('/').next().unwrap_or(rest);
+            match authority.rfind('@') {
+                Some(at) => {
+                    let user = authority[..at].split(':').next().unwrap_or("");
+                    format!("{}{user}:***{}", &base[..scheme + 3], &rest[at..])
+                }
+                None => base.to_owned(),
+            }
         }
-        _ => url.to_owned(),
+        None => base.to_owned(),
+    };
+    if let Some(query) = query {
+        let secret = |name: &str| {
+            let name = name.to_ascii_lowercase();
+            ["password", "passwd", "pwd", "secret", "token", "key"].iter().any(|word| name.contains(word))
+        };
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if secret(name) => format!("{name}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
     }
+    out
 }
 
 /// The listener of the simulated control planes' TLS endpoint: on the port this API used before
@@ -344,12 +415,14 @@ async fn bind_sim_kube(data_dir: &Path) -> Result<tokio::net::TcpListener, CliEr
 }
 
 fn router(state: AppState, kube_routes: Router) -> Router {
+    use body_limit::Limit;
+    let bounded = |limit: Limit| middleware::from_fn_with_state(limit, body_limit::bounded);
     let authenticated = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/apis", get(apis::list).post(apis::deploy))
         .route("/v1/apis/{name}", get(apis::show).delete(apis::remove))
         .route("/v1/apis/{name}/access", get(apis::access))
-        .route("/v1/binaries/{sha256}", put(apis::stage_binary))
+        .route("/v1/apis/{name}/rotate-ca", post(apis::rotate_ca))
         .route("/v1/credentials/{name}/vm-types/{vm_type}", get(credentials::vm_type))
         .route("/v1/credentials", get(credentials::list).post(credentials::create))
         .route("/v1/credentials/{name}", get(credentials::show).delete(credentials::delete))
@@ -371,10 +444,29 @@ fn router(state: AppState, kube_routes: Router) -> Router {
         .route("/v1/workflows/{id}/retry", post(workflows::retry))
         .route("/v1/workflows/{id}/resume", post(workflows::resume))
         .route("/v1/workflows/{id}/cancel", post(workflows::cancel))
+        .route("/v1/tls/renew", post(tls::renew))
+        .route_layer(bounded(Limit::Request))
+        .route("/v1/binaries/{sha256}", put(apis::stage_binary).layer(bounded(Limit::Binary)))
+        // A secret's values may be up to 1 MiB: its routes read larger bodies than the others.
+        .route(
+            "/v1/secrets",
+            get(secrets::list)
+                .post(secrets::create)
+                .layer::<_, std::convert::Infallible>(bounded(Limit::Secret))
+                .layer(DefaultBodyLimit::max(body_limit::SECRET_BODY_LIMIT)),
+        )
+        .route(
+            "/v1/secrets/{name}",
+            get(secrets::show)
+                .put(secrets::set)
+                .delete(secrets::delete)
+                .layer::<_, std::convert::Infallible>(bounded(Limit::Secret))
+                .layer(DefaultBodyLimit::max(body_limit::SECRET_BODY_LIMIT)),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), checkpoint::durable))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
-        .route("/v1/health", get(health))
+        .route("/v1/health", get(health).layer(bounded(Limit::Request)))
         .merge(authenticated)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -488,5 +580,15 @@ mod tests {
     fn database_urls_lose_their_password() {
         assert_eq!(super::redact("postgres://app:hunter2@db:5432/x"), "postgres://app:***@db:5432/x");
         assert_eq!(super::redact("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
+        assert_eq!(
+            super::redact("postgres://db/x?user=app&password=hunter2&sslmode=require"),
+            "postgres://db/x?user=app&password=***&sslmode=require"
+        );
+        assert_eq!(
+            super::redact("postgres://app:pw@db/x?sslpassword=s3&auth_token=t0k&API_KEY=k&client_secret=c"),
+            "postgres://app:***@db/x?sslpassword=***&auth_token=***&API_KEY=***&client_secret=***"
+        );
+        // An `@` in the query is not user info.
+        assert_eq!(super::redact("postgres://db/x?password=a@b"), "postgres://db/x?password=***");
     }
 }

@@ -26,13 +26,13 @@ pub async fn inspect(
     Ok(Json(state.ops.inspect_workflow(&id).await?))
 }
 
-/// The run's timeline after an entry.
+/// A page of the run's timeline after an entry (`?after&limit`).
 pub async fn events(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<EventsQuery>,
 ) -> Result<Json<WorkflowEvents>, ApiError> {
-    Ok(Json(state.ops.workflow_events(&id, query.after.unwrap_or(0)).await?))
+    Ok(Json(state.ops.workflow_events(&id, query.after.unwrap_or(0), query.limit).await?))
 }
 
 /// Runs the current step now.

@@ -75,6 +75,11 @@ impl Store {
     /// The run's timeline after entry `after`, oldest first: its events, and the rows of its
     /// forward steps that succeeded, each read as that step's `step-succeeded` entry.
     pub async fn events(&self, id: Uuid, after: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
+        self.events_page(id, after, i64::MAX).await
+    }
+
+    /// The first `limit` entries of the run's timeline after entry `after`, oldest first.
+    pub async fn events_page(&self, id: Uuid, after: i64, limit: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
         let rows: Vec<EventRow> = crate::with_pool!(&self.reader, |pool| {
             sqlx::query_as(
                 "SELECT n, at, kind, step, message, count, first_at, NULL AS attempts, NULL AS took \
@@ -82,10 +87,11 @@ impl Store {
                  UNION ALL \
                  SELECT n, finished_at, 'step-succeeded', name, NULL, 1, NULL, attempts, finished_at - started_at \
                  FROM engine_steps WHERE run_id = $1 AND n > $2 \
-                 ORDER BY 1",
+                 ORDER BY 1 LIMIT $3",
             )
             .bind(id.to_string())
             .bind(after)
+            .bind(limit)
             .fetch_all(pool)
             .await
         })?;

@@ -3,7 +3,7 @@
 //! back (a Job's selector and its template's labels, `backoffLimit: 6`, a Deployment's
 //! `RollingUpdate` strategy at 25%/25%, a Service's `ClusterIP` type and `targetPort`,
 //! containers' `imagePullPolicy`, ...). A Service's cluster IP is allocated by
-//! [`super::proxy::allocate`] before these defaults, which need no I/O.
+//! [`super::cluster_ips::allocate`] before these defaults, which need no I/O.
 
 use serde_json::{Map, Value, json};
 
@@ -27,7 +27,8 @@ pub(crate) fn on_create(resource: &Resource, namespace: &str, object: &mut Value
     metadata.insert("creationTimestamp".into(), json!(time::now()));
     metadata.remove("resourceVersion");
     metadata.remove("deletionTimestamp");
-    if resource.plural != resources::NAMESPACES.plural && resource.plural != resources::EVENTS.plural {
+    // Kinds without a spec have no generation.
+    if ![resources::NAMESPACES.plural, resources::EVENTS.plural, resources::SECRETS.plural].contains(&resource.plural) {
         metadata.insert("generation".into(), json!(1));
     }
     match resource.plural {
@@ -159,7 +160,7 @@ fn pod_template(template: &mut Map<String, Value>) {
     pod_spec(child(template, "spec"), Some("Always"));
 }
 
-/// A Service's defaults (its `clusterIP` is given by the caller, see [`super::proxy`]).
+/// A Service's defaults (its `clusterIP` is given by the caller, see [`super::cluster_ips`]).
 pub(crate) fn service(service: &mut Value) {
     let spec = child(root(service), "spec");
     for (field, value) in [

@@ -199,14 +199,26 @@ fn not_found_error() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "NotFound", "the server could not find the requested resource")
 }
 
-/// Any other path of a cluster's API (OpenAPI among them): 404, to a caller with the token.
+/// Any other path of a cluster's API (its root among them): 404, to a caller with the token.
 pub(crate) async fn not_found(
     State(kube): Shared,
-    Path((vm, _rest)): Path<(String, String)>,
+    Path(params): Path<std::collections::HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    match auth::control_plane(&kube, &vm, &headers).await {
+    let vm = params.get("vm").map_or("", String::as_str);
+    match auth::control_plane(&kube, vm, &headers).await {
         Ok(_) => not_found_error().into_response(),
         Err(err) => err.into_response(),
     }
+}
+
+/// A known path with a method it does not take: 405, as the apiserver answers it (only to a caller
+/// with the token: [`auth::token_first`] runs first).
+pub(crate) async fn method_not_allowed() -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+    )
+    .into_response()
 }

@@ -4,7 +4,7 @@
 //! `notReadyAddresses`, each with its port (a Service's `targetPort`, a number or a container
 //! port's name, resolved to the Pod's host port: see [`super::network`]). Pods with different
 //! host ports fall into different subsets, as the Endpoints API groups them. An Endpoints
-//! object whose Service is gone goes. What it finds is also what [`super::proxy`] routes to.
+//! object whose Service is gone goes. What it finds is also what the cluster's kube-proxy ([`super::proxy`]) routes to.
 //! EndpointSlices are not simulated.
 
 use std::collections::{BTreeMap, HashMap};

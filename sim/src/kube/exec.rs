@@ -10,9 +10,15 @@
 //! reason `NonZeroExitCode` and the exit code as the cause `ExitCode`, from which kube's
 //! `AttachedProcess::take_status()` and kubectl read it. SPDY (kubectl's fallback when the
 //! WebSocket upgrade fails) is not simulated.
+//!
+//! A client message is at most [`MAX_MESSAGE`] (a larger one ends the session with close code
+//! 1009), and a session that passes no input and no output for [`IDLE_LIMIT`] is ended, as the
+//! kubelet's `streamingConnectionIdleTimeout` (4 hours by default) ends it: the process is killed
+//! and the connection closed.
 
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
@@ -25,13 +31,20 @@ use tokio::sync::mpsc;
 
 use super::resources::PODS;
 use super::status::ApiError;
-use super::{Kube, Shared, auth, kubelet};
+use super::{Kube, Shared, auth, container_env};
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
 const STATUS: u8 = 3;
 const CLOSE: u8 = 255;
+
+/// The largest message (and frame) a client may send: far below the WebSocket library's 64 MiB,
+/// far above what kubectl and kube write at once (32 KiB of stdin).
+pub const MAX_MESSAGE: usize = 1024 * 1024;
+
+/// How long a session may pass nothing either way: the kubelet's default.
+pub const IDLE_LIMIT: Duration = Duration::from_secs(4 * 3600);
 
 /// What to run, and which streams to connect.
 struct ExecRequest {
@@ -70,7 +83,7 @@ pub(crate) async fn exec(
 ) -> Response {
     let request = ExecRequest::parse(query.as_deref().unwrap_or_default());
     let prepared = prepare(&kube, &vm, &namespace, &name, &request, &headers).await;
-    let (pod, container) = match prepared {
+    let (pod, env) = match prepared {
         Ok(found) => found,
         Err(err) => return err.into_response(),
     };
@@ -83,10 +96,12 @@ pub(crate) async fn exec(
     };
     upgrade
         .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
-        .on_upgrade(move |socket| session(kube, socket, pod, container, request))
+        .max_message_size(MAX_MESSAGE)
+        .max_frame_size(MAX_MESSAGE)
+        .on_upgrade(move |socket| session(kube, socket, pod, env, request))
 }
 
-/// The Pod and container to run in, if it runs.
+/// The Pod to run in, if the container runs, and the container's environment.
 async fn prepare(
     kube: &Kube,
     vm: &str,
@@ -94,7 +109,7 @@ async fn prepare(
     name: &str,
     request: &ExecRequest,
     headers: &HeaderMap,
-) -> Result<(Value, Value), ApiError> {
+) -> Result<(Value, Vec<(String, String)>), ApiError> {
     auth::control_plane(kube, vm, headers).await?;
     let pod = kube.store.get(vm, &PODS, namespace, name).await?.ok_or_else(|| ApiError::not_found(&PODS, name))?;
     let containers = pod["spec"]["containers"].as_array().cloned().unwrap_or_default();
@@ -125,18 +140,22 @@ async fn prepare(
             container["name"].as_str().unwrap_or_default()
         )));
     }
-    Ok((pod, container))
+    // The container started with it, so it resolves; a Secret deleted since fails the exec.
+    let env = container_env::environment(kube, vm, &pod, &container)
+        .await
+        .map_err(|message| ApiError::internal(format!("making the container's environment for exec: {message}")))?;
+    Ok((pod, env))
 }
 
 /// One exec: the process, its streams, and the final status.
-async fn session(kube: Arc<Kube>, mut socket: WebSocket, pod: Value, container: Value, request: ExecRequest) {
+async fn session(kube: Arc<Kube>, mut socket: WebSocket, pod: Value, env: Vec<(String, String)>, request: ExecRequest) {
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
     let piped = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
     let spawned = tokio::process::Command::new(&request.argv[0])
         .args(&request.argv[1..])
         .current_dir(kube.kubelet.pod_dir(uid))
         .env_clear()
-        .envs(kubelet::environment(&pod, &container))
+        .envs(env)
         .stdin(piped(request.stdin))
         .stdout(piped(request.stdout))
         .stderr(piped(request.stderr))
@@ -167,35 +186,69 @@ async fn session(kube: Arc<Kube>, mut socket: WebSocket, pod: Value, container: 
         tokio::spawn(forward(stderr, STDERR, out.clone()));
     }
     drop(out);
-    let mut stdin = child.stdin.take();
+    // Stdin is written by a task of its own, so that the loop below passes output on while a
+    // write waits: a process that echoes its input fills its output before it reads more.
+    let mut stdin = child.stdin.take().map(|input| {
+        let (sender, receiver) = mpsc::channel::<Vec<u8>>(4);
+        tokio::spawn(write_stdin(input, receiver));
+        sender
+    });
+    let idle = tokio::time::sleep(IDLE_LIMIT);
+    tokio::pin!(idle);
+    let mut client_open = true;
+    let mut output_open = true;
     // Until the output streams end: pass stdin on, and output out.
-    loop {
+    while output_open {
         tokio::select! {
-            message = socket.recv() => match message {
+            // The process goes with the session (kill_on_drop).
+            () = &mut idle => return,
+            message = socket.recv(), if client_open => match message {
                 Some(Ok(Message::Binary(data))) => match data.first() {
                     Some(&STDIN) => {
-                        if let Some(input) = stdin.as_mut()
-                            && input.write_all(&data[1..]).await.is_err()
-                        {
-                            stdin = None;
+                        idle.as_mut().reset(tokio::time::Instant::now() + IDLE_LIMIT);
+                        let Some(input) = stdin.clone() else { continue };
+                        let mut room = std::pin::pin!(input.reserve_owned());
+                        // Waits for room in stdin's queue, passing output on meanwhile.
+                        loop {
+                            tokio::select! {
+                                room = &mut room => {
+                                    match room {
+                                        Ok(room) => { room.send(data[1..].to_vec()); }
+                                        Err(_) => stdin = None,
+                                    }
+                                    break;
+                                }
+                                chunk = outgoing.recv(), if output_open => match chunk {
+                                    Some(chunk) => {
+                                        if socket.send(Message::binary(chunk)).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                    None => output_open = false,
+                                },
+                            }
                         }
                     }
                     Some(&CLOSE) if data.get(1) == Some(&STDIN) => stdin = None,
                     _ => {}
                 },
-                // A v4 client closes the connection to end stdin.
-                Some(Ok(Message::Close(_))) => stdin = None,
+                // A v4 client closes the connection to end stdin, and waits for the status.
+                Some(Ok(Message::Close(_))) => {
+                    stdin = None;
+                    client_open = false;
+                }
                 Some(Ok(_)) => {}
                 // The client went: the process goes with it (kill_on_drop).
                 Some(Err(_)) | None => return,
             },
             chunk = outgoing.recv() => match chunk {
                 Some(chunk) => {
+                    idle.as_mut().reset(tokio::time::Instant::now() + IDLE_LIMIT);
                     if socket.send(Message::binary(chunk)).await.is_err() {
                         return;
                     }
                 }
-                None => break,
+                None => output_open = false,
             },
         }
     }
@@ -235,6 +288,16 @@ async fn finish(socket: &mut WebSocket, status: &Value) {
     // client-go reads a close without a code (1005) as an error: say it is a normal one.
     let close = CloseFrame { code: close_code::NORMAL, reason: "".into() };
     let _ = socket.send(Message::Close(Some(close))).await;
+}
+
+/// Writes what the client sends to the process's stdin, until the client closes it (the channel
+/// ends) or the process does.
+async fn write_stdin(mut input: tokio::process::ChildStdin, mut chunks: mpsc::Receiver<Vec<u8>>) {
+    while let Some(chunk) = chunks.recv().await {
+        if input.write_all(&chunk).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Copies one output stream to its channel.

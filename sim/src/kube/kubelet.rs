@@ -2,11 +2,17 @@
 //!
 //! 1. A Pod being deleted: its containers' process groups get SIGTERM, then SIGKILL once its
 //!    grace period is over; when none runs, the Pod, its records and its directory go.
-//! 2. A scheduled Pod's containers start: each one's `command` + `args` runs as a local process
-//!    (see [`super::process`]) in the Pod's scratch directory `{kubelet dir}/{pod uid}/`, with
-//!    exactly the container's `env` (name/value pairs) plus `HOSTNAME={pod name}` and, unless it
-//!    sets one, an image's usual `PATH`. A command that cannot be found ends the container
-//!    `terminated` with reason `StartError` and exit code 128, as containerd reports it.
+//! 2. A scheduled Pod's containers start: first its image is "pulled" ([`super::images`]: an
+//!    image on a private registry host needs a registry secret among the Pod's
+//!    `imagePullSecrets`, else the container waits in `ErrImagePull` / `ImagePullBackOff`), then
+//!    its environment is made ([`super::container_env`]: `env`, `envFrom` and `secretKeyRef` from
+//!    the Pod's namespace's Secrets; a missing Secret or key leaves it waiting with reason
+//!    `CreateContainerConfigError`, message `secret "NAME" not found` or `couldn't find key KEY in
+//!    Secret NS/NAME`, and a Warning `Failed` event `Error: ...`), and each pass tries again
+//!    until it can. Then its `command` + `args` runs as a local process (see [`super::process`])
+//!    in the Pod's scratch directory `{kubelet dir}/{pod uid}/`. A command that cannot be found
+//!    ends the container `terminated` with reason `StartError` and exit code 128, as containerd
+//!    reports it.
 //! 3. Its containers' states follow their processes: `waiting` (`ContainerCreating`), `running`
 //!    (`startedAt`), `terminated` (`exitCode`, `Completed` or `Error`, `startedAt`,
 //!    `finishedAt`), and its phase follows them: `Pending`, `Running`, then `Succeeded` when every
@@ -16,7 +22,11 @@
 //!    `waiting` with reason `CrashLoopBackOff` for its back-off, as the kubelet's: the first
 //!    restart at once, then 10 s doubling to 5 min. Its log file goes on (`logs --previous` is
 //!    not simulated). With `Never` and `OnFailure` (Jobs' Pods) a container is never restarted.
-//! 5. A running container is ready as [`super::probes`] says; the Pod is `Ready` when all are.
+//! 5. A running container is ready as [`super::probes`] says; the Pod is `Ready` when all are
+//!    (else `ContainersNotReady`, `containers with unready status: [NAME]`). A failed readiness
+//!    check is a Warning `Unhealthy` event (`Readiness probe failed: dial tcp IP:PORT: connect:
+//!    connection refused`), counted again once per `periodSeconds` (10 s by default) while it
+//!    fails, as the prober reports each failed probe.
 //!    Each Pod has its own loopback address and host ports (see [`super::network`]).
 //!
 //! Nothing is pulled: a container's image is recorded (`imageID: sim://not-pulled/{image}`)
@@ -29,20 +39,35 @@ use std::sync::Mutex;
 use serde_json::{Value, json};
 
 use super::events::{self, Note, Severity};
+use super::probes::Readiness;
 use super::process::{self, ContainerFiles, Probe};
 use super::resources::PODS;
 use super::status::ApiError;
-use super::{Kube, network, probes, time};
+use super::{Kube, container_env, images, network, probes, time};
 
-/// The kubelets' shared directory, and the Pods this process has sent SIGTERM.
+/// The kubelets' shared directory, the Pods this process has sent SIGTERM, and the image pulls
+/// that failed.
 pub(crate) struct Kubelet {
     dir: PathBuf,
     terminated: Mutex<HashSet<String>>,
+    pub(crate) pulls: images::Pulls,
 }
+
+/// What a kubelet knows of its cluster on a pass.
+pub(crate) struct Node<'a> {
+    /// The cluster (its control plane's VM id).
+    pub(crate) cluster: &'a str,
+    /// The registry hosts whose images need a pull secret.
+    pub(crate) private_registries: &'a [String],
+}
+
+/// The waiting reasons of a container that has not started yet and that the kubelet tries to
+/// start again on each pass.
+const NOT_STARTED: [&str; 3] = ["ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError"];
 
 impl Kubelet {
     pub(crate) fn new(dir: PathBuf) -> Self {
-        Self { dir, terminated: Mutex::new(HashSet::new()) }
+        Self { dir, terminated: Mutex::new(HashSet::new()), pulls: images::Pulls::default() }
     }
 
     /// A Pod's scratch directory (its containers' working directory).
@@ -56,28 +81,6 @@ impl Kubelet {
     }
 }
 
-/// The environment a container's processes get (its own, and `exec`'s): `HOSTNAME`, the
-/// Services' variables, the container's `env`, then `PORT` (see [`network`]).
-pub(crate) fn environment(pod: &Value, container: &Value) -> Vec<(String, String)> {
-    let mut env = vec![("HOSTNAME".to_owned(), pod["metadata"]["name"].as_str().unwrap_or_default().to_owned())];
-    let network = network::env(pod, container);
-    env.extend(network.iter().filter(|(name, _)| name != "PORT").cloned());
-    for var in container["env"].as_array().into_iter().flatten() {
-        if let Some(name) = var["name"].as_str() {
-            env.retain(|(existing, _)| existing != name);
-            env.push((name.to_owned(), var["value"].as_str().unwrap_or_default().to_owned()));
-        }
-    }
-    if let Some(port) = network.iter().find(|(name, _)| name == "PORT") {
-        env.retain(|(existing, _)| existing != "PORT");
-        env.push(port.clone());
-    }
-    if !env.iter().any(|(name, _)| name == "PATH") {
-        env.push(("PATH".to_owned(), process::DEFAULT_PATH.to_owned()));
-    }
-    env
-}
-
 /// One container's `command` followed by its `args`.
 fn argv(container: &Value) -> Vec<String> {
     ["command", "args"]
@@ -88,7 +91,8 @@ fn argv(container: &Value) -> Vec<String> {
 }
 
 /// Reconciles one Pod with its processes.
-pub(crate) async fn sync(kube: &Kube, cluster: &str, pod: Value) -> Result<(), ApiError> {
+pub(crate) async fn sync(kube: &Kube, node: &Node<'_>, pod: Value) -> Result<(), ApiError> {
+    let cluster = node.cluster;
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
     if !pod["metadata"]["deletionTimestamp"].is_null() {
         return finish_deletion(kube, cluster, &uid, pod).await;
@@ -110,6 +114,7 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, pod: Value) -> Result<(), A
     let restarts = pod["spec"]["restartPolicy"] == "Always";
     let mut statuses = Vec::new();
     let mut notes = Vec::new();
+    let mut unhealthy = Vec::new();
     for container in &containers {
         let name = container["name"].as_str().unwrap_or_default();
         let before = previous.iter().find(|s| s["name"] == name).cloned().unwrap_or(Value::Null);
@@ -121,12 +126,20 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, pod: Value) -> Result<(), A
                 let finished = time::seconds(&last_state["terminated"]["finishedAt"]).unwrap_or(0);
                 if time::now_seconds() >= finished + back_off(restart_count) {
                     kube.kubelet.files(&uid, name).clear();
-                    start(kube, &uid, &pod_dir, &pod, container, &mut notes).await?
+                    start(kube, node, &uid, &pod_dir, &pod, container, &mut notes).await?
                 } else {
                     state.clone()
                 }
             }
-            _ => container_state(kube, &uid, &pod_dir, &pod, container, &mut notes).await?,
+            // Not started yet (its image, or its environment, was not there): try again, unless
+            // a start whose status was never written left its process.
+            Some(state)
+                if state["waiting"]["reason"].as_str().is_some_and(|reason| NOT_STARTED.contains(&reason))
+                    && kube.kubelet.files(&uid, name).started().is_none() =>
+            {
+                start(kube, node, &uid, &pod_dir, &pod, container, &mut notes).await?
+            }
+            _ => container_state(kube, node, &uid, &pod_dir, &pod, container, &mut notes).await?,
         };
         if restarts && before["state"].get("terminated").is_none() && state.get("terminated").is_some() {
             last_state = state.clone();
@@ -145,24 +158,43 @@ pub(crate) async fn sync(kube: &Kube, cluster: &str, pod: Value) -> Result<(), A
             });
             state = if back_off(restart_count) == 0 {
                 kube.kubelet.files(&uid, name).clear();
-                start(kube, &uid, &pod_dir, &pod, container, &mut notes).await?
+                start(kube, node, &uid, &pod_dir, &pod, container, &mut notes).await?
             } else {
                 json!({ "waiting": { "reason": "CrashLoopBackOff", "message": message } })
             };
         }
         let ready = match time::seconds(&state["running"]["startedAt"]) {
-            Some(started) => probes::ready(&pod, container, started).await,
+            Some(started) => match probes::ready(&pod, container, started).await {
+                Readiness::Ready => true,
+                Readiness::Waiting => false,
+                Readiness::Failed(output) => {
+                    let period = container["readinessProbe"]["periodSeconds"].as_i64().unwrap_or(10).max(1);
+                    unhealthy.push((format!("Readiness probe failed: {output}"), period));
+                    false
+                }
+            },
             None => false,
         };
         statuses.push(container_status(&uid, container, state, last_state, restart_count, ready));
     }
     let mut next = pod.clone();
     next["status"] = pod_status(&pod, &statuses);
-    if next != pod
-        && let Some(written) = kube.store.update(cluster, &PODS, next).await?
-    {
-        for note in notes {
-            events::record(kube, cluster, &PODS, &written, note).await;
+    let written = if next == pod {
+        Some(pod)
+    } else {
+        let written = kube.store.update(cluster, &PODS, next).await?;
+        if let Some(written) = &written {
+            for note in notes {
+                events::record(kube, cluster, &PODS, written, note).await;
+            }
+        }
+        written
+    };
+    // A probe's failure is reported whether or not the Pod changed: once per probe period.
+    if let Some(written) = written {
+        for (message, period) in unhealthy {
+            let note = Note { severity: Severity::Warning, component: "kubelet", reason: "Unhealthy", message };
+            events::record_every(kube, cluster, &PODS, &written, note, period).await;
         }
     }
     Ok(())
@@ -178,6 +210,7 @@ fn back_off(restarts: i64) -> i64 {
 /// its process stands.
 async fn container_state(
     kube: &Kube,
+    node: &Node<'_>,
     uid: &str,
     pod_dir: &Path,
     pod: &Value,
@@ -200,7 +233,7 @@ async fn container_state(
         },
     };
     let Some(record) = record else {
-        return start(kube, uid, pod_dir, pod, container, notes).await;
+        return start(kube, node, uid, pod_dir, pod, container, notes).await;
     };
     let started = pod["status"]["containerStatuses"]
         .as_array()
@@ -227,9 +260,12 @@ fn terminated(code: i32, message: Option<&str>, started: &str) -> Value {
     json!({ "terminated": state })
 }
 
-/// Starts a container's process (or fails to, as containerd would).
+/// Starts a container's process (or fails to, as containerd would): pulls its image, makes its
+/// environment, then runs its command. A container whose image or environment is not there
+/// yet is left waiting (`ErrImagePull`, `ImagePullBackOff`, `CreateContainerConfigError`).
 async fn start(
     kube: &Kube,
+    node: &Node<'_>,
     uid: &str,
     pod_dir: &Path,
     pod: &Value,
@@ -238,6 +274,9 @@ async fn start(
 ) -> Result<Value, ApiError> {
     let name = container["name"].as_str().unwrap_or_default();
     let image = container["image"].as_str().unwrap_or_default();
+    if let Some(waiting) = images::pull(kube, node.cluster, node.private_registries, pod, container, notes).await? {
+        return Ok(waiting);
+    }
     notes.push(Note {
         severity: Severity::Normal,
         component: "kubelet",
@@ -247,7 +286,18 @@ async fn start(
              process on the API's host (no image, no isolation, resources not enforced)"
         ),
     });
-    let env = environment(pod, container);
+    let env = match container_env::environment(kube, node.cluster, pod, container).await {
+        Ok(env) => env,
+        Err(message) => {
+            notes.push(Note {
+                severity: Severity::Warning,
+                component: "kubelet",
+                reason: "Failed",
+                message: format!("Error: {message}"),
+            });
+            return Ok(json!({ "waiting": { "reason": "CreateContainerConfigError", "message": message } }));
+        }
+    };
     let argv = argv(container);
     let path = env.iter().find(|(key, _)| key == "PATH").map(|(_, value)| value.as_str()).unwrap_or_default();
     let now = time::now();
@@ -337,12 +387,18 @@ fn pod_status(pod: &Value, statuses: &[Value]) -> Value {
             .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_owned))
             .unwrap_or_else(|| now.clone())
     };
+    let unready: Vec<&str> =
+        statuses.iter().filter(|s| s["ready"] != true).filter_map(|s| s["name"].as_str()).collect();
+    let not_ready_message = format!("containers with unready status: [{}]", unready.join(" "));
     let condition = |kind: &str, on: bool, reason: Option<&str>| {
         let value = if on { "True" } else { "False" };
         let mut condition =
             json!({ "type": kind, "status": value, "lastProbeTime": null, "lastTransitionTime": since(kind, value) });
         if let Some(reason) = reason.filter(|_| !on) {
             condition["reason"] = json!(reason);
+            if reason == "ContainersNotReady" {
+                condition["message"] = json!(not_ready_message);
+            }
         }
         condition
     };
@@ -399,6 +455,7 @@ async fn finish_deletion(kube: &Kube, cluster: &str, uid: &str, pod: Value) -> R
     }
     if kube.store.remove(cluster, &PODS, &pod).await? {
         kube.store.forget_processes(uid).await?;
+        kube.kubelet.pulls.forget(uid);
         if let Ok(mut sent) = kube.kubelet.terminated.lock() {
             sent.retain(|key| !key.starts_with(uid));
         }

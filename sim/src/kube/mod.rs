@@ -5,9 +5,10 @@
 //!
 //! What is simulated, file by file:
 //!
-//! - [`auth`]: which control plane a request is for, and its token.
+//! - [`auth`]: which control plane a request is for, and its token, checked before anything
+//!   else answers; [`body_limit`]: bodies of at most 3 MiB, as the apiserver's.
 //! - [`store`]: objects (namespaces, Jobs, Pods, Deployments, ReplicaSets, Services, Endpoints,
-//!   Events) kept in SQL (`sim_kube_objects`) in the database of the API that hosts them, with
+//!   Secrets, Events) kept in SQL (`sim_kube_objects`) in the database of the API that hosts them, with
 //!   uids, a monotonic `resourceVersion` per cluster and `generation`s.
 //! - [`objects`]: get, list (label and `metadata.name` field selectors), create, replace,
 //!   patch, the `/status` subresource, delete with propagation, and watch (by polling the
@@ -27,8 +28,16 @@
 //!   every field a kubelet reports (`nodeInfo` complete). Where
 //!   the VMs come from is a [`Machines`]: the simulated cloud's own, or (in tests) another
 //!   provider's instances that cannot boot here (moto's, the fake Compute server's).
+//! - [`secrets`]: Secrets as the apiserver stores and checks them (`stringData` merged into
+//!   `data`, config keys, 1 MiB, `kubernetes.io/dockerconfigjson`, an immutable `type`);
+//!   [`garbage`]: the garbage collector, which deletes any object whose `ownerReferences`
+//!   owners are all gone (ReplicaSets of a deleted Deployment, their Pods, a Job's Secret).
 //! - [`jobs`]: the Job controller (one Pod per Job attempt, status and conditions as Kubernetes
-//!   1.34 reports them) and its scheduler (least-loaded Ready worker).
+//!   1.34 reports them); [`scheduler`]: taints and tolerations, then the Pods' `cpu` and `memory`
+//!   requests ([`quantities`]) against each node's allocatable, the least-loaded node that fits;
+//!   a Pod that fits nowhere is `Unschedulable` with kube-scheduler's message and a
+//!   `FailedScheduling` event, counted rather than repeated as [`events`] counts every
+//!   repeated event.
 //! - [`deployments`] and [`replicasets`]: the Deployment controller (a ReplicaSet per pod
 //!   template, revisions, `RollingUpdate` with `maxSurge`/`maxUnavailable`, `Recreate`,
 //!   `progressDeadlineSeconds`, rollback by reusing an old template's ReplicaSet) and the
@@ -39,24 +48,31 @@
 //!   group, so that it survives the API that started it; [`reconcile`] finds it again.
 //!   Containers of `restartPolicy: Always` Pods restart with the kubelet's back-off
 //!   (`CrashLoopBackOff`); [`probes`] says when a container is ready (a TCP connect to its port,
-//!   or its `readinessProbe`).
-//! - [`network`], [`endpoints`] and [`proxy`]: each Pod has a loopback address
-//!   (`127.42.0.0/16`) and a free host port per declared container port, given to it as `PORT`;
-//!   each ClusterIP Service has a loopback cluster IP (`127.43.0.0/16`) on which the API listens
-//!   and forwards TCP connections to the ready endpoints, round robin; Pods get the Services'
+//!   or its `readinessProbe`), and what a failed check saw (an `Unhealthy` event). Before a
+//!   container starts, [`images`] "pulls" its image (a host the simulated account marks private
+//!   needs a registry secret among the Pod's `imagePullSecrets`: else `ErrImagePull`,
+//!   `ImagePullBackOff`) and [`container_env`] makes its environment (`env`, `envFrom`,
+//!   `secretKeyRef`; a missing Secret or key: `CreateContainerConfigError`).
+//! - [`network`], [`endpoints`], [`cluster_ips`], [`proxies`] and [`proxy`]: each Pod has a
+//!   loopback address (`127.42.0.0/16`) and a free host port per declared container port, given
+//!   to it as `PORT`; each ClusterIP Service has a loopback cluster IP (`127.43.0.0/16`) on which
+//!   the cluster's kube-proxy, a process of its own that outlives the API, listens and forwards
+//!   TCP connections to the ready endpoints, round robin; Pods get the Services'
 //!   `{NAME}_SERVICE_HOST`/`_PORT` variables.
 //! - [`logs`] and [`exec`]: `pods/log` (with `follow`) and `pods/exec` (WebSocket,
 //!   `v5.channel.k8s.io` and `v4.channel.k8s.io`).
 //!
 //! What is not: no image is pulled (a container's `image` is recorded and shown as
-//! `sim://not-pulled/{image}`), a command runs on the host with the API's user and file system
-//! (no isolation, no cgroups: `resources` are recorded, never enforced), and there is no network
+//! `sim://not-pulled/{image}`; only the need for credentials is simulated, and no image is
+//! cached on a node), a command runs on the host with the API's user and file system
+//! (no isolation, no cgroups: `resources.requests` place Pods, limits are never enforced), no
+//! ConfigMaps, volumes or Secret volumes, and there is no network
 //! namespace per Pod: every Pod shares the host's, so an app must listen on `$PORT` (its host
 //! port) for two replicas to run side by side, and Endpoints list `podIP:hostPort` where a real
 //! cluster lists `podIP:containerPort`. Services are ClusterIP only (a `NodePort` or
 //! `LoadBalancer` Service is served as ClusterIP; TCP only; no EndpointSlices, no DNS names: Pods
-//! find Services by their environment variables), and they are served only while the API runs
-//! (the proxy lives in its process; the replicas' processes do not). Deployments are not paused
+//! find Services by their environment variables); while the API is away a Service forwards to the
+//! endpoints it last had (the proxy reads no new ones). Deployments are not paused
 //! and scale proportionally only through their newest ReplicaSet; probes run every pass (250 ms)
 //! rather than every `periodSeconds`; `logs --previous` is not simulated. Answers are JSON only
 //! (clients that accept protobuf accept JSON too); protobuf bodies are read for the fields a
@@ -67,6 +83,9 @@
 //! server.
 
 mod auth;
+pub mod body_limit;
+mod cluster_ips;
+mod container_env;
 mod defaults;
 mod deployments;
 mod discovery;
@@ -74,6 +93,8 @@ mod endpoints;
 mod events;
 mod exec;
 mod fields;
+mod garbage;
+mod images;
 mod jobs;
 mod kubelet;
 mod logs;
@@ -86,12 +107,15 @@ mod patches;
 mod probes;
 mod process;
 mod protobuf;
+mod proxies;
 mod proxy;
+mod quantities;
 mod reconcile;
 mod replicasets;
 mod resources;
 mod scheduler;
 mod schemas;
+mod secrets;
 mod selectors;
 mod status;
 mod storage;
@@ -109,6 +133,9 @@ use async_trait::async_trait;
 use axum::Router;
 use axum::routing::{any, get};
 
+pub use process::kill_processes_under;
+pub use proxies::ProxyCommand;
+pub use proxy::run as run_proxy;
 pub use storage::{Storage, StorageError};
 
 /// A VM as the simulated Kubernetes sees it: what its kubelet, or the server on it, would know.
@@ -132,6 +159,9 @@ pub struct Machine {
     pub public_ip: Option<String>,
     /// Its node reports Ready (it has run long enough, and is not told never to).
     pub node_ready: bool,
+    /// The image registry hosts its kubelet finds private (the simulated account's
+    /// `private_registries`; a control plane's stand for its whole cluster).
+    pub private_registries: Vec<String>,
 }
 
 /// Where the simulated Kubernetes finds VMs.
@@ -148,7 +178,7 @@ pub(crate) struct Kube {
     pub(crate) machines: Arc<dyn Machines>,
     pub(crate) store: store::Store,
     pub(crate) kubelet: kubelet::Kubelet,
-    pub(crate) proxy: proxy::Proxy,
+    pub(crate) proxies: proxies::Proxies,
     pub(crate) seeded: auth::Seeded,
     /// Keeps a temporary [`Storage`]'s directory for as long as the API lives.
     _storage: Storage,
@@ -158,15 +188,16 @@ pub(crate) struct Kube {
 pub(crate) type Shared = axum::extract::State<Arc<Kube>>;
 
 /// The routes, to merge into the router of the API that hosts them (they do their own
-/// authentication, with each cluster's own token). Building them starts the reconcile loop
+/// authentication, with each cluster's own token, before anything else answers). Building them starts the reconcile loop
 /// (Job controller and kubelet) on the current tokio runtime; it stops when the routes are
-/// dropped. Must be called within a tokio runtime.
-pub fn router(machines: Arc<dyn Machines>, storage: Storage) -> Router {
+/// dropped. Each cluster's Services are served by a kube-proxy process that `proxy` starts. Must
+/// be called within a tokio runtime.
+pub fn router(machines: Arc<dyn Machines>, storage: Storage, proxy: ProxyCommand) -> Router {
     let kube = Arc::new(Kube {
         machines,
         store: store::Store::new(storage.pool().clone()),
         kubelet: kubelet::Kubelet::new(storage.kubelet_dir().to_owned()),
-        proxy: proxy::Proxy::default(),
+        proxies: proxies::Proxies::new(storage.kubelet_dir(), proxy),
         seeded: auth::Seeded::new(),
         _storage: storage,
     });
@@ -206,7 +237,14 @@ pub fn router(machines: Arc<dyn Machines>, storage: Storage) -> Router {
         )
         .route(&at("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}"), one())
         .route(&at("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}/status"), status())
+        .route(&at(""), any(discovery::not_found))
+        .route(&at("/"), any(discovery::not_found))
         .route(&at("/{*rest}"), any(discovery::not_found))
+        .method_not_allowed_fallback(discovery::method_not_allowed)
         .layer(axum::middleware::from_fn(negotiation::refuse_unacceptable))
+        .layer(axum::middleware::from_fn(body_limit::bounded))
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit::MAX_BODY_BYTES))
+        // Outermost: the token before anything else (404, 405, 406, 413, a bad path) answers.
+        .layer(axum::middleware::from_fn_with_state(kube.clone(), auth::token_first))
         .with_state(kube)
 }

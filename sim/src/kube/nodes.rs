@@ -1,9 +1,12 @@
 //! Nodes: what booted VMs would register. The control plane itself (tainted, so that no Pod is
 //! scheduled there, as the control plane's user-data asks of k3s), and every running VM whose
-//! user-data joins this control plane's address with its join token. They are computed from the
+//! user-data joins this control plane's address with its agent token (a node that is not Ready
+//! carries the `node.kubernetes.io/not-ready:NoSchedule` taint, as the node lifecycle controller
+//! gives it). They are computed from the
 //! [`Machines`] on every request, never stored. Each is complete as a kubelet reports it: every
 //! field of `nodeInfo` the API requires, `capacity` and `allocatable` (the host's, where every
-//! node's Pods run; nothing is enforced) and `daemonEndpoints`.
+//! node's Pods run: the scheduler fits Pods' requests in them, nothing enforces limits) and
+//! `daemonEndpoints`.
 
 use std::collections::HashMap;
 
@@ -80,14 +83,13 @@ pub(crate) async fn get(
 /// The machines of the cluster whose control plane is `cp`: it, then its joined workers.
 pub(crate) async fn of_cluster(machines: &dyn Machines, cp: &Machine) -> Result<Vec<Machine>, ApiError> {
     let running = machines.running().await.map_err(ApiError::internal)?;
-    // A worker presents k3s's secure token: the control plane's join token with the hash of the
+    // A worker presents k3s's secure token: the control plane's agent token with the hash of the
     // CA it installs. One that pinned another CA would not join a real k3s server either.
-    let join_token = user_data::parse_control_plane_worker_token(&cp.user_data);
     let addresses = [cp.private_ip.as_deref(), cp.public_ip.as_deref()];
     let mut joined = vec![cp.clone()];
     for machine in running.into_iter().filter(|machine| !machine.control_plane) {
         let Some((address, token, _name)) = user_data::parse_worker(&machine.user_data) else { continue };
-        if addresses.contains(&Some(address.as_str())) && Some(token) == join_token {
+        if addresses.contains(&Some(address.as_str())) && user_data::control_plane_admits_agent(&cp.user_data, &token) {
             joined.push(machine);
         }
     }
@@ -100,11 +102,15 @@ pub(crate) fn node(machine: &Machine) -> Value {
     let mut labels = json!({
         "kubernetes.io/hostname": machine.name, "kubernetes.io/os": "linux", "anycloud.dev/simulated": "true",
     });
-    let mut taints = json!([]);
+    let mut taints = Vec::new();
     if machine.control_plane {
         labels["node-role.kubernetes.io/control-plane"] = json!("true");
         // The taint the control plane's script gives its node (user_data::CONTROL_PLANE_TAINT).
-        taints = json!([{ "key": "anycloud.dev/control-plane", "value": "true", "effect": "NoSchedule" }]);
+        taints.push(json!({ "key": "anycloud.dev/control-plane", "value": "true", "effect": "NoSchedule" }));
+    }
+    if !ready {
+        // The node lifecycle controller's taint of a node that is not Ready.
+        taints.push(json!({ "key": "node.kubernetes.io/not-ready", "effect": "NoSchedule" }));
     }
     let addresses: Vec<Value> = [("InternalIP", &machine.private_ip), ("ExternalIP", &machine.public_ip)]
         .into_iter()

@@ -18,9 +18,10 @@
 //!   (`Background`), before it (`Foreground`: it stays, with a `deletionTimestamp`, until they
 //!   are gone) or orphaned (`Orphan`, and batch/v1's default, with the apiserver's warning); a
 //!   namespace is `Terminating` until its objects are gone. A Deployment's ReplicaSets and a
-//!   ReplicaSet's Pods go after it (`Background`, apps/v1's default, by the reconcile loop's
-//!   garbage collection), before it (`Foreground`) or stay (`Orphan`).
-//! - A Service's `clusterIP` is allocated on create (see [`super::proxy`]) and cannot change.
+//!   ReplicaSet's Pods go after it (`Background`, apps/v1's default, by the garbage collector,
+//!   [`super::garbage`]), before it (`Foreground`) or stay (`Orphan`); so does anything else that
+//!   names it in its `ownerReferences` (a Secret), once all its owners are gone.
+//! - A Service's `clusterIP` is allocated on create (see [`super::cluster_ips`]) and cannot change.
 //! - `dryRun` is not simulated: a request that asks for it is refused (400), never written.
 
 use std::collections::HashMap;
@@ -41,7 +42,7 @@ use super::selectors::Selector;
 use super::status::ApiError;
 use super::store::resource_version;
 use super::validation::validate;
-use super::{Kube, Shared, auth, defaults, openapi, patches, proxy, schemas, tables, time, watch};
+use super::{Kube, Shared, auth, cluster_ips, defaults, openapi, patches, schemas, secrets, tables, time, watch};
 
 /// The apiserver's warning when a batch/v1 Job is deleted without a propagation policy.
 const ORPHAN_WARNING: &str = "299 - \"child pods are preserved by default when jobs are deleted; set \
@@ -275,6 +276,9 @@ async fn create_object(
             ));
         }
     }
+    if scope.resource.plural == resources::SECRETS.plural {
+        secrets::normalize(&mut object)?;
+    }
     let causes = validate(scope.resource, &object);
     if !causes.is_empty() {
         return Err(ApiError::invalid(scope.resource, &name, &causes));
@@ -283,7 +287,7 @@ async fn create_object(
         let ip = object["spec"]["clusterIP"].as_str().filter(|ip| !ip.is_empty()).map(str::to_owned);
         let ip = match ip {
             Some(ip) => ip,
-            None => proxy::allocate(kube, &scope.cluster, &proxy::ports(&object)).await?,
+            None => cluster_ips::allocate(kube, &scope.cluster, &cluster_ips::ports(&object)).await?,
         };
         defaults::child(defaults::root(&mut object), "spec").insert("clusterIP".into(), json!(ip));
     }
@@ -565,6 +569,13 @@ fn check_update(scope: &Scope, name: &str, current: &Value, changed: &mut Value)
             changed["spec"]["clusterIP"] = kept.clone();
             defaults::service(changed);
         }
+        "secrets" => {
+            secrets::normalize(changed)?;
+            let causes = secrets::validate_update(current, changed);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(scope.resource, name, &causes));
+            }
+        }
         "jobs" => {
             defaults::job(changed);
             if changed["spec"]["template"] != current["spec"]["template"] {
@@ -586,7 +597,9 @@ fn apply_fields(object: &mut Value, applied: &Value) {
         match key.as_str() {
             "apiVersion" | "kind" | "status" => {}
             "metadata" => {
-                for field in ["labels", "annotations"] {
+                // The metadata an apply configuration may own (labels, annotations, and the
+                // owners a dependent names, which the garbage collector follows).
+                for field in ["labels", "annotations", "ownerReferences"] {
                     if let Some(value) = value.get(field) {
                         defaults::child(defaults::root(object), "metadata").insert(field.into(), value.clone());
                     }
@@ -709,13 +722,14 @@ async fn delete_object(
                     Ok(json_response(StatusCode::OK, &deleted_status(scope.resource, &object)))
                 }
                 policy => {
-                    remove(kube, &scope, &object).await?;
+                    // Orphaned before the Job goes, so that the garbage collector never takes them.
                     for mut pod in pods {
                         if let Some(metadata) = pod["metadata"].as_object_mut() {
                             metadata.remove("ownerReferences");
                         }
                         kube.store.update(&scope.cluster, &resources::PODS, pod).await?;
                     }
+                    remove(kube, &scope, &object).await?;
                     let mut response = json_response(StatusCode::OK, &deleted_status(scope.resource, &object));
                     if policy.is_none() {
                         response

@@ -179,6 +179,28 @@ pub(crate) fn signal_group(record: ProcessRecord, kill: bool) {
     }
 }
 
+/// Kills (SIGKILL) the process group of every process whose working directory is under `dir`:
+/// the containers and kube-proxies of the simulated clusters whose kubelet directory it is. For
+/// storage that ends with its owner (a temporary one, a test's), never for an API's own: Pods
+/// outlive their API.
+pub fn kill_processes_under(dir: &Path) {
+    let Ok(dir) = dir.canonicalize() else { return };
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    let me = rustix::process::getpgrp();
+    for pid in entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        let under = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir));
+        if under && let Some(group) = group(pid).and_then(Pid::from_raw).filter(|group| *group != me) {
+            let _ = kill_process_group(group, Signal::KILL);
+        }
+    }
+}
+
+/// The process group of a pid, from `/proc/{pid}/stat` (field 5).
+fn group(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(2)?.parse().ok()
+}
+
 /// `(state, start time in clock ticks)` of a pid, from `/proc/{pid}/stat`.
 fn stat(pid: i32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

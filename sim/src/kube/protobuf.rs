@@ -6,7 +6,8 @@
 //!
 //! The fields decoded are those of the kinds the simulation serves that a client sets when it
 //! creates one (metadata, a Job's or Deployment's spec, its Pod template, containers, ports,
-//! variables, resources; a Service's ports and selector; a namespace's finalizers). Go's encoder
+//! variables, resources; a Service's ports and selector; a namespace's finalizers; a Secret's
+//! data, type and immutability). Go's encoder
 //! writes every non-pointer field, empty or not, so a field the table does not name is
 //! accepted when it holds its zero value (an empty string, 0, an empty message, recursively)
 //! and refused otherwise (415, asking for JSON), never silently dropped. Empty values of
@@ -37,13 +38,17 @@ enum Kind {
     TextMap,
     /// `map<string, Quantity>`.
     QuantityMap,
+    /// `map<string, bytes>`, as JSON writes it: base64 values.
+    BytesMap,
     /// `metav1.Time`.
     Time,
     /// `intstr.IntOrString`.
     IntOrString,
 }
 
-use Kind::{Flag, Int, IntOrString, Message, Messages, QuantityMap, SetFlag, SetInt, Text, TextMap, Texts, Time};
+use Kind::{
+    BytesMap, Flag, Int, IntOrString, Message, Messages, QuantityMap, SetFlag, SetInt, Text, TextMap, Texts, Time,
+};
 
 type Fields = &'static [(u64, &'static str, Kind)];
 
@@ -54,6 +59,16 @@ const MESSAGES: &[(&str, Fields)] = &[
     ("Pod", &[(1, "metadata", Message("ObjectMeta")), (2, "spec", Message("PodSpec"))]),
     ("Service", &[(1, "metadata", Message("ObjectMeta")), (2, "spec", Message("ServiceSpec"))]),
     ("Namespace", &[(1, "metadata", Message("ObjectMeta")), (2, "spec", Message("NamespaceSpec"))]),
+    (
+        "Secret",
+        &[
+            (1, "metadata", Message("ObjectMeta")),
+            (2, "data", BytesMap),
+            (3, "type", Text),
+            (4, "stringData", TextMap),
+            (5, "immutable", SetFlag),
+        ],
+    ),
     (
         "ObjectMeta",
         &[
@@ -346,12 +361,15 @@ fn message(name: &str, bytes: &[u8]) -> Result<Map<String, Value>, String> {
             }
             (Texts, Wire::Bytes(text)) => push(&mut object, field, json!(utf8(text)?)),
             (Messages(inner), Wire::Bytes(bytes)) => push(&mut object, field, Value::Object(message(inner, bytes)?)),
-            (TextMap | QuantityMap, Wire::Bytes(entry)) => {
+            (TextMap | QuantityMap | BytesMap, Wire::Bytes(entry)) => {
                 let (mut key, mut mapped) = (String::new(), String::new());
                 for (number, value) in fields(entry)? {
                     match (number, value, *kind) {
                         (1, Wire::Bytes(text), _) => key = utf8(text)?,
                         (2, Wire::Bytes(text), TextMap) => mapped = utf8(text)?,
+                        (2, Wire::Bytes(bytes), BytesMap) => {
+                            mapped = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+                        }
                         // A Quantity is a message whose field 1 is its string.
                         (2, Wire::Bytes(quantity), _) => {
                             for (number, value) in fields(quantity)? {

@@ -1,34 +1,100 @@
-//! kube-proxy for ClusterIP Services, on the API's host:
+//! A simulated cluster's kube-proxy: a process of its own, as kube-proxy runs on every node apart
+//! from the control plane, so that a Service keeps answering while the API that manages the
+//! cluster is down or restarting.
 //!
-//! - Each Service gets its `spec.clusterIP` from `127.43.0.0/16` ([`allocate`]): a loopback
-//!   address, so the address a person sees is reachable from the host and from the Pods'
-//!   processes. An address is taken if another Service of the cluster has it or if one of the
-//!   Service's ports is already bound there (another API on the same host).
-//! - For each port of each Service the sim listens on `clusterIP:port` (tokio) and forwards each
-//!   TCP connection to one ready endpoint, round robin. A connection that finds no endpoint is
-//!   reset, as kube-proxy rejects it. Unlike iptables, a connect that fails (an endpoint that has
-//!   just exited) tries the next ready endpoint before giving up.
-//! - The listeners are derived from the stored Services on every pass of the loop (see
-//!   [`super::endpoints`]): they come back after an API restart and go when the Service, its
-//!   namespace or its cluster's VMs go, or when the API stops. A port below the host's
-//!   `ip_unprivileged_port_start` (1024) needs the API to run with the capability to bind it;
-//!   without it the Service is stored but not served (logged).
+//! - It serves the cluster's routes file (`{kubelet dir}/.kube-proxy/{cluster}.routes`, written
+//!   by the API's [`super::proxies`]): for each `clusterIP:port` the ready endpoints, as JSON
+//!   (`{"127.43.1.2:80": ["127.42.3.4:31234"]}`). It reads the file every 100 ms and serves
+//!   exactly what it says: new listeners are bound, gone ones closed, endpoints swapped. While
+//!   the API is away the file does not change, so connections go on to the last known endpoints,
+//!   as kube-proxy's iptables rules stay when the API server is down.
+//! - For each port it listens on `clusterIP:port` and forwards each TCP connection to one ready
+//!   endpoint, round robin. A connection that finds no endpoint is reset, as kube-proxy rejects
+//!   it. Unlike iptables, a connect that fails (an endpoint that has just exited) tries the next
+//!   ready endpoint before giving up.
+//! - It exits when its routes file is gone (the cluster has no Service left, its VMs are gone, or
+//!   its kubelet directory was removed), and at once if another proxy of the cluster runs: each
+//!   holds an exclusive lock on `{cluster}.lock` while it lives, which is also how the API tells
+//!   that it runs.
+//! - A port below the host's `ip_unprivileged_port_start` (1024) needs the process to have the
+//!   capability to bind it; without it the port is logged and tried again on the next change.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-
-use super::Kube;
-use super::resources::SERVICES;
-use super::status::ApiError;
 
 /// How long a connect to an endpoint may take.
 const CONNECT: Duration = Duration::from_secs(1);
+/// How often the routes file is read.
+const READ_EVERY: Duration = Duration::from_millis(100);
+
+/// What a routes file holds: each `clusterIP:port` and its ready endpoints.
+pub(crate) type Routes = BTreeMap<SocketAddr, Vec<SocketAddr>>;
+
+/// Serves the routes file `routes` until it is gone (see the module's documentation). Blocks;
+/// runs its own runtime. `Ok` also when another proxy already serves the file.
+pub fn run(routes: &Path) -> std::io::Result<()> {
+    let lock = std::fs::File::options().create(true).truncate(false).write(true).open(routes.with_extension("lock"))?;
+    if lock.try_lock().is_err() {
+        eprintln!("simulated kube-proxy: another proxy serves {}", routes.display());
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(serve(routes));
+    drop(lock);
+    Ok(())
+}
+
+async fn serve(routes: &Path) {
+    let mut listeners: HashMap<SocketAddr, Listener> = HashMap::new();
+    let mut last: Option<Vec<u8>> = None;
+    loop {
+        match std::fs::read(routes) {
+            Ok(bytes) if last.as_ref() != Some(&bytes) => {
+                match serde_json::from_slice::<Routes>(&bytes) {
+                    Ok(wanted) => apply(&mut listeners, &wanted),
+                    Err(err) => eprintln!("simulated kube-proxy: {} is not a routes file: {err}", routes.display()),
+                }
+                last = Some(bytes);
+            }
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
+            Err(err) => eprintln!("simulated kube-proxy: reading {}: {err}", routes.display()),
+        }
+        tokio::time::sleep(READ_EVERY).await;
+    }
+}
+
+/// Serves exactly `wanted`: binds new listeners, updates endpoints, closes the others. A port
+/// that cannot be bound is forgotten, so that the next change tries it again.
+fn apply(listeners: &mut HashMap<SocketAddr, Listener>, wanted: &Routes) {
+    listeners.retain(|address, _| wanted.contains_key(address));
+    for (address, endpoints) in wanted {
+        if !listeners.contains_key(address) {
+            match bind(*address) {
+                Ok(listener) => {
+                    let backends = Arc::new(Backends::default());
+                    let task = tokio::spawn(accept(listener, backends.clone()));
+                    listeners.insert(*address, Listener { backends, task });
+                }
+                Err(err) => {
+                    eprintln!("simulated kube-proxy: cannot listen on {address} for a Service: {err}");
+                    continue;
+                }
+            }
+        }
+        if let Some(listener) = listeners.get(address)
+            && let Ok(mut addresses) = listener.backends.addresses.write()
+        {
+            addresses.clone_from(endpoints);
+        }
+    }
+}
 
 /// The ready endpoints of one Service port, shared with its listener.
 #[derive(Default)]
@@ -49,50 +115,6 @@ impl Drop for Listener {
     }
 }
 
-/// Every Service port the API serves, by cluster and `clusterIP:port`.
-#[derive(Default)]
-pub(crate) struct Proxy {
-    listeners: Mutex<HashMap<(String, SocketAddr), Listener>>,
-}
-
-impl Proxy {
-    /// Serves exactly `wanted` for the cluster (each `clusterIP:port` with its ready endpoints):
-    /// binds new listeners, updates endpoints, closes the others of that cluster.
-    pub(crate) fn serve(&self, cluster: &str, wanted: &HashMap<SocketAddr, Vec<SocketAddr>>) {
-        let Ok(mut listeners) = self.listeners.lock() else { return };
-        listeners.retain(|(owner, address), _| owner != cluster || wanted.contains_key(address));
-        for (address, endpoints) in wanted {
-            let key = (cluster.to_owned(), *address);
-            if !listeners.contains_key(&key) {
-                match bind(*address) {
-                    Ok(listener) => {
-                        let backends = Arc::new(Backends::default());
-                        let task = tokio::spawn(accept(listener, backends.clone()));
-                        listeners.insert(key.clone(), Listener { backends, task });
-                    }
-                    Err(err) => {
-                        tracing::warn!(%cluster, %address, error = %err, "simulated kube-proxy: cannot listen for a Service; the next pass tries again");
-                        continue;
-                    }
-                }
-            }
-            if let Some(listener) = listeners.get(&key)
-                && let Ok(mut addresses) = listener.backends.addresses.write()
-                && *addresses != *endpoints
-            {
-                addresses.clone_from(endpoints);
-            }
-        }
-    }
-
-    /// Closes the listeners of every cluster not in `clusters`.
-    pub(crate) fn retain_clusters(&self, clusters: &[String]) {
-        if let Ok(mut listeners) = self.listeners.lock() {
-            listeners.retain(|(cluster, _), _| clusters.contains(cluster));
-        }
-    }
-}
-
 fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = TcpSocket::new_v4()?;
     socket.set_reuseaddr(true)?;
@@ -106,10 +128,7 @@ async fn accept(listener: TcpListener, backends: Arc<Backends>) {
             Ok((inbound, _)) => {
                 tokio::spawn(forward(inbound, backends.clone()));
             }
-            Err(err) => {
-                tracing::debug!(error = %err, "simulated kube-proxy: accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
 }
@@ -126,45 +145,4 @@ async fn forward(mut inbound: TcpStream, backends: Arc<Backends>) {
         }
     }
     let _ = inbound.set_zero_linger();
-}
-
-/// A free cluster IP in `127.43.0.0/16` for a new Service of the cluster with these `ports`.
-pub(crate) async fn allocate(kube: &Kube, cluster: &str, ports: &[u16]) -> Result<String, ApiError> {
-    let taken: Vec<String> = kube
-        .store
-        .list(cluster, &SERVICES, None)
-        .await?
-        .iter()
-        .filter_map(|service| service["spec"]["clusterIP"].as_str().map(str::to_owned))
-        .collect();
-    for _ in 0..50 {
-        let bytes = *uuid::Uuid::new_v4().as_bytes();
-        let ip = Ipv4Addr::new(127, 43, bytes[0], bytes[1].clamp(1, 254));
-        if taken.contains(&ip.to_string()) {
-            continue;
-        }
-        let bound_elsewhere = ports.iter().any(|port| {
-            std::net::TcpListener::bind(SocketAddr::new(IpAddr::V4(ip), *port))
-                .is_err_and(|err| err.kind() == std::io::ErrorKind::AddrInUse)
-        });
-        if !bound_elsewhere {
-            return Ok(ip.to_string());
-        }
-    }
-    Err(ApiError::internal("no free cluster IP in 127.43.0.0/16"))
-}
-
-/// Whether a requested cluster IP can be served here: `None` (headless) or a loopback address.
-pub(crate) fn valid_cluster_ip(ip: &str) -> bool {
-    ip == "None" || ip.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// The ports of a Service, as numbers.
-pub(crate) fn ports(service: &Value) -> Vec<u16> {
-    service["spec"]["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|port| port["port"].as_u64().and_then(|port| u16::try_from(port).ok()))
-        .collect()
 }

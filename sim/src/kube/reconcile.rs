@@ -1,28 +1,27 @@
-//! The control loop: every 250 ms, for every cluster with objects it still drives (a Job not
-//! finished, a Pod not ended, any Deployment, ReplicaSet or Service, anything being deleted: see
-//! [`super::store::settled`]), in this order:
+//! The control loop: every 250 ms, the garbage collector ([`super::garbage`]) deletes the objects
+//! whose owners are all gone (across every cluster, when something was removed), then, for every
+//! cluster with objects it still drives (a Job not finished, a Pod not ended, any Deployment,
+//! ReplicaSet or Service, anything being deleted: see [`super::store::settled`]), in this order:
 //!
 //! 1. namespaces being deleted lose their objects (Pods through the kubelet), then go;
 //! 2. the Job controller ([`super::jobs`]) passes over every Job;
-//! 3. ReplicaSets whose Deployment is gone are deleted (the garbage collector), then the
-//!    Deployment controller ([`super::deployments`]) and the ReplicaSet controller
+//! 3. the Deployment controller ([`super::deployments`]) and the ReplicaSet controller
 //!    ([`super::replicasets`]) pass over theirs;
 //! 4. the scheduler ([`super::scheduler`]) binds new Pods to nodes;
-//! 5. Pods whose ReplicaSet is gone are deleted; the Endpoints controller
-//!    ([`super::endpoints`]) lists each Service's Pods and [`super::proxy`] routes to the ready
-//!    ones;
+//! 5. the Endpoints controller ([`super::endpoints`]) lists each Service's Pods, and the
+//!    cluster's kube-proxy ([`super::proxies`]) is handed the ready ones;
 //! 6. the kubelet ([`super::kubelet`]) passes over every Pod: it starts, probes, restarts,
 //!    follows and ends their processes.
 //!
 //! Each step reads the objects it needs once and groups them by owner. State advances without
 //! anyone asking, and after an API restart the first pass picks up every Pod whose process still
-//! runs or exited meanwhile (their pids and exit files are on disk and in SQL), and listens for
-//! every Service again. A cluster whose control plane VM is terminated loses its Jobs,
-//! Deployments, ReplicaSets and Services (and their listeners), and its Pods' processes are
+//! runs or exited meanwhile (their pids and exit files are on disk and in SQL), and hands each
+//! cluster's proxy, which went on serving meanwhile, the routes it finds now. A cluster whose control plane VM is terminated loses its Jobs,
+//! Deployments, ReplicaSets and Services (and its proxy stops), and its Pods' processes are
 //! killed at once, as they would die with their VMs. The loop holds the routes' state weakly: it
 //! stops when the routes are dropped.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -30,7 +29,7 @@ use serde_json::Value;
 
 use super::resources::{self, ALL, DEPLOYMENTS, ENDPOINTS, JOBS, NAMESPACES, PODS, REPLICASETS, SERVICES};
 use super::status::ApiError;
-use super::{Kube, deployments, endpoints, jobs, kubelet, objects, replicasets, scheduler, store};
+use super::{Kube, deployments, endpoints, garbage, jobs, kubelet, objects, replicasets, scheduler, store};
 
 /// How often the loop passes.
 const PERIOD: Duration = Duration::from_millis(250);
@@ -44,9 +43,19 @@ pub(crate) fn start(kube: &Arc<Kube>) {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(PERIOD);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut collected_after = None;
         for pass in 0u64.. {
             ticker.tick().await;
             let Some(kube) = kube.upgrade() else { return };
+            let removals = kube.store.removals();
+            if collected_after != Some(removals) || pass.is_multiple_of(garbage::EVERY_PASSES) {
+                match garbage::collect(&kube).await {
+                    Ok(()) => collected_after = Some(removals),
+                    Err(err) => {
+                        tracing::warn!(error = ?err, "simulated Kubernetes: collecting garbage; the next pass retries")
+                    }
+                }
+            }
             if let Err(err) = run(&kube, pass).await {
                 tracing::warn!(error = ?err, "simulated Kubernetes: a reconcile pass failed; the next one retries");
             }
@@ -58,7 +67,7 @@ pub(crate) fn start(kube: &Arc<Kube>) {
 async fn run(kube: &Kube, pass: u64) -> Result<(), ApiError> {
     let busy = kube.store.busy_clusters().await?;
     // A cluster with no Service left is not busy: its listeners go.
-    kube.proxy.retain_clusters(&busy);
+    kube.proxies.retain_clusters(&busy);
     for cluster in busy {
         if let Err(err) = cluster_pass(kube, &cluster).await {
             tracing::warn!(%cluster, error = ?err, "simulated Kubernetes: reconciling a cluster");
@@ -71,9 +80,12 @@ async fn run(kube: &Kube, pass: u64) -> Result<(), ApiError> {
 }
 
 async fn cluster_pass(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
-    if control_plane_gone(kube, cluster).await {
+    let control_plane = kube.machines.machine(cluster).await;
+    if control_plane_gone(&control_plane) {
         return wind_down(kube, cluster).await;
     }
+    let private_registries = control_plane.ok().flatten().map(|cp| cp.private_registries).unwrap_or_default();
+    let node = kubelet::Node { cluster, private_registries: &private_registries };
     for namespace in kube.store.list(cluster, &NAMESPACES, None).await? {
         if !namespace["metadata"]["deletionTimestamp"].is_null() {
             empty_namespace(kube, cluster, namespace).await?;
@@ -92,33 +104,26 @@ async fn cluster_pass(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
     }
     deployments_and_replica_sets(kube, cluster).await?;
     scheduler::schedule(kube, cluster, &kube.store.unsettled(cluster, &PODS).await?).await?;
-    let mut pods = kube.store.unsettled(cluster, &PODS).await?;
-    collect_orphan_pods(kube, cluster, &mut pods).await?;
+    let pods = kube.store.unsettled(cluster, &PODS).await?;
     // Endpoints before the kubelet: a Pod deleted in this pass leaves the Services before its
     // process gets SIGTERM.
     let routes = endpoints::sync(kube, cluster, &kube.store.unsettled(cluster, &SERVICES).await?, &pods).await?;
-    kube.proxy.serve(cluster, &routes);
+    kube.proxies.serve(cluster, &routes);
     for pod in pods {
-        kubelet::sync(kube, cluster, pod).await?;
+        kubelet::sync(kube, &node, pod).await?;
     }
     Ok(())
 }
 
-/// The Deployment controller, then the ReplicaSet controller; ReplicaSets whose Deployment is
-/// gone are deleted first (the garbage collector's background deletion). Every object is read
-/// once and grouped by owner.
+/// The Deployment controller, then the ReplicaSet controller. Every object is read once and
+/// grouped by owner.
 async fn deployments_and_replica_sets(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
     let deployments = kube.store.unsettled(cluster, &DEPLOYMENTS).await?;
-    let deployment_uids: HashSet<&str> = deployments.iter().filter_map(|d| d["metadata"]["uid"].as_str()).collect();
     let replica_sets = kube.store.unsettled(cluster, &REPLICASETS).await?;
     let mut by_deployment: HashMap<&str, Vec<&Value>> = HashMap::new();
     for replica_set in &replica_sets {
-        match controller(replica_set) {
-            Some((kind, uid)) if kind == "Deployment" && !deployment_uids.contains(uid) => {
-                kube.store.remove(cluster, &REPLICASETS, replica_set).await?;
-            }
-            Some((_, uid)) => by_deployment.entry(uid).or_default().push(replica_set),
-            None => {}
+        if let Some((_, uid)) = controller(replica_set) {
+            by_deployment.entry(uid).or_default().push(replica_set);
         }
     }
     if deployments.is_empty() && replica_sets.is_empty() {
@@ -143,37 +148,16 @@ async fn deployments_and_replica_sets(kube: &Kube, cluster: &str) -> Result<(), 
     Ok(())
 }
 
-/// Deletes the Pods whose ReplicaSet is gone (background deletion), and takes them out of `pods`
-/// as they will be once marked.
-async fn collect_orphan_pods(kube: &Kube, cluster: &str, pods: &mut Vec<Value>) -> Result<(), ApiError> {
-    if !pods.iter().any(|pod| controller(pod).is_some_and(|(kind, _)| kind == "ReplicaSet")) {
-        return Ok(());
-    }
-    let replica_sets = kube.store.unsettled(cluster, &REPLICASETS).await?;
-    let live: HashSet<&str> = replica_sets.iter().filter_map(|r| r["metadata"]["uid"].as_str()).collect();
-    let mut kept = Vec::new();
-    for pod in pods.drain(..) {
-        let orphan = controller(&pod).is_some_and(|(kind, uid)| kind == "ReplicaSet" && !live.contains(uid));
-        if orphan && pod["metadata"]["deletionTimestamp"].is_null() {
-            objects::delete_pod(kube, cluster, pod, None).await?;
-        } else {
-            kept.push(pod);
-        }
-    }
-    *pods = kept;
-    Ok(())
-}
-
 /// The kind and uid of the object's controller.
 fn controller(object: &Value) -> Option<(&str, &str)> {
     let owner = store::controller(object)?;
     Some((owner["kind"].as_str()?, owner["uid"].as_str()?))
 }
 
-/// Whether the cluster's control plane VM is terminated (or no longer known): its workloads die
-/// with its VMs.
-async fn control_plane_gone(kube: &Kube, cluster: &str) -> bool {
-    match kube.machines.machine(cluster).await {
+/// Whether the cluster's control plane VM (as just read) is terminated (or no longer known): its
+/// workloads die with its VMs.
+fn control_plane_gone(control_plane: &Result<Option<super::Machine>, String>) -> bool {
+    match control_plane {
         Ok(None) => true,
         Ok(Some(cp)) => matches!(cp.state.as_str(), "terminated" | "shutting-down"),
         // Unknown is not gone: the next pass asks again.
@@ -183,7 +167,7 @@ async fn control_plane_gone(kube: &Kube, cluster: &str) -> bool {
 
 /// A cluster whose VMs are gone: its Jobs go, and its Pods' processes are killed at once.
 async fn wind_down(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
-    kube.proxy.serve(cluster, &HashMap::new());
+    kube.proxies.serve(cluster, &HashMap::new());
     for resource in [&JOBS, &DEPLOYMENTS, &REPLICASETS, &SERVICES, &ENDPOINTS] {
         for object in kube.store.list(cluster, resource, None).await? {
             kube.store.remove(cluster, resource, &object).await?;
@@ -194,8 +178,9 @@ async fn wind_down(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
             objects::delete_pod(kube, cluster, pod, Some(0)).await?;
         }
     }
+    let node = kubelet::Node { cluster, private_registries: &[] };
     for pod in kube.store.list(cluster, &PODS, None).await? {
-        kubelet::sync(kube, cluster, pod).await?;
+        kubelet::sync(kube, &node, pod).await?;
     }
     Ok(())
 }

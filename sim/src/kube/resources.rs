@@ -69,7 +69,18 @@ pub(crate) const SERVICES: Resource = Resource {
     short_names: &["svc"],
     categories: &["all"],
 };
-/// Events (the simulation records none).
+/// Secrets (checked by [`super::secrets`], read by the kubelet).
+pub(crate) const SECRETS: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "secrets",
+    singular: "secret",
+    kind: "Secret",
+    namespaced: true,
+    short_names: &[],
+    categories: &[],
+};
+/// Events (what the controllers, the scheduler and the kubelet did).
 pub(crate) const EVENTS: Resource = Resource {
     group: "",
     version: "v1",
@@ -127,8 +138,8 @@ pub(crate) const ENDPOINTS: Resource = Resource {
 };
 
 /// Every resource, in discovery's order.
-pub(crate) const ALL: [&Resource; 9] =
-    [&NAMESPACES, &NODES, &PODS, &SERVICES, &ENDPOINTS, &EVENTS, &JOBS, &DEPLOYMENTS, &REPLICASETS];
+pub(crate) const ALL: [&Resource; 10] =
+    [&NAMESPACES, &NODES, &PODS, &SERVICES, &ENDPOINTS, &SECRETS, &EVENTS, &JOBS, &DEPLOYMENTS, &REPLICASETS];
 
 /// The API groups besides core, with their one version.
 pub(crate) const GROUPS: [(&str, &str); 2] = [("batch", "v1"), ("apps", "v1")];

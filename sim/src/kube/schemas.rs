@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Endpoints, Event, Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Event, Namespace, Node, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Patch, Status, WatchEvent};
 use k8s_openapi::schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
@@ -89,6 +89,7 @@ fn subschema(generator: &mut SchemaGenerator, resource: &Resource) {
         "Pod" => drop(generator.subschema_for::<Pod>()),
         "Service" => drop(generator.subschema_for::<Service>()),
         "Endpoints" => drop(generator.subschema_for::<Endpoints>()),
+        "Secret" => drop(generator.subschema_for::<Secret>()),
         "Event" => drop(generator.subschema_for::<Event>()),
         "Job" => drop(generator.subschema_for::<Job>()),
         "Deployment" => drop(generator.subschema_for::<Deployment>()),

@@ -12,7 +12,8 @@ use anycloud_workflows::db::Db;
 pub struct Storage {
     pool: Pool,
     kubelet_dir: PathBuf,
-    /// A temporary storage's directory, removed when the storage is dropped.
+    /// A temporary storage's directory, removed when the storage is dropped (after its
+    /// processes are killed).
     _temporary: Option<tempfile::TempDir>,
 }
 
@@ -47,7 +48,17 @@ impl Storage {
         &self.pool
     }
 
-    pub(crate) fn kubelet_dir(&self) -> &Path {
+    /// Where its Pods' files (and its clusters' kube-proxies) live.
+    pub fn kubelet_dir(&self) -> &Path {
         &self.kubelet_dir
+    }
+}
+
+impl Drop for Storage {
+    /// A temporary storage's Pods and proxies end with it: nothing could find them again.
+    fn drop(&mut self) {
+        if self._temporary.is_some() {
+            super::process::kill_processes_under(&self.kubelet_dir);
+        }
     }
 }

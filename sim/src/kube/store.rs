@@ -5,9 +5,9 @@
 //!   resource (`jobs`), namespace (`""` when cluster-scoped) and name; the object's JSON, its uid,
 //!   its `resourceVersion` and the revisions that created and deleted it. A deleted object stays
 //!   a while as a tombstone (`deleted_revision` set), so that a watch that starts from an older
-//!   `resourceVersion` still sees it go. Three columns are derived from the body at each write, so
+//!   `resourceVersion` still sees it go. Four columns are derived from the body at each write, so
 //!   that reads need not parse every object: `labels` (see [`label_text`]), `owner` (the uid of
-//!   its controller) and `settled` (1 when the control loop has nothing left to do with it, see
+//!   its controller), `owners` (the uids of all its owners, for the garbage collector) and `settled` (1 when the control loop has nothing left to do with it, see
 //!   [`settled`]). With a thousand finished Jobs and their Pods, a pass of the loop and a list by
 //!   label read only what they need.
 //! - `sim_kube_revisions`: each cluster's last `resourceVersion`, which every write increments.
@@ -19,8 +19,9 @@
 //! migrations. Writes are optimistic: an update names the `resourceVersion` it read, and
 //! changes nothing if the object moved on.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anycloud_engine::{Pool, execute, with_pool};
 use serde_json::Value;
@@ -43,6 +44,7 @@ const SCHEMA: [&str; 6] = [
         labels TEXT NOT NULL DEFAULT '',
         owner TEXT NOT NULL DEFAULT '',
         settled BIGINT NOT NULL DEFAULT 0,
+        owners TEXT NOT NULL DEFAULT '',
         PRIMARY KEY (cluster, resource, namespace, name)
     )",
     "CREATE INDEX IF NOT EXISTS sim_kube_objects_settled ON sim_kube_objects (cluster, resource, settled)",
@@ -93,12 +95,29 @@ pub(crate) struct ProcessRecord {
     pub(crate) start_ticks: u64,
 }
 
-/// Columns that an earlier version of the table lacked, added (and filled) on first use.
-const DERIVED: [&str; 3] = [
-    "ALTER TABLE sim_kube_objects ADD COLUMN labels TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE sim_kube_objects ADD COLUMN owner TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE sim_kube_objects ADD COLUMN settled BIGINT NOT NULL DEFAULT 0",
+/// Columns that an earlier version of the table lacked, added (and filled) on first use:
+/// (column, its definition).
+const DERIVED: [(&str, &str); 4] = [
+    ("labels", "TEXT NOT NULL DEFAULT ''"),
+    ("owner", "TEXT NOT NULL DEFAULT ''"),
+    ("settled", "BIGINT NOT NULL DEFAULT 0"),
+    ("owners", "TEXT NOT NULL DEFAULT ''"),
 ];
+
+/// An object that has owners, as the garbage collector first reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct Dependent {
+    /// Its cluster.
+    pub(crate) cluster: String,
+    /// Its resource (`secrets`).
+    pub(crate) resource: String,
+    /// Its namespace (`""` when cluster-scoped).
+    pub(crate) namespace: String,
+    /// Its name.
+    pub(crate) name: String,
+    /// The uids of its owners.
+    pub(crate) owners: Vec<String>,
+}
 
 /// The objects of every simulated cluster of one API.
 pub(crate) struct Store {
@@ -107,6 +126,9 @@ pub(crate) struct Store {
     /// Recorded processes, by `{pod uid}/{container}`: a record never changes once written, and
     /// the kubelet asks for every running container's on every pass.
     processes: Mutex<HashMap<String, ProcessRecord>>,
+    /// How many objects this store has removed: the garbage collector looks for orphans when it
+    /// moves.
+    removals: AtomicU64,
 }
 
 /// The labels of an object as the `labels` column holds them: each `key=value` between two
@@ -138,6 +160,22 @@ pub(crate) fn controller(object: &Value) -> Option<&Value> {
 /// The uid of the object's controller (`""` without one), as the `owner` column holds it.
 fn owner_of(object: &Value) -> String {
     controller(object).and_then(|owner| owner["uid"].as_str()).unwrap_or_default().to_owned()
+}
+
+/// The uids of every owner of the object, each between two newlines, as the `owners` column
+/// holds them (`""` without one).
+fn owners_text(object: &Value) -> String {
+    owner_uids(object).iter().map(|uid| format!("\n{uid}\n")).collect()
+}
+
+/// The uids of every owner of the object (its `ownerReferences`).
+pub(crate) fn owner_uids(object: &Value) -> Vec<String> {
+    object["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|owner| owner["uid"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// Whether the control loop has nothing left to do with the object: not being deleted, and a
@@ -175,7 +213,7 @@ fn parse(bodies: Vec<String>) -> Result<Vec<Value>, sqlx::Error> {
 
 impl Store {
     pub(crate) fn new(pool: Pool) -> Self {
-        Self { pool, schema: OnceCell::new(), processes: Mutex::new(HashMap::new()) }
+        Self { pool, schema: OnceCell::new(), processes: Mutex::new(HashMap::new()), removals: AtomicU64::new(0) }
     }
 
     async fn ready(&self) -> Result<&Pool, sqlx::Error> {
@@ -192,17 +230,29 @@ impl Store {
         Ok(&self.pool)
     }
 
-    /// A table made by an earlier version lacks the derived columns: adds and fills them.
+    /// A table made by an earlier version lacks some derived columns: adds them, and fills every
+    /// derived column of every row.
     async fn add_derived_columns(&self) -> Result<(), sqlx::Error> {
         let pool = &self.pool;
-        let probe: Result<Option<i64>, sqlx::Error> = with_pool!(pool, |pool| {
-            sqlx::query_scalar("SELECT settled FROM sim_kube_objects WHERE 1 = 0").fetch_optional(pool).await
-        });
-        if probe.is_ok() {
-            return Ok(());
+        let mut added = false;
+        for (column, definition) in DERIVED {
+            let probe: Result<Option<String>, sqlx::Error> = with_pool!(pool, |pool| {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT CAST({column} AS TEXT) FROM sim_kube_objects WHERE 1 = 0"
+                )))
+                .fetch_optional(pool)
+                .await
+            });
+            if probe.is_err() {
+                execute!(
+                    pool,
+                    sqlx::AssertSqlSafe(format!("ALTER TABLE sim_kube_objects ADD COLUMN {column} {definition}"))
+                )?;
+                added = true;
+            }
         }
-        for statement in DERIVED {
-            execute!(pool, statement)?;
+        if !added {
+            return Ok(());
         }
         let rows: Vec<(String, String, String, String, String)> = with_pool!(pool, |pool| {
             sqlx::query_as("SELECT cluster, resource, namespace, name, body FROM sim_kube_objects")
@@ -217,7 +267,7 @@ impl Store {
                 .is_some_and(|resource| settled(resource, &object));
             execute!(
                 pool,
-                "UPDATE sim_kube_objects SET labels = $1, owner = $2, settled = $3 \
+                "UPDATE sim_kube_objects SET labels = $1, owner = $2, settled = $3, owners = $8 \
                  WHERE cluster = $4 AND resource = $5 AND namespace = $6 AND name = $7",
                 label_text(&object),
                 owner_of(&object),
@@ -225,7 +275,8 @@ impl Store {
                 cluster,
                 plural,
                 namespace,
-                name
+                name,
+                owners_text(&object)
             )?;
         }
         Ok(())
@@ -393,11 +444,12 @@ impl Store {
         let created = execute!(
             self.ready().await?,
             "INSERT INTO sim_kube_objects (cluster, resource, namespace, name, uid, resource_version, created_revision, \
-             body, labels, owner, settled) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10) \
+             body, labels, owner, settled, owners) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11) \
              ON CONFLICT (cluster, resource, namespace, name) \
              DO UPDATE SET uid = excluded.uid, resource_version = excluded.resource_version, \
              created_revision = excluded.created_revision, deleted_revision = NULL, deleted_at = NULL, \
-             body = excluded.body, labels = excluded.labels, owner = excluded.owner, settled = excluded.settled \
+             body = excluded.body, labels = excluded.labels, owner = excluded.owner, settled = excluded.settled, \
+             owners = excluded.owners \
              WHERE sim_kube_objects.deleted_revision IS NOT NULL",
             cluster,
             resource.plural,
@@ -408,7 +460,8 @@ impl Store {
             object.to_string(),
             label_text(&object),
             owner_of(&object),
-            i64::from(settled(resource, &object))
+            i64::from(settled(resource, &object)),
+            owners_text(&object)
         )?;
         Ok((created == 1).then_some(object))
     }
@@ -427,7 +480,8 @@ impl Store {
         let metadata = &object["metadata"];
         let updated = execute!(
             self.ready().await?,
-            "UPDATE sim_kube_objects SET resource_version = $1, body = $2, labels = $8, owner = $9, settled = $10 \
+            "UPDATE sim_kube_objects SET resource_version = $1, body = $2, labels = $8, owner = $9, settled = $10, \
+             owners = $11 \
              WHERE cluster = $3 AND resource = $4 AND namespace = $5 AND name = $6 AND resource_version = $7 \
              AND deleted_revision IS NULL",
             revision,
@@ -439,7 +493,8 @@ impl Store {
             read,
             label_text(&object),
             owner_of(&object),
-            i64::from(settled(resource, &object))
+            i64::from(settled(resource, &object)),
+            owners_text(&object)
         )?;
         Ok((updated == 1).then_some(object))
     }
@@ -462,7 +517,50 @@ impl Store {
             metadata["name"].as_str().unwrap_or_default(),
             resource_version(object)
         )?;
+        if removed == 1 {
+            self.removals.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(removed == 1)
+    }
+
+    /// How many objects this store has removed since it was made.
+    pub(crate) fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Relaxed)
+    }
+
+    /// Every object, of every cluster, that has owners.
+    pub(crate) async fn dependents(&self) -> Result<Vec<Dependent>, sqlx::Error> {
+        let pool = self.ready().await?;
+        let rows: Vec<(String, String, String, String, String)> = with_pool!(pool, |pool| {
+            sqlx::query_as(
+                "SELECT cluster, resource, namespace, name, owners FROM sim_kube_objects \
+                 WHERE owners <> '' AND deleted_revision IS NULL ORDER BY cluster",
+            )
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(rows
+            .into_iter()
+            .map(|(cluster, resource, namespace, name, owners)| Dependent {
+                cluster,
+                resource,
+                namespace,
+                name,
+                owners: owners.split('\n').filter(|uid| !uid.is_empty()).map(str::to_owned).collect(),
+            })
+            .collect())
+    }
+
+    /// The uids of every object of the cluster.
+    pub(crate) async fn live_uids(&self, cluster: &str) -> Result<HashSet<String>, sqlx::Error> {
+        let pool = self.ready().await?;
+        let uids: Vec<String> = with_pool!(pool, |pool| {
+            sqlx::query_scalar("SELECT uid FROM sim_kube_objects WHERE cluster = $1 AND deleted_revision IS NULL")
+                .bind(cluster)
+                .fetch_all(pool)
+                .await
+        })?;
+        Ok(uids.into_iter().collect())
     }
 
     /// What changed after revision `since`, in the order it happened: objects created, changed

@@ -4,7 +4,7 @@
 //! DURATION AGE`, pods `NAME READY STATUS RESTARTS AGE` (`-o wide`: `IP NODE ...`), nodes
 //! `NAME STATUS ROLES AGE VERSION`, namespaces `NAME STATUS AGE`, deployments `NAME READY
 //! UP-TO-DATE AVAILABLE AGE`, replicasets `NAME DESIRED CURRENT READY AGE`, services `NAME TYPE
-//! CLUSTER-IP EXTERNAL-IP PORT(S) AGE`, endpoints `NAME ENDPOINTS AGE`, and `NAME AGE` for the
+//! CLUSTER-IP EXTERNAL-IP PORT(S) AGE`, endpoints `NAME ENDPOINTS AGE`, secrets `NAME TYPE DATA AGE`, and `NAME AGE` for the
 //! rest.
 
 use axum::http::HeaderMap;
@@ -116,6 +116,7 @@ fn columns(plural: &str) -> Vec<(&'static str, &'static str, u8)> {
             ("Selector", "string", 1),
         ],
         "endpoints" => vec![("Name", "string", 0), ("Endpoints", "string", 0), ("Age", "string", 0)],
+        "secrets" => vec![("Name", "string", 0), ("Type", "string", 0), ("Data", "string", 0), ("Age", "string", 0)],
         _ => vec![("Name", "string", 0), ("Age", "string", 0)],
     }
 }
@@ -272,6 +273,10 @@ fn cells(plural: &str, object: &Value) -> Vec<Value> {
                 n => format!("{} + {} more...", addresses[..3].join(","), n - 3),
             };
             vec![name, json!(shown), age]
+        }
+        "secrets" => {
+            let keys = object["data"].as_object().map_or(0, serde_json::Map::len);
+            vec![name, object["type"].clone(), json!(keys), age]
         }
         _ => vec![name, age],
     }

@@ -9,17 +9,25 @@
 //! It exists because clients refuse to send a bearer token over plain HTTP (kubectl does), and
 //! because it makes the simulated API as strict as a real one: a client that does not pin the
 //! cluster's CA cannot talk to it.
+//!
+//! It listens on loopback, where every simulated Pod runs too, and holds as the API's own listener
+//! does (`cli/src/server/listener.rs`): a handshake must end within [`HANDSHAKE_TIMEOUT`], a
+//! request header arrive within [`HEADER_READ_TIMEOUT`] (which also closes a kept-alive
+//! connection idle that long), at most [`MAX_CONNECTIONS`] are open at once (one more is closed
+//! at once), and a failed accept is tried again after a pause doubling from 5 ms to 1 s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anycloud_workflows::user_data;
 use axum::Router;
 use hyper::service::Service;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::LazyConfigAcceptor;
 
 use super::Machines;
@@ -32,15 +40,48 @@ pub fn server_name(vm: &str) -> String {
     format!("{vm}{NAME_SUFFIX}")
 }
 
+/// How long a TLS handshake may take, from the accept to its end.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a request header may take to arrive whole; also how long a kept-alive connection may
+/// stay idle between requests.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most connections open at once.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// The pause after a first failed accept, and the longest.
+const ACCEPT_PAUSES: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
+
 /// Serves `routes` over TLS on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, routes: Router, machines: Arc<dyn Machines>) {
     let certificates = Arc::new(Certificates { machines, made: Mutex::new(HashMap::new()) });
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut pause: Option<Duration> = None;
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                pause = None;
+                stream
+            }
+            Err(err) => {
+                let wait = pause.map_or(ACCEPT_PAUSES.0, |pause| (pause * 2).min(ACCEPT_PAUSES.1));
+                if pause.is_none() {
+                    tracing::warn!(error = %err, "simulated Kubernetes: accepting a connection failed");
+                }
+                pause = Some(wait);
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!("simulated Kubernetes: {MAX_CONNECTIONS} connections are open: one more closed");
+            continue;
+        };
         let routes = routes.clone();
         let certificates = certificates.clone();
         tokio::spawn(async move {
-            if let Err(err) = connection(stream, routes, &certificates).await {
+            if let Err(err) = connection(stream, slot, routes, &certificates).await {
                 tracing::debug!(error = %err, "simulated Kubernetes: a TLS connection failed");
             }
         });
@@ -49,24 +90,40 @@ pub async fn serve(listener: TcpListener, routes: Router, machines: Arc<dyn Mach
 
 async fn connection(
     stream: tokio::net::TcpStream,
+    slot: OwnedSemaphorePermit,
     routes: Router,
     certificates: &Certificates,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
-    let name = start.client_hello().server_name().map(str::to_owned);
-    let vm = name
-        .as_deref()
-        .and_then(|name| name.strip_suffix(NAME_SUFFIX))
-        .ok_or_else(|| format!("no simulated control plane is named {name:?} (SNI)"))?;
-    let config = certificates.config_for(vm).await?;
-    let tls = start.into_stream(config).await?;
+    let handshake = async {
+        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
+        let name = start.client_hello().server_name().map(str::to_owned);
+        let vm = name
+            .as_deref()
+            .and_then(|name| name.strip_suffix(NAME_SUFFIX))
+            .ok_or_else(|| format!("no simulated control plane is named {name:?} (SNI)"))?
+            .to_owned();
+        let config = certificates.config_for(&vm).await?;
+        let tls = start.into_stream(config).await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((vm, tls))
+    };
+    let (vm, tls) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
+        .await
+        .map_err(|_| format!("the TLS handshake did not end within {} s", HANDSHAKE_TIMEOUT.as_secs()))??;
     let routes = TowerToHyperService::new(routes);
     let prefix = format!("/sim/kube/{vm}");
     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
         at_root(&mut request, &prefix);
         routes.call(request)
     });
-    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).with_upgrades().await?;
+    hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), service)
+        .with_upgrades()
+        .await?;
+    // The slot is given back when the connection ends; an exec's WebSocket outlives it, bounded
+    // by its own idle limit.
+    drop(slot);
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! Pods, Deployments and ReplicaSets without containers, images or a supported
 //! `restartPolicy`, a Deployment whose selector does not match its template's labels, a Service
 //! without ports or with a cluster IP outside the simulation's loopback range (or a protocol
-//! other than TCP, which the simulation does not serve). One rule is the
+//! other than TCP, which the simulation does not serve), Secrets as [`super::secrets`] checks
+//! them. One rule is the
 //! simulation's own: a container needs a `command`, because no image (and so no entrypoint) is
 //! ever pulled.
 
@@ -120,7 +121,7 @@ pub(crate) fn validate(resource: &Resource, object: &Value) -> Vec<Cause> {
                     ));
                 }
             }
-            if !ip.is_empty() && !crate::kube::proxy::valid_cluster_ip(ip) {
+            if !ip.is_empty() && !crate::kube::cluster_ips::valid_cluster_ip(ip) {
                 causes.push(invalid(
                     "spec.clusterIP",
                     ip,
@@ -128,6 +129,7 @@ pub(crate) fn validate(resource: &Resource, object: &Value) -> Vec<Cause> {
                 ));
             }
         }
+        "secrets" => causes.extend(super::secrets::validate(object)),
         _ => {}
     }
     causes

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anycloud_engine::Store;
-use anycloud_sim::kube::{Machine, Machines, Storage};
+use anycloud_sim::kube::{Machine, Machines, ProxyCommand, Storage};
 use anycloud_workflows::cluster_network::Reach;
 use anycloud_workflows::cluster_secrets::ClusterSecrets;
 use anycloud_workflows::db::Db;
@@ -37,6 +37,7 @@ fn machine(id: &str, name: &str, control_plane: bool, user_data: String, ip: &st
         private_ip: Some(ip.into()),
         public_ip: None,
         node_ready: true,
+        private_registries: Vec::new(),
     }
 }
 
@@ -68,6 +69,13 @@ struct Server {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     url: String,
     tls_url: String,
+}
+
+impl Drop for Cluster {
+    /// The Pods' processes and the kube-proxy outlive the API, as they should, but not the test.
+    fn drop(&mut self) {
+        anycloud_sim::kube::kill_processes_under(&self.kubelet_dir());
+    }
 }
 
 impl Cluster {
@@ -103,7 +111,11 @@ impl Cluster {
     pub async fn serve(&mut self) {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let url = format!("http://{}/sim/kube/{CONTROL_PLANE}", listener.local_addr().unwrap());
-        let router = anycloud_sim::kube::router(self.machines.clone(), Storage::new(&self.db, self.kubelet_dir()));
+        let router = anycloud_sim::kube::router(
+            self.machines.clone(),
+            Storage::new(&self.db, self.kubelet_dir()),
+            ProxyCommand::new(env!("CARGO_BIN_EXE_sim-kube-proxy"), Vec::<String>::new()),
+        );
         let tls_listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let tls_url = format!("https://{}/sim/kube/{CONTROL_PLANE}", tls_listener.local_addr().unwrap());
         let tls = tokio::spawn(anycloud_sim::kube::tls::serve(tls_listener, router.clone(), self.machines.clone()));
@@ -123,6 +135,14 @@ impl Cluster {
         }
         // The loop notices on its next tick that its routes are gone.
         tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+
+    /// Marks image registry hosts private, as the simulated account's `private_registries`
+    /// setting does (on the control plane, whose setting stands for the cluster).
+    pub fn set_private_registries(&self, hosts: &[&str]) {
+        for machine in self.machines.machines.lock().unwrap().iter_mut() {
+            machine.private_registries = hosts.iter().map(|host| (*host).to_owned()).collect();
+        }
     }
 
     /// Terminates every VM of the cluster, as `cluster delete` does.
@@ -202,4 +222,30 @@ pub fn process_runs(pid: i32) -> bool {
         .ok()
         .and_then(|stat| stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).map(str::to_owned))
         .is_some_and(|state| state != "Z" && state != "X")
+}
+
+/// Fails the test when kubectl is missing: it is required, never skipped.
+pub fn require_kubectl() {
+    let found = std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    assert!(found, "kubectl is required for this test (scripts/test installs Debian's kubernetes-client)");
+}
+
+/// Runs kubectl (off the test's runtime threads) and returns (exit code, stdout, stderr).
+pub async fn kubectl(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let mut command = std::process::Command::new("kubectl");
+    command.arg("--kubeconfig").arg(config).args(args);
+    let output = tokio::task::spawn_blocking(move || command.output()).await.unwrap().unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code().unwrap_or(-1), text(&output.stdout), text(&output.stderr))
+}
+
+/// Runs kubectl and returns its output; fails the test if it fails.
+pub async fn kubectl_succeeds(config: &std::path::Path, args: &[&str]) -> String {
+    let (code, stdout, stderr) = kubectl(config, args).await;
+    assert_eq!(code, 0, "kubectl {args:?} failed:\n{stdout}\n{stderr}");
+    stdout
 }

@@ -7,6 +7,7 @@
 //! | --- | --- |
 //! | `ANYCLOUD_TEST_SIMULATED_KUBE` | base URL of a simulated Kubernetes that serves every cluster's control plane |
 //! | `ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS` | pause between a launch call's answer and its step's checkpoint |
+//! | `ANYCLOUD_TEST_PAUSE_IN_SECRET_APPLY_MS` | pause between a job's Secrets and its Job in `job.run`'s `apply` |
 //! | `ANYCLOUD_TEST_HOSTED_API_ADDRESS` | the address every hosted API's VM is reached at (where the tests' VM runner serves it) |
 //! | `ANYCLOUD_TEST_EXEC_IDLE_LIMIT_MS` | the exec idle limit |
 //! | `ANYCLOUD_TEST_FOLLOW_GAP_MS` | pause between a follower's read of the run and its read of the events |
@@ -23,6 +24,7 @@ fn main() -> std::process::ExitCode {
         api: TestSeams {
             simulated_kube: var("ANYCLOUD_TEST_SIMULATED_KUBE"),
             pause_after_launch: millis("ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS"),
+            pause_in_secret_apply: millis("ANYCLOUD_TEST_PAUSE_IN_SECRET_APPLY_MS"),
             hosted_api_address: var("ANYCLOUD_TEST_HOSTED_API_ADDRESS"),
             exec_idle_limit: millis("ANYCLOUD_TEST_EXEC_IDLE_LIMIT_MS"),
         },

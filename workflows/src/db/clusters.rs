@@ -4,7 +4,7 @@
 use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
 use serde::{Deserialize, Serialize};
 
-use super::Db;
+use super::{Db, SealedColumn};
 use crate::providers::ProviderKind;
 
 /// Where a cluster stands.
@@ -251,12 +251,13 @@ pub async fn get(db: &Db, id: &str) -> Result<Option<Cluster>, sqlx::Error> {
     with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)
 }
 
-/// Every cluster that is not deleted, by name.
-pub async fn list(db: &Db) -> Result<Vec<Cluster>, sqlx::Error> {
+/// A page of the clusters that are not deleted, by name: the first `limit` after the name `after`.
+pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<Cluster>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM clusters WHERE phase <> 'deleted' ORDER BY name, created_at"
+        "SELECT {COLUMNS} FROM clusters WHERE phase <> 'deleted' AND name > $1 ORDER BY name, created_at LIMIT $2"
     ));
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).fetch_all(pool).await)
+    let after = after.unwrap_or("");
+    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)
 }
 
 /// Every cluster, deleted ones too (deployments keep naming the cluster they ran on).
@@ -315,7 +316,10 @@ pub async fn set_endpoint(db: &Db, id: &str, endpoint: Option<&str>) -> Result<(
     Ok(())
 }
 
-/// Stores the sealed secrets unless some are stored already (a rerun keeps the first ones).
+/// Where a cluster's secrets are sealed: its `secrets`, keyed by its id.
+pub const SECRETS: SealedColumn = SealedColumn { table: "clusters", key: "id", column: "secrets" };
+
+/// Stores the sealed secrets (sealed for [`SECRETS`]) unless some are stored already (a rerun keeps the first ones).
 pub async fn keep_secrets(db: &Db, id: &str, sealed: &str) -> Result<(), sqlx::Error> {
     execute!(db.pool(), "UPDATE clusters SET secrets = $2 WHERE id = $1 AND secrets IS NULL", id, sealed)?;
     Ok(())

@@ -4,10 +4,13 @@
 use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
 use serde::{Deserialize, Serialize};
 
-use super::Db;
+use super::{Db, SealedColumn};
 use crate::providers::ProviderKind;
 use crate::providers::sim_settings::SimSettings;
 use crate::secrets::SecretBox;
+
+/// Where a credential's secret is sealed: its `secret`, keyed by its name.
+pub const SECRET: SealedColumn = SealedColumn { table: "credentials", key: "name", column: "secret" };
 
 /// Verification state of a credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +43,9 @@ impl CredentialStatus {
     }
 }
 
+/// The identity a machine-identity credential shows ([`PublicPart::machine`]): it holds no key.
+pub const MACHINE_IDENTITY: &str = "machine";
+
 /// The parts of a credential that are safe to show.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PublicPart {
@@ -57,6 +63,11 @@ pub struct PublicPart {
     /// sim: fault injection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimSettings>,
+    /// The credential holds no key: the API acts as the machine it runs on (on AWS its
+    /// instance profile, on GCP its service account), as a deployed API does with its hosting
+    /// credential (docs/hosting.md, "Least privilege").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub machine: bool,
 }
 
 /// A stored credential, without its secret.
@@ -163,7 +174,7 @@ pub async fn insert_in(
     now: i64,
 ) -> Result<(), sqlx::Error> {
     let public = serde_json::to_string(&credential.public).map_err(|err| sqlx::Error::Encode(err.into()))?;
-    let secret = sealer.seal(credential.secret.as_bytes());
+    let secret = sealer.seal(SECRET.place(&credential.name), credential.secret.as_bytes());
     execute_in!(
         tx,
         "INSERT INTO credentials (name, provider, public, secret, status, verify_run, created_at, updated_at) \
@@ -186,10 +197,12 @@ pub async fn get(db: &Db, name: &str) -> Result<Option<Credential>, sqlx::Error>
     row.map(Credential::try_from).transpose()
 }
 
-/// Every credential, by name.
-pub async fn list(db: &Db) -> Result<Vec<Credential>, sqlx::Error> {
-    let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM credentials ORDER BY name"));
-    let rows: Vec<CredentialRow> = with_pool!(db.pool(), |pool| sqlx::query_as(sql).fetch_all(pool).await)?;
+/// A page of the credentials by name: the first `limit` after the name `after`.
+pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<Credential>, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM credentials WHERE name > $1 ORDER BY name LIMIT $2"));
+    let after = after.unwrap_or("");
+    let rows: Vec<CredentialRow> =
+        with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)?;
     rows.into_iter().map(Credential::try_from).collect()
 }
 
@@ -202,7 +215,9 @@ pub async fn open(db: &Db, sealer: &SecretBox, name: &str) -> Result<Option<(Cre
         return Ok(None);
     };
     let credential = Credential::try_from(row)?;
-    let secret = String::from_utf8(sealer.open(&sealed)?).map_err(|_| crate::secrets::SecretError::Open)?;
+    let place = SECRET.place(name);
+    let secret = String::from_utf8(sealer.open(place, &sealed)?)
+        .map_err(|_| crate::secrets::SecretError::Open { place: place.to_string() })?;
     Ok(Some((credential, secret)))
 }
 
@@ -217,7 +232,8 @@ pub enum OpenError {
     Secret(#[from] crate::secrets::SecretError),
 }
 
-/// Records the verification's verdict.
+/// Records the verification's verdict; the message (the provider's words) is kept as
+/// `providers::endpoint::answer_text` keeps an answer: bounded, without control characters.
 pub async fn set_status(
     db: &Db,
     name: &str,
@@ -230,7 +246,7 @@ pub async fn set_status(
         "UPDATE credentials SET status = $2, status_message = $3, updated_at = $4 WHERE name = $1",
         name,
         status.as_str(),
-        message,
+        message.map(crate::providers::endpoint::answer_text),
         now
     )?;
     Ok(())

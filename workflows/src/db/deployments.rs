@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Db;
 use super::clusters::{self, Cluster, Phase};
+use super::secrets::{SecretUse, decode_uses, encode_uses};
 use crate::api::EnvVar;
 
 /// Where a deployment stands, as stored. (`retrying` and `terminating` are not stored: they are
@@ -112,6 +113,9 @@ pub struct Spec {
     pub cpus: Option<String>,
     /// Memory as a Kubernetes quantity (`512Mi`).
     pub memory: Option<String>,
+    /// The secrets it takes (env and registry), each pinned to a version; never a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretUse>,
 }
 
 /// A deployment record.
@@ -154,7 +158,9 @@ pub struct Deployment {
     /// A service: how many replicas the serving revision runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i64>,
-    /// A service: the revision that serves (its spec is this record's).
+    /// A service: the revision that serves, or served last before it ended (its spec is this
+    /// record's); none until its first revision is available, and none for one that never was.
+    /// [`Deployment::serving_revision`] says whether it serves now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
     /// A service: the ClusterIP its Kubernetes Service was given.
@@ -176,6 +182,13 @@ impl Deployment {
     /// The resource key of its runs: one run at a time acts on a deployment.
     pub fn resource_key(id: &str) -> String {
         format!("deployment/{id}")
+    }
+
+    /// The revision that serves now: a service's recorded revision while it runs, upgrades or
+    /// rolls back; none while it deploys or once it has ended (nothing serves then).
+    pub fn serving_revision(&self) -> Option<i64> {
+        let serves = matches!(self.status, Status::Running | Status::Upgrading | Status::RollingBack);
+        self.revision.filter(|_| self.is_service() && serves)
     }
 
     /// The name of its current attempt's Kubernetes Job.
@@ -201,6 +214,7 @@ struct Row {
     env: String,
     cpus: Option<String>,
     memory: Option<String>,
+    secrets: String,
     attempt: i64,
     namespace: String,
     exit_code: Option<i64>,
@@ -216,7 +230,7 @@ struct Row {
     cluster_ip: Option<String>,
 }
 
-const SELECT: &str = "SELECT id, name, kind, cluster_id, status, image, command, env, cpus, memory, attempt, \
+const SELECT: &str = "SELECT id, name, kind, cluster_id, status, image, command, env, cpus, memory, secrets, attempt, \
                       namespace, exit_code, reason, workflow_id, created_at, started_at, ended_at, updated_at, \
                       port, replicas, revision, cluster_ip FROM deployments";
 
@@ -233,6 +247,7 @@ impl TryFrom<Row> for Deployment {
                 env: serde_json::from_str(&row.env).map_err(|err| decode("env", err.to_string()))?,
                 cpus: row.cpus,
                 memory: row.memory,
+                secrets: decode_uses(&row.secrets).map_err(|err| decode("secrets", err))?,
             },
             id: row.id,
             name: row.name,
@@ -338,8 +353,9 @@ pub async fn add_in(
     let env = serde_json::to_string(&spec.env).unwrap_or_else(|_| "[]".into());
     execute_in!(
         tx,
-        "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, attempt, \
-         workflow_id, created_at, updated_at) VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, 1, $10, $11, $11)",
+        "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, secrets, \
+         attempt, workflow_id, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $12, 1, $10, $11, $11)",
         deployment.id,
         deployment.name,
         deployment.kind,
@@ -350,7 +366,8 @@ pub async fn add_in(
         spec.cpus.as_deref(),
         spec.memory.as_deref(),
         deployment.workflow_id,
-        now
+        now,
+        encode_uses(&spec.secrets)
     )?;
     Ok(cluster)
 }
@@ -471,7 +488,8 @@ pub async fn set_started(db: &Db, id: &str, attempt: i64, started_at: i64) -> Re
 }
 
 /// Ends attempt `attempt` of a deployment with `status`, its exit code and reason, unless it has
-/// already ended or moved on to another attempt. Returns whether it changed.
+/// already ended or moved on to another attempt. A service that ends while it deploys never
+/// served: it keeps no serving revision. Returns whether it changed.
 pub async fn end(
     db: &Db,
     id: &str,
@@ -484,7 +502,8 @@ pub async fn end(
     let changed = execute!(
         db.pool(),
         sqlx::AssertSqlSafe(format!(
-            "UPDATE deployments SET status = $1, exit_code = $2, reason = $3, ended_at = $4, updated_at = $4 \
+            "UPDATE deployments SET status = $1, exit_code = $2, reason = $3, ended_at = $4, updated_at = $4, \
+             revision = CASE WHEN status = 'deploying' THEN NULL ELSE revision END \
              WHERE id = $5 AND attempt = $6 AND status NOT IN {ENDED}"
         )),
         status.as_str(),
@@ -498,15 +517,22 @@ pub async fn end(
 }
 
 /// Starts the next attempt of an ended deployment inside the caller's transaction: `queued`
-/// again, the outcome cleared, `workflow_id` its new run.
-pub async fn resubmit_in(tx: &mut WriteTx, id: &str, workflow_id: &str, now: i64) -> Result<(), sqlx::Error> {
+/// again, the outcome cleared, `workflow_id` its new run, its secrets pinned anew.
+pub async fn resubmit_in(
+    tx: &mut WriteTx,
+    id: &str,
+    workflow_id: &str,
+    secrets: &[SecretUse],
+    now: i64,
+) -> Result<(), sqlx::Error> {
     execute_in!(
         tx,
         "UPDATE deployments SET attempt = attempt + 1, status = 'queued', exit_code = NULL, reason = NULL, \
-         started_at = NULL, ended_at = NULL, workflow_id = $1, updated_at = $2 WHERE id = $3",
+         started_at = NULL, ended_at = NULL, workflow_id = $1, updated_at = $2, secrets = $4 WHERE id = $3",
         workflow_id,
         now,
-        id
+        id,
+        encode_uses(secrets)
     )?;
     Ok(())
 }
@@ -523,7 +549,7 @@ pub struct ServiceShape {
 }
 
 /// Records a service on a cluster inside the caller's transaction, holding the cluster's row
-/// ([`hold_cluster_in`]): the deployment, `deploying` on revision 1, and that revision.
+/// ([`hold_cluster_in`]): the deployment, `deploying` (no revision serves yet), and its revision 1.
 pub async fn add_service_in(
     tx: &mut WriteTx,
     cluster_name: &str,
@@ -537,9 +563,9 @@ pub async fn add_service_in(
     let env = serde_json::to_string(&spec.env).unwrap_or_else(|_| "[]".into());
     execute_in!(
         tx,
-        "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, attempt, \
-         workflow_id, created_at, updated_at, port, replicas, revision) \
-         VALUES ($1, $2, $3, $4, 'deploying', $5, $6, $7, $8, $9, 1, $10, $11, $11, $12, $13, 1)",
+        "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, secrets, \
+         attempt, workflow_id, created_at, updated_at, port, replicas) \
+         VALUES ($1, $2, $3, $4, 'deploying', $5, $6, $7, $8, $9, $14, 1, $10, $11, $11, $12, $13)",
         deployment.id,
         deployment.name,
         SERVICE,
@@ -552,7 +578,8 @@ pub async fn add_service_in(
         deployment.workflow_id,
         now,
         shape.port,
-        shape.replicas
+        shape.replicas,
+        encode_uses(&spec.secrets)
     )?;
     let first = super::revisions::Revision {
         number: 1,
@@ -591,8 +618,8 @@ pub async fn serve_revision(
         db.pool(),
         sqlx::AssertSqlSafe(format!(
             "UPDATE deployments SET status = 'running', reason = $1, image = $2, command = $3, env = $4, cpus = $5, \
-             memory = $6, replicas = $7, revision = $8, started_at = COALESCE(started_at, $9), updated_at = $9 \
-             WHERE id = $10 AND status NOT IN {ENDED}"
+             memory = $6, replicas = $7, revision = $8, started_at = COALESCE(started_at, $9), updated_at = $9, \
+             secrets = $11 WHERE id = $10 AND status NOT IN {ENDED}"
         )),
         reason,
         &spec.image,
@@ -603,7 +630,8 @@ pub async fn serve_revision(
         revision.replicas,
         revision.number,
         now,
-        id
+        id,
+        encode_uses(&spec.secrets)
     )?;
     Ok(changed > 0)
 }

@@ -4,7 +4,7 @@
 use anycloud_engine::{WriteTx, execute, execute_in, with_pool};
 use serde::{Deserialize, Serialize};
 
-use super::Db;
+use super::{Db, SealedColumn};
 use crate::providers::ProviderKind;
 
 /// Where a hosted API stands.
@@ -182,6 +182,18 @@ pub async fn request_removal_in(tx: &mut WriteTx, id: &str, workflow_id: &str) -
     Ok(())
 }
 
+/// Records the run in hand on the API (a CA rotation), inside the caller's transaction.
+pub async fn set_workflow_in(tx: &mut WriteTx, id: &str, workflow_id: &str) -> Result<(), sqlx::Error> {
+    execute_in!(
+        tx,
+        "UPDATE hosted_apis SET workflow_id = $2, updated_at = $3 WHERE id = $1",
+        id,
+        workflow_id,
+        crate::now_ms()
+    )?;
+    Ok(())
+}
+
 /// The names of the live APIs that use `credential` to host them or to keep their state, read
 /// inside the caller's transaction.
 pub async fn live_on_credential_in(tx: &mut WriteTx, credential: &str) -> Result<Vec<String>, sqlx::Error> {
@@ -210,10 +222,13 @@ pub async fn get_by_name(db: &Db, name: &str) -> Result<Option<HostedApi>, sqlx:
     with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)
 }
 
-/// Every API that is not removed, by name.
-pub async fn list(db: &Db) -> Result<Vec<HostedApi>, sqlx::Error> {
-    let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM hosted_apis WHERE phase <> 'removed' ORDER BY name"));
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).fetch_all(pool).await)
+/// A page of the APIs that are not removed, by name: the first `limit` after the name `after`.
+pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<HostedApi>, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM hosted_apis WHERE phase <> 'removed' AND name > $1 ORDER BY name LIMIT $2"
+    ));
+    let after = after.unwrap_or("");
+    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)
 }
 
 /// Sets the phase and its reason.
@@ -241,7 +256,10 @@ pub async fn set_bucket_made(db: &Db, id: &str, made: Option<&str>) -> Result<()
     Ok(())
 }
 
-/// Stores the sealed identity and the CA's certificate, or clears both.
+/// Where a hosted API's identity is sealed: its `identity`, keyed by its id.
+pub const IDENTITY: SealedColumn = SealedColumn { table: "hosted_apis", key: "id", column: "identity" };
+
+/// Stores the sealed identity (sealed for [`IDENTITY`]) and the CA's certificate, or clears both.
 pub async fn set_identity(db: &Db, id: &str, sealed: Option<&str>, ca_pem: Option<&str>) -> Result<(), sqlx::Error> {
     execute!(
         db.pool(),

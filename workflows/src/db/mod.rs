@@ -1,4 +1,4 @@
-//! The domain's own tables (credentials, clusters, their VMs, deployments) in the engine's
+//! The domain's own tables (credentials, clusters, their VMs, deployments, secrets) in the engine's
 //! database: their migrations, and every SQL statement the domain runs, one file per table.
 //! Nothing else in the domain names sqlx or a pool: workflows and operations call these
 //! functions with a [`Db`], or with the [`WriteTx`] an operation submits its run in.
@@ -9,9 +9,12 @@ pub mod deployments;
 pub mod hosted_apis;
 pub mod revisions;
 pub mod sealing_key;
+pub mod secrets;
 pub mod vms;
 
 use anycloud_engine::{EngineError, Pool, Store, WriteTx};
+
+use crate::secrets::Place;
 
 /// The database the domain shares with the engine. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -54,3 +57,27 @@ impl Db {
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {
     err.as_database_error().is_some_and(|err| err.is_unique_violation())
 }
+
+/// A column that holds sealed values ([`crate::secrets::SecretBox`]), and the column that keys
+/// its rows: a value is sealed for its table, column and row, and opens nowhere else.
+#[derive(Clone, Copy, Debug)]
+pub struct SealedColumn {
+    /// The table.
+    pub table: &'static str,
+    /// The column that keys its rows (their primary key).
+    pub key: &'static str,
+    /// The column of sealed values.
+    pub column: &'static str,
+}
+
+impl SealedColumn {
+    /// The place of the value in row `row`.
+    pub fn place(self, row: &str) -> Place<'_> {
+        Place { table: self.table, column: self.column, row }
+    }
+}
+
+/// Every column of sealed values, which `sealing_key::check` re-seals for their places when
+/// they were sealed without.
+pub const SEALED_COLUMNS: [SealedColumn; 4] =
+    [credentials::SECRET, clusters::SECRETS, hosted_apis::IDENTITY, secrets::VALUES];

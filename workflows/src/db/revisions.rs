@@ -104,6 +104,7 @@ struct Row {
     env: String,
     cpus: Option<String>,
     memory: Option<String>,
+    secrets: String,
     replicas: i64,
     progress_deadline_s: i64,
     result: String,
@@ -113,7 +114,7 @@ struct Row {
     ended_at: Option<i64>,
 }
 
-const SELECT: &str = "SELECT number, image, command, env, cpus, memory, replicas, progress_deadline_s, result, reason, \
+const SELECT: &str = "SELECT number, image, command, env, cpus, memory, secrets, replicas, progress_deadline_s, result, reason, \
                       workflow_id, created_at, ended_at FROM deployment_revisions";
 
 impl TryFrom<Row> for Revision {
@@ -133,6 +134,7 @@ impl TryFrom<Row> for Revision {
                 env: serde_json::from_str(&row.env).map_err(|err| decode("env", err.to_string()))?,
                 cpus: row.cpus,
                 memory: row.memory,
+                secrets: super::secrets::decode_uses(&row.secrets).map_err(|err| decode("secrets", err))?,
             },
             replicas: row.replicas,
             progress_deadline_s: row.progress_deadline_s,
@@ -153,8 +155,8 @@ pub async fn insert_in(tx: &mut WriteTx, deployment_id: &str, revision: &Revisio
     execute_in!(
         tx,
         "INSERT INTO deployment_revisions (deployment_id, number, image, command, env, cpus, memory, replicas, \
-         progress_deadline_s, result, reason, workflow_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+         progress_deadline_s, result, reason, workflow_id, created_at, secrets) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         deployment_id,
         revision.number,
         &spec.image,
@@ -167,7 +169,8 @@ pub async fn insert_in(tx: &mut WriteTx, deployment_id: &str, revision: &Revisio
         revision.result.as_str(),
         revision.reason.as_deref(),
         revision.workflow_id.as_deref(),
-        revision.created_at
+        revision.created_at,
+        super::secrets::encode_uses(&spec.secrets)
     )?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use crate::service_deploy::{DeployService, ServiceInput};
 use crate::workload;
 
 use super::Operations;
+use super::pin_secrets::pin_in;
 use super::submit_job::{check_name, generated_name, name_taken, placement_refusal};
 
 /// The port a service's app listens on when none is given.
@@ -29,7 +30,7 @@ impl Operations {
     /// nothing stored, for a spec that cannot run, a port, replica count or deadline out of
     /// range, a taken name, and a cluster that does not exist, is not ready or is being deleted.
     pub async fn deploy_service(&self, request: NewService) -> Result<DeploymentDetail, OperationError> {
-        let spec = workload::check(
+        let mut spec = workload::check(
             &request.image,
             &request.command,
             &request.env,
@@ -65,6 +66,7 @@ impl Operations {
         if deployments::name_taken_in(&mut tx, &name).await? {
             return Err(name_taken(&name));
         }
+        spec.secrets = pin_in(&mut tx, &name, &spec.image, &request.secrets, &request.pull_secrets).await?;
         let input = ServiceInput { deployment_id: id.clone(), name: name.clone() };
         let key = Deployment::resource_key(&id);
         let run = self.engine.submit_in::<DeployService>(&mut tx, &input, Some(&key)).await?.to_string();

@@ -23,23 +23,36 @@
 //! | a cluster's kubeconfig | `cluster_kubeconfig.rs` | none |
 //! | deploy an API on a VM | `deploy_api.rs` | `api.deploy` |
 //! | remove a deployed API | `remove_api.rs` | `api.remove` |
+//! | rotate a deployed API's CA | `rotate_api_ca.rs` | `api.rotate_ca` |
 //! | list and show deployed APIs, their access | `show_apis.rs` | none |
+//! | create a secret, set its next version | `save_secret.rs` | none |
+//! | delete a secret that no deployment takes | `delete_secret.rs` | none |
+//! | list and show secrets (never their values) | `show_secrets.rs` | none |
+//!
+//! `pin_secrets.rs` resolves the secrets a job, a service or an upgrade takes, each at its
+//! current version, inside the transaction that stores it.
 
 mod cluster_kubeconfig;
 mod create_cluster;
 mod delete_cluster;
 mod delete_credential;
+mod delete_secret;
 mod deploy_api;
 mod deploy_service;
 mod deployment_exec;
 mod deployment_logs;
+mod pages;
+mod pin_secrets;
 mod remove_api;
 mod resubmit_deployment;
+mod rotate_api_ca;
 mod save_credential;
+mod save_secret;
 mod show_apis;
 mod show_clusters;
 mod show_credentials;
 mod show_deployments;
+mod show_secrets;
 mod submit_job;
 mod terminate_deployment;
 mod upgrade_service;
@@ -51,6 +64,9 @@ pub use deploy_api::DEFAULT_API_PORT;
 pub use deploy_service::{DEFAULT_PORT, DEFAULT_PROGRESS_DEADLINE_S, MAX_REPLICAS};
 pub use deployment_exec::{EXEC_IDLE_LIMIT, ExecSession};
 pub use deployment_logs::LogStream;
+pub use pages::PAGE_LIMIT;
+pub use pin_secrets::described as described_secrets;
+pub use save_secret::MAX_SECRET_BYTES;
 pub use show_deployments::LIST_LIMIT;
 pub use submit_job::MAX_NAME;
 

@@ -17,15 +17,27 @@ impl Operations {
         let mut tx = self.deps.db.begin().await?;
         let api = hosted_apis::lock_live_in(&mut tx, name).await?.ok_or_else(|| api_not_found(name))?;
         let running = match api.workflow_id.as_deref().and_then(|id| id.parse().ok()) {
-            Some(id) => Some((id, self.engine.run(id).await?.status)),
+            Some(id) => {
+                let run = self.engine.run(id).await?;
+                Some((id, run.status, run.kind))
+            }
             None => None,
         };
-        if let Some((run, status)) = running
+        if let Some((run, status, kind)) = running
             && !matches!(status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled)
         {
             if api.phase == Phase::Removing {
                 drop(tx);
                 return Ok(HostedApiStarted { api, workflow_id: run });
+            }
+            if kind == <crate::api_rotate_ca::RotateApiCa as anycloud_engine::Workflow>::KIND {
+                return Err(Refusal::new(
+                    Code::HostedApiNotReady,
+                    format!(
+                        "API `{name}`'s CA is being rotated (run {run}); wait for it (`anycloud workflow inspect                          {run}`), or cancel it with `anycloud workflow cancel {run}`, then remove it"
+                    ),
+                )
+                .into());
             }
             return Err(Refusal::new(
                 Code::HostedApiNotReady,

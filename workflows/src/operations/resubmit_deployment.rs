@@ -8,6 +8,7 @@ use crate::job_run::{JobInput, RunJob};
 use crate::refusal::{Code, OperationError, Refusal};
 
 use super::Operations;
+use super::pin_secrets::pin_in;
 use super::show_deployments::deployment_not_found;
 use super::submit_job::placement_refusal;
 
@@ -44,11 +45,17 @@ impl Operations {
         deployments::hold_cluster_in(&mut tx, &cluster_key)
             .await
             .map_err(|refused| placement_refusal(name, refused))?;
+        // Its secrets again, each at its current version.
+        let kept = |registry: bool| -> Vec<String> {
+            let named = deployment.spec.secrets.iter().filter(|one| one.registry.is_some() == registry);
+            named.map(|one| one.name.clone()).collect()
+        };
+        let secrets = pin_in(&mut tx, name, &deployment.spec.image, &kept(false), &kept(true)).await?;
         let attempt = deployment.attempt + 1;
         let input = JobInput { deployment_id: deployment.id.clone(), name: name.clone(), attempt };
         let key = Deployment::resource_key(&deployment.id);
         let run = self.engine.submit_in::<RunJob>(&mut tx, &input, Some(&key)).await?;
-        deployments::resubmit_in(&mut tx, &deployment.id, &run.to_string(), crate::now_ms()).await?;
+        deployments::resubmit_in(&mut tx, &deployment.id, &run.to_string(), &secrets, crate::now_ms()).await?;
         tx.commit().await?;
         self.engine.wake_up();
         self.deployment_status(&deployment.id).await

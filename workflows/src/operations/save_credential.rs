@@ -2,10 +2,11 @@
 
 use crate::api::{CredentialSaved, NewCredential};
 use crate::credentials_verify::{VerifyCredential, VerifyInput};
-use crate::db::credentials::{self, NewRecord, PublicPart};
+use crate::db::credentials::{self, MACHINE_IDENTITY, NewRecord, PublicPart};
 use crate::db::is_unique_violation;
 use crate::names::check_dns_label;
 use crate::providers::ProviderKind;
+use crate::providers::endpoint::{self, EndpointPolicy};
 use crate::refusal::{Code, OperationError, Refusal};
 
 use super::Operations;
@@ -14,7 +15,20 @@ impl Operations {
     /// Saves a credential as `verifying` and starts its verification. A name already taken (also
     /// by a request racing this one) is refused with `CREDENTIAL_EXISTS`.
     pub async fn save_credential(&self, request: NewCredential) -> Result<CredentialSaved, OperationError> {
-        let record = check(request).map_err(|why| Refusal::new(Code::InvalidCredential, why))?;
+        if request.provider == ProviderKind::Sim.as_str() && !self.deps.clouds.simulated() {
+            return Err(Refusal::new(
+                Code::InvalidCredential,
+                format!(
+                    "credential `{}`: this API runs on a VM of a real cloud, where the simulated cloud is off (it \
+                     would run Pods as processes of the API's own machine); use an aws or gcp credential, or a local \
+                     API for the simulated cloud",
+                    request.name
+                ),
+            )
+            .into());
+        }
+        let record = check(request, self.deps.clouds.endpoint_policy())
+            .map_err(|why| Refusal::new(Code::InvalidCredential, why))?;
         let name = record.name.clone();
         let exists = || {
             Refusal::new(
@@ -45,9 +59,19 @@ impl Operations {
 
 /// Checks the request and splits it into what is shown and what is sealed; the error says what
 /// is wrong and how to fix it.
-fn check(request: NewCredential) -> Result<NewRecord, String> {
-    let NewCredential { name, provider, access_key_id, secret_access_key, service_account_json, region, endpoint, sim } =
-        request;
+fn check(request: NewCredential, endpoints: EndpointPolicy) -> Result<NewRecord, String> {
+    let NewCredential {
+        name,
+        provider,
+        access_key_id,
+        secret_access_key,
+        service_account_json,
+        region,
+        endpoint,
+        sim,
+        machine_identity,
+        project,
+    } = request;
     check_dns_label("credential", &name)?;
     let provider: ProviderKind = provider.parse()?;
     refuse_foreign_fields(
@@ -60,12 +84,31 @@ fn check(request: NewCredential) -> Result<NewRecord, String> {
             ("service_account_json", service_account_json.is_some(), &[ProviderKind::Gcp]),
             ("endpoint", endpoint.is_some(), &[ProviderKind::Aws, ProviderKind::Gcp]),
             ("sim", sim.is_some(), &[ProviderKind::Sim]),
+            ("machine_identity", machine_identity, &[ProviderKind::Aws, ProviderKind::Gcp]),
+            ("project", project.is_some(), &[ProviderKind::Gcp]),
         ],
     )?;
     if let Some(endpoint) = &endpoint {
-        check_endpoint(&name, endpoint)?;
+        endpoint::check(&format!("credential `{name}`"), endpoint, endpoints)?;
     }
     let present = |value: &Option<String>| value.as_deref().is_some_and(|v| !v.trim().is_empty());
+    if machine_identity {
+        let keys = [
+            ("access_key_id", access_key_id.is_some()),
+            ("secret_access_key", secret_access_key.is_some()),
+            ("service_account_json", service_account_json.is_some()),
+        ];
+        if let Some((field, _)) = keys.iter().find(|(_, given)| *given) {
+            return Err(format!(
+                "credential `{name}`: `{field}` and `machine_identity` are alternatives: a machine-identity \
+                 credential holds no key (it acts as the machine the API runs on); remove one"
+            ));
+        }
+    } else if project.is_some() {
+        return Err(format!(
+            "credential `{name}`: `project` is for a machine-identity credential; a key file names its own project"
+        ));
+    }
     let (public, secret) = match provider {
         ProviderKind::Sim => {
             let settings = sim.unwrap_or_default();
@@ -74,6 +117,16 @@ fn check(request: NewCredential) -> Result<NewRecord, String> {
                 PublicPart { identity: format!("sim-account-{name}"), sim: Some(settings), ..PublicPart::default() };
             // The simulated cloud takes any token; one is sealed like a real secret would be.
             (public, format!("sim-token-{}", uuid::Uuid::new_v4().simple()))
+        }
+        ProviderKind::Aws if machine_identity => {
+            let public = PublicPart {
+                identity: MACHINE_IDENTITY.to_owned(),
+                region: Some(region.unwrap_or_else(|| "us-east-1".to_owned())),
+                endpoint,
+                machine: true,
+                ..PublicPart::default()
+            };
+            (public, String::new())
         }
         ProviderKind::Aws => {
             if !present(&access_key_id) {
@@ -95,6 +148,20 @@ fn check(request: NewCredential) -> Result<NewRecord, String> {
                 ..PublicPart::default()
             };
             (public, secret_access_key.unwrap_or_default())
+        }
+        ProviderKind::Gcp if machine_identity => {
+            let project = project.filter(|p| !p.trim().is_empty()).ok_or_else(|| {
+                format!("credential `{name}`: a GCP machine-identity credential needs --project PROJECT_ID")
+            })?;
+            check_dns_label("GCP project", &project).map_err(|why| format!("credential `{name}`: {why}"))?;
+            let public = PublicPart {
+                identity: MACHINE_IDENTITY.to_owned(),
+                project: Some(project),
+                endpoint,
+                machine: true,
+                ..PublicPart::default()
+            };
+            (public, String::new())
         }
         ProviderKind::Gcp => {
             let json = service_account_json.unwrap_or_default();
@@ -138,22 +205,9 @@ fn refuse_foreign_fields(
     }
 }
 
-/// An endpoint override must be an http(s) URL with a host, or every later call fails.
-fn check_endpoint(name: &str, endpoint: &str) -> Result<(), String> {
-    let rest = endpoint.strip_prefix("https://").or_else(|| endpoint.strip_prefix("http://"));
-    let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""));
-    match host {
-        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
-        _ => Err(format!(
-            "credential `{name}`: endpoint `{endpoint}` is not an http(s) URL; pass one such as \
-             https://ec2.eu-west-1.amazonaws.com, or leave --endpoint out to use the provider's own"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::check;
+    use super::{EndpointPolicy, check};
     use crate::api::NewCredential;
 
     fn request(provider: &str) -> NewCredential {
@@ -168,9 +222,13 @@ mod tests {
         }
     }
 
+    fn check_https(request: NewCredential) -> Result<crate::db::credentials::NewRecord, String> {
+        check(request, EndpointPolicy::HttpsOnly)
+    }
+
     #[test]
     fn fields_of_another_provider_are_refused_not_ignored() {
-        let refused = |request: NewCredential| check(request).map(|_| ()).unwrap_err();
+        let refused = |request: NewCredential| check_https(request).map(|_| ()).unwrap_err();
         assert_eq!(
             refused(NewCredential { service_account_json: Some("{}".to_owned()), ..aws() }),
             "credential `team`: `service_account_json` does not apply to provider aws; remove it"
@@ -192,7 +250,19 @@ mod tests {
         let sim = NewCredential { endpoint: Some("https://example.com".to_owned()), ..request("sim") };
         assert_eq!(refused(sim), "credential `team`: `endpoint` does not apply to provider sim; remove it");
         // What belongs is accepted.
-        assert!(check(NewCredential { region: Some("eu-west-1".to_owned()), ..aws() }).is_ok());
-        assert!(check(request("sim")).is_ok());
+        assert!(check_https(NewCredential { region: Some("eu-west-1".to_owned()), ..aws() }).is_ok());
+        assert!(check_https(request("sim")).is_ok());
+    }
+
+    #[test]
+    fn an_endpoint_needs_https_to_a_public_host_unless_the_operator_allows_more() {
+        let with = |endpoint: &str| NewCredential { endpoint: Some(endpoint.to_owned()), ..aws() };
+        let refused = check_https(with("http://127.0.0.1:5000")).map(|_| ()).unwrap_err();
+        assert!(refused.starts_with("credential `team`: endpoint `http://127.0.0.1:5000` is plain HTTP"), "{refused}");
+        let refused = check_https(with("https://169.254.169.254")).map(|_| ()).unwrap_err();
+        assert!(refused.contains("inner network"), "{refused}");
+        assert!(check_https(with("https://ec2.eu-west-1.amazonaws.com")).is_ok());
+        assert!(check(with("http://127.0.0.1:5000"), EndpointPolicy::AllowInsecure).is_ok());
+        assert!(check(with("not a url"), EndpointPolicy::AllowInsecure).is_err());
     }
 }

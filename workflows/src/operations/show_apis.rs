@@ -1,6 +1,6 @@
 //! Reading deployed APIs: the list, one by name, and what a CLI needs to use one.
 
-use crate::api::{HostedApiAccess, HostedApiList, HostedApiView};
+use crate::api::{HostedApiAccess, HostedApiList, HostedApiView, NamesQuery};
 use crate::api_identity::ApiIdentity;
 use crate::db::hosted_apis::{self, Phase};
 use crate::refusal::{Code, OperationError, Refusal};
@@ -9,8 +9,9 @@ use super::Operations;
 
 impl Operations {
     /// The live hosted APIs this API deployed.
-    pub async fn list_apis(&self) -> Result<HostedApiList, OperationError> {
-        Ok(HostedApiList { apis: hosted_apis::list(&self.deps.db).await? })
+    pub async fn list_apis(&self, query: &NamesQuery) -> Result<HostedApiList, OperationError> {
+        let limit = super::pages::page_limit(query.limit)?;
+        Ok(HostedApiList { apis: hosted_apis::list(&self.deps.db, query.after.as_deref(), limit).await? })
     }
 
     /// One hosted API by name (the live one, else the last removed).
@@ -38,14 +39,19 @@ impl Operations {
         let sealed = hosted_apis::sealed_identity(&self.deps.db, &api.id)
             .await?
             .ok_or_else(|| Refusal::new(Code::HostedApiNotReady, format!("API `{name}` has no identity stored")))?;
-        let opened = self.deps.sealer.open(&sealed).map_err(|err| OperationError::Failed(err.into()))?;
+        let opened = self
+            .deps
+            .sealer
+            .open(hosted_apis::IDENTITY.place(&api.id), &sealed)
+            .map_err(|err| OperationError::Failed(err.into()))?;
         let identity: ApiIdentity =
             serde_json::from_slice(&opened).map_err(|err| OperationError::Failed(err.into()))?;
         Ok(HostedApiAccess {
             name: api.name,
             url,
             token: identity.token,
-            ca_pem: identity.ca_cert_pem,
+            // What the record pins: during a CA rotation, the old CA and the new.
+            ca_pem: api.ca_pem.unwrap_or(identity.ca_cert_pem),
             provider: api.provider.to_string(),
         })
     }

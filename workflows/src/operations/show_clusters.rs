@@ -4,7 +4,7 @@
 
 use anycloud_engine::{EngineError, RunStatus};
 
-use crate::api::{ClusterDetail, ClusterList, ClusterSummary, WorkflowSummary};
+use crate::api::{ClusterDetail, ClusterList, ClusterSummary, NamesQuery, WorkflowSummary};
 use crate::db::clusters::{self, Cluster};
 use crate::db::vms::{self, VmRecord};
 use crate::names::shown;
@@ -14,10 +14,12 @@ use crate::refusal::{Code, OperationError, Refusal};
 use super::Operations;
 
 impl Operations {
-    /// Every cluster that is not deleted, with how many capacity VMs run.
-    pub async fn list_clusters(&self) -> Result<ClusterList, OperationError> {
+    /// A page of the clusters that are not deleted, by name ([`super::PAGE_LIMIT`], or as many
+    /// as asked), with how many capacity VMs run.
+    pub async fn list_clusters(&self, query: &NamesQuery) -> Result<ClusterList, OperationError> {
+        let limit = super::pages::page_limit(query.limit)?;
         let mut summaries = Vec::new();
-        for cluster in clusters::list(&self.deps.db).await? {
+        for cluster in clusters::list(&self.deps.db, query.after.as_deref(), limit).await? {
             let running_vms = running(&vms::of_cluster(&self.deps.db, &cluster.id).await?);
             summaries.push(ClusterSummary { simulated: cluster.provider == ProviderKind::Sim, running_vms, cluster });
         }

@@ -1,6 +1,6 @@
 //! Reading credentials, never their secrets.
 
-use crate::api::{CredentialList, CredentialShown};
+use crate::api::{CredentialList, CredentialShown, NamesQuery};
 use crate::db::credentials;
 use crate::names::shown;
 use crate::refusal::{Code, OperationError, Refusal};
@@ -8,9 +8,10 @@ use crate::refusal::{Code, OperationError, Refusal};
 use super::Operations;
 
 impl Operations {
-    /// Every credential, by name.
-    pub async fn list_credentials(&self) -> Result<CredentialList, OperationError> {
-        Ok(CredentialList { credentials: credentials::list(&self.deps.db).await? })
+    /// A page of the credentials, by name ([`super::PAGE_LIMIT`], or as many as asked).
+    pub async fn list_credentials(&self, query: &NamesQuery) -> Result<CredentialList, OperationError> {
+        let limit = super::pages::page_limit(query.limit)?;
+        Ok(CredentialList { credentials: credentials::list(&self.deps.db, query.after.as_deref(), limit).await? })
     }
 
     /// One credential.

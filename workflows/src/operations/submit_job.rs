@@ -12,6 +12,7 @@ use crate::refusal::{Code, OperationError, Refusal};
 use crate::workload;
 
 use super::Operations;
+use super::pin_secrets::pin_in;
 
 /// Longest deployment name: `{name}-{attempt}` must stay a DNS label for Kubernetes.
 pub const MAX_NAME: usize = 50;
@@ -21,7 +22,7 @@ impl Operations {
     /// stored, for a spec that cannot run, a taken name, and a cluster that does not exist, is not
     /// ready or is being deleted.
     pub async fn submit_job(&self, request: NewJob) -> Result<DeploymentDetail, OperationError> {
-        let spec = workload::check(
+        let mut spec = workload::check(
             &request.image,
             &request.command,
             &request.env,
@@ -41,6 +42,7 @@ impl Operations {
         if deployments::name_taken_in(&mut tx, &name).await? {
             return Err(name_taken(&name));
         }
+        spec.secrets = pin_in(&mut tx, &name, &spec.image, &request.secrets, &request.pull_secrets).await?;
         let input = JobInput { deployment_id: id.clone(), name: name.clone(), attempt: 1 };
         let run = self.engine.submit_in::<RunJob>(&mut tx, &input, Some(&Deployment::resource_key(&id))).await?;
         let run = run.to_string();

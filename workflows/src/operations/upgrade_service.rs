@@ -11,6 +11,7 @@ use crate::workload;
 
 use super::Operations;
 use super::deploy_service::{check_deadline, check_env, check_replicas};
+use super::pin_secrets::pin_in;
 use super::show_deployments::deployment_not_found;
 
 impl Operations {
@@ -57,10 +58,19 @@ impl Operations {
         let image = request.image.as_deref().unwrap_or(&base.spec.image);
         let mut env = base.spec.env.clone();
         env.extend(request.env.iter().cloned());
-        let spec =
+        let mut spec =
             workload::check(image, &base.spec.command, &env, base.spec.cpus.as_deref(), base.spec.memory.as_deref())
                 .map_err(|why| Refusal::new(Code::InvalidWorkload, why))?;
         check_env(&spec.env)?;
+        // The secrets it kept and those it adds, each at its current version; the registry
+        // secrets for its (maybe new) image's host are found anew.
+        let kept = |registry: bool| {
+            let named = base.spec.secrets.iter().filter(move |one| one.registry.is_some() == registry);
+            named.map(|one| one.name.clone())
+        };
+        let env_secrets: Vec<String> = kept(false).chain(request.secrets.iter().cloned()).collect();
+        let pull_secrets: Vec<String> = kept(true).chain(request.pull_secrets.iter().cloned()).collect();
+        spec.secrets = pin_in(&mut tx, name, &spec.image, &env_secrets, &pull_secrets).await?;
         let replicas = check_replicas(request.replicas.unwrap_or(base.replicas))?;
         let progress_deadline_s = check_deadline(request.progress_deadline_s.unwrap_or(base.progress_deadline_s))?;
         let number = known.iter().map(|revision| revision.number).max().unwrap_or(0) + 1;

@@ -43,9 +43,16 @@ impl Operations {
         Ok(WorkflowDetail { workflow, now: crate::now_ms() })
     }
 
-    /// The run's timeline after entry `after`.
-    pub async fn workflow_events(&self, id: &str, after: i64) -> Result<WorkflowEvents, OperationError> {
-        Ok(WorkflowEvents { events: self.engine.events(workflow_id(id)?, after).await? })
+    /// A page of the run's timeline after entry `after` ([`super::PAGE_LIMIT`] entries, or as
+    /// many as asked).
+    pub async fn workflow_events(
+        &self,
+        id: &str,
+        after: i64,
+        limit: Option<u32>,
+    ) -> Result<WorkflowEvents, OperationError> {
+        let limit = super::pages::page_limit(limit)?;
+        Ok(WorkflowEvents { events: self.engine.events_page(workflow_id(id)?, after, limit).await? })
     }
 
     /// An operator's action on a run.

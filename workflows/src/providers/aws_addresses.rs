@@ -15,7 +15,7 @@
 
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
-use aws_sdk_ec2::types::{Address as Eip, DomainType, ResourceType, TagSpecification};
+use aws_sdk_ec2::types::{Address as Eip, DomainType, ResourceType, Tag, TagSpecification};
 
 use super::aws_cloud::{cluster_filter, console_name, ec2_failure, filter, tag};
 use crate::cloud::{Address, CLUSTER_TAG, CloudError, NAME_TAG, Placement, Vm};
@@ -82,17 +82,19 @@ async fn keep_one(client: &Client, owner: &str, name: &str) -> Result<Option<Add
 }
 
 /// Finds or allocates the Elastic IP `name` of `placement.cluster_id`.
-pub(super) async fn ensure(client: &Client, placement: &Placement, name: &str) -> Result<Address, CloudError> {
+pub(super) async fn ensure(
+    client: &Client,
+    placement: &Placement,
+    name: &str,
+    owner_tags: Vec<Tag>,
+) -> Result<Address, CloudError> {
     let owner = &placement.cluster_id;
     if let Some(kept) = keep_one(client, owner, name).await? {
         return Ok(kept);
     }
-    let tags = TagSpecification::builder()
-        .resource_type(ResourceType::ElasticIp)
-        .tags(tag(CLUSTER_TAG, owner))
-        .tags(tag(NAME_TAG, name))
-        .tags(tag("Name", &console_name(owner, name)))
-        .build();
+    let tags =
+        [vec![tag(CLUSTER_TAG, owner), tag(NAME_TAG, name), tag("Name", &console_name(owner, name))], owner_tags];
+    let tags = TagSpecification::builder().resource_type(ResourceType::ElasticIp).set_tags(Some(tags.concat())).build();
     let allocated = match client.allocate_address().domain(DomainType::Vpc).tag_specifications(tags).send().await {
         Ok(allocated) => allocated,
         Err(err) if err.code() == Some("AddressLimitExceeded") => {

@@ -12,15 +12,16 @@ use aws_sdk_ec2::config::Region;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{
-    ArchitectureType, Filter, IamInstanceProfileSpecification, Image, Instance, InstanceType, IpPermission, IpRange,
-    LocationType, ResourceType, SecurityGroup, Tag, TagSpecification, UserIdGroupPair,
+    ArchitectureType, Filter, HttpTokensState, IamInstanceProfileSpecification, Image, Instance,
+    InstanceMetadataEndpointState, InstanceMetadataOptionsRequest, InstanceType, IpPermission, IpRange, LocationType,
+    ResourceType, SecurityGroup, Tag, TagSpecification, UserIdGroupPair,
 };
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
 use super::{Verdict, aws, aws_addresses, aws_iam, aws_secrets};
 use crate::cloud::{
-    Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
+    Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, OWNER_TAG, Placement, ROLE_TAG, Role, Vm,
 };
 use crate::cluster_network::Openings;
 use crate::db::credentials::PublicPart;
@@ -113,6 +114,10 @@ pub struct AwsCloud {
     iam: aws_sdk_iam::Client,
     /// Secrets Manager in the cluster's region: what a hosted API's VM reads as itself.
     secrets: aws_sdk_secretsmanager::Client,
+    /// STS: who the credential is (the deployer a hosted API's secrets stay readable by).
+    sts: aws_sdk_sts::Client,
+    /// The owner tag ([`OWNER_TAG`]) put on every resource made, when the API has one.
+    owner: Option<String>,
 }
 
 impl AwsCloud {
@@ -129,7 +134,29 @@ impl AwsCloud {
         let regional = Client::from_conf(home_config.clone().region(Region::new(region.to_owned())).build());
         let iam = aws::iam_client(public, secret_access_key, timeouts);
         let secrets = aws_secrets::client(public, secret_access_key, region);
-        Self { home: Client::from_conf(home_config.build()), regional, region: region.to_owned(), iam, secrets }
+        let sts = aws::sts_client(public, secret_access_key, region);
+        Self {
+            sts,
+            home: Client::from_conf(home_config.build()),
+            regional,
+            region: region.to_owned(),
+            iam,
+            secrets,
+            owner: None,
+        }
+    }
+
+    /// The same, tagging every resource it makes with [`OWNER_TAG`] `owner` (a deployed API's
+    /// owner id, on which its VM's role conditions every change).
+    #[must_use]
+    pub fn owned_by(mut self, owner: Option<String>) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// The owner tag, as a list of none or one.
+    fn owner_tags(&self) -> Vec<Tag> {
+        self.owner.iter().map(|owner| tag(OWNER_TAG, owner)).collect()
     }
 
     /// The client for `region`: the cluster's, or one made for a placement elsewhere.
@@ -147,7 +174,7 @@ impl AwsCloud {
             "anycloud cluster {}: all traffic within, the Kubernetes API and WireGuard from the cluster's own addresses",
             placement.cluster_id
         );
-        find_or_create_group(client, &placement.cluster_id, &vpc_id, &description).await
+        find_or_create_group(client, &placement.cluster_id, &vpc_id, &description, self.owner_tags()).await
     }
 
     /// Fails unless `region` is enabled for these keys; the error names some that are.
@@ -267,6 +294,22 @@ pub(super) fn tag(key: &str, value: &str) -> Tag {
 /// The value of the tag `key`, when present.
 fn tag_value<'a>(tags: &'a [Tag], key: &str) -> Option<&'a str> {
     tags.iter().find(|t| t.key() == Some(key)).and_then(Tag::value)
+}
+
+/// The metadata service as every instance (cluster VMs and a hosted API's VM) gets it, whatever
+/// its image says: on (`HttpEndpoint=enabled`; the boot scripts read the VM's public address
+/// there), IMDSv2 only (`HttpTokens=required`: a request without a session token is refused, so a
+/// forged GET reads nothing), and a hop limit of 1 (`HttpPutResponseHopLimit=1`: the answer that
+/// carries a session token does not survive the extra hop into a container's network namespace,
+/// so a Pod cannot open a session; the node's own iptables rule drops its packets before that,
+/// `user_data`). EC2 User Guide, "Configure the Instance Metadata Service options"; an image
+/// marked `imdsSupport: v2.0`, as recent Ubuntu images are, would otherwise give a hop limit of 2.
+pub(crate) fn imds_v2_only() -> InstanceMetadataOptionsRequest {
+    InstanceMetadataOptionsRequest::builder()
+        .http_endpoint(InstanceMetadataEndpointState::Enabled)
+        .http_tokens(HttpTokensState::Required)
+        .http_put_response_hop_limit(1)
+        .build()
 }
 
 /// The `Name` tag shown in the EC2 console: the VM's name and the start of the cluster's id.
@@ -395,6 +438,7 @@ async fn find_or_create_group(
     cluster_id: &str,
     vpc_id: &str,
     description: &str,
+    owner_tags: Vec<Tag>,
 ) -> Result<SecurityGroup, CloudError> {
     let name = group_name(cluster_id);
     let mut tagged = security_groups(client, vec![cluster_filter(cluster_id), filter("vpc-id", [vpc_id])]).await?;
@@ -410,8 +454,7 @@ async fn find_or_create_group(
         .tag_specifications(
             TagSpecification::builder()
                 .resource_type(ResourceType::SecurityGroup)
-                .tags(tag(CLUSTER_TAG, cluster_id))
-                .tags(tag("Name", &name))
+                .set_tags(Some([vec![tag(CLUSTER_TAG, cluster_id), tag("Name", &name)], owner_tags].concat()))
                 .build(),
         )
         .send()
@@ -702,7 +745,8 @@ impl Cloud for AwsCloud {
         let client = self.client_in(&placement.region);
         let vpc_id = default_vpc(&client, &placement.region).await?;
         let description = format!("anycloud {}: the API's HTTPS port {port} from anywhere", placement.cluster_id);
-        let group = find_or_create_group(&client, &placement.cluster_id, &vpc_id, &description).await?;
+        let group =
+            find_or_create_group(&client, &placement.cluster_id, &vpc_id, &description, self.owner_tags()).await?;
         authorize_missing(&client, &group, &[Ingress::TcpFromAnywhere(i32::from(port))]).await?;
         let id = group.group_id().unwrap_or_default().to_owned();
         Ok(Network { id })
@@ -710,7 +754,7 @@ impl Cloud for AwsCloud {
 
     /// An Elastic IP (`aws_addresses`).
     async fn ensure_address(&self, placement: &Placement, name: &str) -> Result<Address, CloudError> {
-        aws_addresses::ensure(&self.client_in(&placement.region), placement, name).await
+        aws_addresses::ensure(&self.client_in(&placement.region), placement, name, self.owner_tags()).await
     }
 
     async fn attach_address(&self, placement: &Placement, address: &Address, vm: &Vm) -> Result<bool, CloudError> {
@@ -725,8 +769,22 @@ impl Cloud for AwsCloud {
         aws_addresses::list(&self.client_in(&placement.region), placement).await
     }
 
-    async fn ensure_vm_identity(&self, owner: &str, bucket: &str, secret: Option<&str>) -> Result<String, CloudError> {
-        aws_iam::ensure_instance_profile(&self.iam, owner, bucket, secret).await
+    /// The role and instance profile; then each secret the VM reads is closed to every principal
+    /// but that role and the deployer (a resource policy), whatever IAM policies elsewhere in the
+    /// account allow.
+    async fn ensure_vm_identity(&self, owner: &str, bucket: &str, secrets: &[String]) -> Result<String, CloudError> {
+        let profile = aws_iam::ensure_instance_profile(&self.iam, owner, bucket, secrets).await?;
+        let caller = self.sts.get_caller_identity().send().await.map_err(|err| {
+            CloudError::retryable("STS GetCallerIdentity (who deploys: the API's secrets stay readable by it)", &err)
+        })?;
+        let (Some(account), Some(arn)) = (caller.account(), caller.arn()) else {
+            return Err(CloudError::Retryable("STS GetCallerIdentity answered without an account or ARN".to_owned()));
+        };
+        let readers = [format!("arn:aws:iam::{account}:role/{profile}"), aws_secrets::principal_arn(arn)];
+        for secret in secrets {
+            aws_secrets::restrict(&self.secrets, secret, &readers).await?;
+        }
+        Ok(profile)
     }
 
     async fn delete_vm_identity(&self, owner: &str) -> Result<(), CloudError> {
@@ -735,6 +793,10 @@ impl Cloud for AwsCloud {
 
     async fn store_vm_secret(&self, owner: &str, name: &str, value: &str) -> Result<String, CloudError> {
         aws_secrets::store(&self.secrets, owner, name, value).await
+    }
+
+    async fn read_vm_secret(&self, name: &str) -> Result<Option<String>, CloudError> {
+        aws_secrets::read(&self.secrets, name).await
     }
 
     async fn delete_vm_secret(&self, name: &str) -> Result<(), CloudError> {
@@ -782,14 +844,15 @@ impl Cloud for AwsCloud {
         let image = placement.image.as_deref().ok_or_else(|| {
             CloudError::Terminal(format!("cluster {} has no boot image: its placement picks one", placement.cluster_id))
         })?;
-        let tags = [
+        let mut tags = vec![
             tag(CLUSTER_TAG, &placement.cluster_id),
             tag(NAME_TAG, &spec.name),
             tag(ROLE_TAG, spec.role.as_str()),
             tag("Name", &console_name(&placement.cluster_id, &spec.name)),
         ];
+        tags.extend(self.owner_tags());
         let tagged = |resource: ResourceType| {
-            TagSpecification::builder().resource_type(resource).set_tags(Some(tags.to_vec())).build()
+            TagSpecification::builder().resource_type(resource).set_tags(Some(tags.clone())).build()
         };
         let output = client
             .run_instances()
@@ -805,6 +868,7 @@ impl Cloud for AwsCloud {
             )
             .tag_specifications(tagged(ResourceType::Instance))
             .tag_specifications(tagged(ResourceType::Volume))
+            .metadata_options(imds_v2_only())
             .send()
             .await
             .map_err(|err| ec2_failure("RunInstances", &err))?;
@@ -872,5 +936,20 @@ impl Cloud for AwsCloud {
             }
             Err(err) => Err(ec2_failure("TerminateInstances", &err)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What every RunInstances sends; `tests/tests/provider_aws.rs` reads it back from moto (whose
+    /// defaults are a hop limit of 1 and tokens optional, so only this shows the hop limit is ours).
+    #[test]
+    fn every_instance_requires_imdsv2_with_a_hop_limit_of_one() {
+        let options = imds_v2_only();
+        assert_eq!(options.http_tokens(), Some(&HttpTokensState::Required));
+        assert_eq!(options.http_put_response_hop_limit(), Some(1));
+        assert_eq!(options.http_endpoint(), Some(&InstanceMetadataEndpointState::Enabled));
     }
 }

@@ -30,7 +30,7 @@ use google_cloud_compute_v1::model::{
 };
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 
-use super::{Verdict, gcp, gcp_addresses, gcp_secrets};
+use super::{Verdict, gcp, gcp_addresses, gcp_iam, gcp_secrets};
 use crate::cloud::{
     Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
 };
@@ -67,8 +67,6 @@ const REQUEST_ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6f1e_2b7c_52a4_
 /// A Compute Engine project, as the cluster workflows use it.
 pub struct GcpCloud {
     project: String,
-    /// The key's service account: who a hosted API's VM acts as.
-    client_email: String,
     /// The key's credentials and the endpoint override, for the Secret Manager client a hosted
     /// API's deploy makes when it needs one.
     credentials: google_cloud_auth::credentials::Credentials,
@@ -98,11 +96,24 @@ impl GcpCloud {
     /// test suite's fake Compute server on a loopback `http://` URL, is called with the same
     /// credentials as Compute Engine itself. No anonymous fallback exists.
     pub async fn new(public: &PublicPart, service_account_json: &str) -> Result<Self, CloudError> {
-        let key = gcp::ServiceAccountKey::parse(service_account_json).map_err(CloudError::Terminal)?;
-        let project = public.project.clone().filter(|p| !p.trim().is_empty()).unwrap_or(key.project_id);
-        let client_email = key.client_email;
-        let credentials = gcp::credentials(service_account_json)
-            .map_err(|err| CloudError::terminal("the GCP service-account key", &err))?;
+        let (project, credentials) = if public.machine {
+            // Application Default Credentials: on a GCE VM, its service account's tokens from the
+            // metadata server.
+            let project =
+                public.project.clone().filter(|p| !p.trim().is_empty()).ok_or_else(|| {
+                    CloudError::Terminal("a GCP machine-identity credential names no project".to_owned())
+                })?;
+            let credentials = google_cloud_auth::credentials::Builder::default()
+                .build()
+                .map_err(|err| CloudError::terminal("the machine's Application Default Credentials", &err))?;
+            (project, credentials)
+        } else {
+            let key = gcp::ServiceAccountKey::parse(service_account_json).map_err(CloudError::Terminal)?;
+            let project = public.project.clone().filter(|p| !p.trim().is_empty()).unwrap_or(key.project_id);
+            let credentials = gcp::credentials(service_account_json)
+                .map_err(|err| CloudError::terminal("the GCP service-account key", &err))?;
+            (project, credentials)
+        };
         let endpoint = public.endpoint.clone().filter(|e| !e.trim().is_empty());
         macro_rules! client {
             ($client:ty) => {{
@@ -116,7 +127,6 @@ impl GcpCloud {
         }
         Ok(Self {
             project: project.clone(),
-            client_email,
             credentials: credentials.clone(),
             endpoint: endpoint.clone(),
             instances: client!(Instances),
@@ -174,7 +184,17 @@ impl GcpCloud {
         let op = match result {
             Ok(op) => op,
             Err(err) if err.http_status_code() == Some(409) => return Ok(false),
-            Err(err) => return Err(classify(&format!("inserting instance {name} in {zone}"), &err)),
+            Err(err) => {
+                let refused = classify(&format!("inserting instance {name} in {zone}"), &err);
+                return Err(match refused {
+                    CloudError::Terminal(text) if text.contains("service account") => CloudError::Terminal(format!(
+                        "{text}; a VM runs as a service account only for a caller with iam.serviceAccounts.actAs \
+                         on it (roles/iam.serviceAccountUser); hosting an API on GCP needs {}",
+                        gcp_iam::DEPLOYER_PERMISSIONS
+                    )),
+                    other => other,
+                });
+            }
         };
         let op = self.wait_zone(zone, op).await?;
         match check_operation(&format!("inserting instance {name} in {zone}"), &op) {
@@ -376,13 +396,18 @@ impl Cloud for GcpCloud {
                 detail: format!("Compute Engine zones.list: {} zones visible in project {project}", list.items.len()),
             }),
             Err(err) if err.is_authentication() || matches!(err.http_status_code(), Some(401 | 403 | 404)) => {
-                let message = match err.status() {
-                    Some(status) => format!("Compute Engine refused the key: {}", status.message),
-                    None => format!("Compute Engine refused the key: {err}"),
+                let message = match (err.status(), err.http_status_code()) {
+                    (Some(status), _) => status.message.clone(),
+                    (None, Some(code)) => format!("HTTP {code}, {}", not_google(&err)),
+                    (None, None) => err.to_string(),
                 };
-                Ok(Verdict::Rejected { message })
+                Ok(Verdict::Rejected { message: format!("Compute Engine refused the key: {message}") })
             }
-            Err(err) => Err(CloudError::retryable("calling Compute Engine zones.list", &err)),
+            Err(err) => Err(match err.http_status_code() {
+                // Whatever the answer, another attempt may do: only its words are kept.
+                Some(_) => CloudError::Retryable(classify("calling Compute Engine zones.list", &err).to_string()),
+                None => CloudError::retryable("calling Compute Engine zones.list", &err),
+            }),
         }
     }
 
@@ -562,30 +587,46 @@ impl Cloud for GcpCloud {
         Ok(Network { id: prefix })
     }
 
-    /// The credential's own service account (it made the bucket, so it may use it), which the
-    /// VM acts as through its metadata server; nothing is created.
-    async fn ensure_vm_identity(
-        &self,
-        _owner: &str,
-        _bucket: &str,
-        _secret: Option<&str>,
-    ) -> Result<String, CloudError> {
-        Ok(self.client_email.clone())
+    /// The API's own service account ([`gcp_iam`]), made unless it exists, granted its Compute
+    /// Engine roles on the project, and bound to read each of `secrets` (as
+    /// [`Cloud::store_vm_secret`] answered them); its bucket's binding is the deploy's, made with
+    /// the storage credential that owns the bucket. The VM acts as it through its metadata server.
+    async fn ensure_vm_identity(&self, owner: &str, _bucket: &str, secrets: &[String]) -> Result<String, CloudError> {
+        let identities = self.identities().await?;
+        let email = identities.ensure_account(owner).await?;
+        identities.grant_project_roles(&email).await?;
+        let client = self.secret_manager().await?;
+        for secret in secrets {
+            gcp_secrets::let_read(&client, secret, &email).await?;
+        }
+        Ok(email)
     }
 
-    /// The secret, readable by the service account the VM acts as ([`Cloud::ensure_vm_identity`]).
+    fn bucket_member(&self, owner: &str) -> Option<String> {
+        Some(gcp_iam::member(&gcp_iam::email(owner, &self.project)))
+    }
+
+    /// Removes the account's project bindings, then the account.
+    async fn delete_vm_identity(&self, owner: &str) -> Result<(), CloudError> {
+        let identities = self.identities().await?;
+        identities.revoke_project_roles(&gcp_iam::email(owner, &self.project)).await?;
+        identities.delete_account(owner).await
+    }
+
+    /// The secret, readable by the API's own service account alone (made here first if it is
+    /// not yet: Secret Manager refuses a binding to an account that does not exist).
     async fn store_vm_secret(&self, owner: &str, name: &str, value: &str) -> Result<String, CloudError> {
-        let client = gcp_secrets::client(Some(self.credentials.clone()), self.endpoint.as_deref())
-            .await
-            .map_err(CloudError::Terminal)?;
-        gcp_secrets::store(&client, &self.project, owner, name, value, &self.client_email).await
+        let reader = self.identities().await?.ensure_account(owner).await?;
+        let client = self.secret_manager().await?;
+        gcp_secrets::store(&client, &self.project, owner, name, value, &reader).await
+    }
+
+    async fn read_vm_secret(&self, name: &str) -> Result<Option<String>, CloudError> {
+        gcp_secrets::read(&self.secret_manager().await?, &self.project, name).await
     }
 
     async fn delete_vm_secret(&self, name: &str) -> Result<(), CloudError> {
-        let client = gcp_secrets::client(Some(self.credentials.clone()), self.endpoint.as_deref())
-            .await
-            .map_err(CloudError::Terminal)?;
-        gcp_secrets::delete(&client, &self.project, name).await
+        gcp_secrets::delete(&self.secret_manager().await?, &self.project, name).await
     }
 
     /// A static external address (`gcp_addresses`), the instance's `natIP` at launch.
@@ -728,6 +769,18 @@ impl Cloud for GcpCloud {
 }
 
 impl GcpCloud {
+    /// The IAM Admin and Resource Manager clients of this credential.
+    async fn identities(&self) -> Result<gcp_iam::VmIdentities, CloudError> {
+        gcp_iam::VmIdentities::new(&self.project, self.credentials.clone(), self.endpoint.as_deref()).await
+    }
+
+    /// The Secret Manager client of this credential.
+    async fn secret_manager(&self) -> Result<google_cloud_secretmanager_v1::client::SecretManagerService, CloudError> {
+        gcp_secrets::client(Some(self.credentials.clone()), self.endpoint.as_deref())
+            .await
+            .map_err(CloudError::Terminal)
+    }
+
     /// What `launch` does with an instance of the VM's name that exists: returns it when it is
     /// live, and otherwise (stopped, suspended, being deleted) asks for its deletion, so that a
     /// retry of the launch creates it anew.
@@ -808,7 +861,7 @@ pub(super) fn reasons(err: &google_cloud_compute_v1::Error) -> String {
 pub(super) fn classify(context: &str, err: &google_cloud_compute_v1::Error) -> CloudError {
     if let Some(code) = err.http_status_code() {
         let reasons = reasons(err);
-        let message = err.status().map(|s| s.message.clone()).unwrap_or_else(|| err.to_string());
+        let message = err.status().map_or_else(|| not_google(err), |s| s.message.clone());
         let text = format!("{context}: Compute Engine answered HTTP {code}: {message}");
         return if answer_is_retryable(code, &reasons, &message) {
             CloudError::Retryable(text)
@@ -820,6 +873,14 @@ pub(super) fn classify(context: &str, err: &google_cloud_compute_v1::Error) -> C
         return CloudError::terminal(context, err);
     }
     CloudError::retryable(context, err)
+}
+
+/// What is said of an HTTP error answer that is not a Google API error (its `status` did not
+/// parse): its size, never its body, which an endpoint override could fill with what it read
+/// from elsewhere.
+pub(super) fn not_google(err: &google_cloud_compute_v1::Error) -> String {
+    let bytes = err.http_payload().map_or(0, |payload| payload.len());
+    format!("an answer that is not a Google API error ({bytes} bytes, not shown)")
 }
 
 /// Whether an HTTP error answer of Compute Engine is worth another attempt: 5xx, a rate limit, a

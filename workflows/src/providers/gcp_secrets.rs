@@ -1,9 +1,11 @@
 //! A secret a hosted API's GCE VM reads as itself, in Secret Manager: the deployer creates it
 //! (automatic replication), adds the value as a version, and binds
-//! `roles/secretmanager.secretAccessor` on this one secret to the VM's service account; the VM
-//! reads `versions/latest` with its metadata server's token (the `cloud-platform` scope). Used
-//! for the checkpoint bucket's key when the bucket is on another provider (docs/hosting.md,
-//! "Placement"). Every call tolerates "already exists" and "already gone", so a retried step
+//! `roles/secretmanager.secretAccessor` on this one secret to the VM's service account (the API's
+//! own, [`super::gcp_iam`]), and to no one else; the VM
+//! reads `versions/latest` with its metadata server's token (the `cloud-platform` scope). Older
+//! versions are destroyed once a new one is added. Used for the API's keys
+//! ([`crate::api_keys`]) and for the checkpoint bucket's key when the bucket is on another
+//! provider (docs/hosting.md, "Placement"). Every call tolerates "already exists" and "already gone", so a retried step
 //! finishes what an earlier attempt began.
 
 use std::time::Duration;
@@ -11,6 +13,7 @@ use std::time::Duration;
 use google_cloud_gax::error::Error;
 use google_cloud_iam_v1::model::{Binding, Policy};
 use google_cloud_secretmanager_v1::client::SecretManagerService;
+use google_cloud_secretmanager_v1::model::secret_version::State as SecretVersionState;
 use google_cloud_secretmanager_v1::model::{Replication, Secret, SecretPayload, replication::Automatic};
 
 use crate::cloud::{CLUSTER_TAG, CloudError};
@@ -42,14 +45,15 @@ pub async fn client(
 
 fn classify(context: &str, err: &Error) -> CloudError {
     if let Some(code) = err.http_status_code() {
-        let message = err.status().map(|s| s.message.clone()).unwrap_or_else(|| err.to_string());
+        let message = err.status().map_or_else(|| super::gcp_cloud::not_google(err), |s| s.message.clone());
         let text = format!("{context}: Secret Manager answered HTTP {code}: {message}");
-        return if code == 429 || code >= 500 {
+        // A service account just made may be unknown to Secret Manager for a few seconds.
+        return if code == 429 || code >= 500 || super::gcp_iam::not_yet_known(code, &message) {
             CloudError::Retryable(text)
         } else if code == 403 {
             CloudError::Terminal(format!(
-                "{text}; hosting an API whose checkpoint bucket is on another provider needs the Secret Manager \
-                 API enabled and secretmanager.secrets.create, .versions.add, .setIamPolicy and .delete"
+                "{text}; hosting an API needs the Secret Manager API enabled and secretmanager.secrets.create, \
+                 .setIamPolicy, .delete, .versions.add, .versions.access, .versions.list and .versions.destroy"
             ))
         } else {
             CloudError::Terminal(text)
@@ -61,8 +65,9 @@ fn classify(context: &str, err: &Error) -> CloudError {
     CloudError::retryable(context, err)
 }
 
-/// Creates secret `name` in `project` unless it exists, adds `value` as its latest version, and
-/// lets `reader` (a service account's e-mail) read it; answers `projects/P/secrets/NAME`.
+/// Creates secret `name` in `project` unless it exists, adds `value` as its latest version unless
+/// it already is, destroys every older version, and lets `reader` (a service account's e-mail)
+/// read it; answers `projects/P/secrets/NAME`.
 pub async fn store(
     client: &SecretManagerService,
     project: &str,
@@ -88,23 +93,80 @@ pub async fn store(
         Err(err) if err.http_status_code() == Some(409) => {}
         Err(err) => return Err(classify(&format!("creating secret {secret}"), &err)),
     }
-    client
-        .add_secret_version()
-        .set_parent(&secret)
-        .set_payload(SecretPayload::new().set_data(value.as_bytes().to_vec()))
-        .send()
-        .await
-        .map_err(|err| classify(&format!("adding a version to secret {secret}"), &err))?;
+    let_read(client, &secret, reader).await?;
+    let latest = client.access_secret_version().set_name(format!("{secret}/versions/latest")).send().await;
+    let holds = latest.ok().and_then(|answer| answer.payload).is_some_and(|payload| payload.data == value.as_bytes());
+    let current = if holds {
+        format!("{secret}/versions/latest")
+    } else {
+        client
+            .add_secret_version()
+            .set_parent(&secret)
+            .set_payload(SecretPayload::new().set_data(value.as_bytes().to_vec()))
+            .send()
+            .await
+            .map_err(|err| classify(&format!("adding a version to secret {secret}"), &err))?
+            .name
+    };
+    destroy_older(client, &secret, &current).await?;
+    Ok(secret)
+}
+
+/// Makes `reader` (a service account's e-mail) the one member of the secret's policy, as
+/// `roles/secretmanager.secretAccessor` (`secret` is `projects/P/secrets/NAME`): the policy is
+/// replaced whole, so any other reader, the deployer's own account included, is removed.
+pub async fn let_read(client: &SecretManagerService, secret: &str, reader: &str) -> Result<(), CloudError> {
     let policy = Policy::new()
         .set_bindings([Binding::new().set_role(ACCESSOR).set_members([format!("serviceAccount:{reader}")])]);
     client
         .set_iam_policy()
-        .set_resource(&secret)
+        .set_resource(secret)
         .set_policy(policy)
         .send()
         .await
         .map_err(|err| classify(&format!("letting {reader} read secret {secret}"), &err))?;
-    Ok(secret)
+    Ok(())
+}
+
+/// Destroys every enabled version of `secret` but the newest (`current` names it, or is
+/// `.../versions/latest`), so that no earlier value stays readable.
+async fn destroy_older(client: &SecretManagerService, secret: &str, current: &str) -> Result<(), CloudError> {
+    let listed = client
+        .list_secret_versions()
+        .set_parent(secret)
+        .send()
+        .await
+        .map_err(|err| classify(&format!("listing the versions of secret {secret}"), &err))?;
+    let number = |name: &str| name.rsplit('/').next().and_then(|n| n.parse::<u64>().ok());
+    let newest = number(current).or_else(|| listed.versions.iter().filter_map(|v| number(&v.name)).max());
+    for version in &listed.versions {
+        let older = number(&version.name).zip(newest).is_some_and(|(n, newest)| n < newest);
+        if older && version.state == SecretVersionState::Enabled {
+            match client.destroy_secret_version().set_name(&version.name).send().await {
+                Ok(_) => {}
+                // Destroyed meanwhile (another attempt of this step).
+                Err(err) if matches!(err.http_status_code(), Some(400 | 404)) => {}
+                Err(err) => return Err(classify(&format!("destroying {}", version.name), &err)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the latest version of secret `name` in `project` holds, read with the deployer's
+/// credentials; `None` when there is no such secret or version.
+pub async fn read(client: &SecretManagerService, project: &str, name: &str) -> Result<Option<String>, CloudError> {
+    let secret = format!("projects/{project}/secrets/{name}");
+    match client.access_secret_version().set_name(format!("{secret}/versions/latest")).send().await {
+        Ok(answer) => {
+            let data = answer.payload.map(|payload| payload.data).unwrap_or_default();
+            String::from_utf8(data.to_vec())
+                .map(Some)
+                .map_err(|_| CloudError::Terminal(format!("secret {secret} does not hold text")))
+        }
+        Err(err) if err.http_status_code() == Some(404) => Ok(None),
+        Err(err) => Err(classify(&format!("reading secret {secret}"), &err)),
+    }
 }
 
 /// Deletes secret `name` of `project` with every version. Already gone is success.

@@ -8,9 +8,11 @@ mod aws_addresses;
 pub mod aws_cloud;
 pub mod aws_iam;
 pub mod aws_secrets;
+pub mod endpoint;
 pub mod gcp;
 mod gcp_addresses;
 pub mod gcp_cloud;
+pub mod gcp_iam;
 pub mod gcp_secrets;
 pub mod sim_settings;
 
@@ -20,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Cloud, CloudError};
 use crate::db::credentials::Credential;
+use endpoint::EndpointPolicy;
 use sim_settings::SimSettings;
 
 /// Which cloud a credential belongs to.
@@ -98,18 +101,61 @@ pub trait SimulatedCloud: Send + Sync {
 #[derive(Clone, Default)]
 pub struct Clouds {
     simulated: Option<Arc<dyn SimulatedCloud>>,
+    endpoints: EndpointPolicy,
+    /// A deployed API's owner id, tagged on everything it makes ([`crate::cloud::OWNER_TAG`]).
+    owner: Option<String>,
 }
 
 impl std::fmt::Debug for Clouds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Clouds").field("simulated", &self.simulated.is_some()).finish()
+        f.debug_struct("Clouds")
+            .field("simulated", &self.simulated.is_some())
+            .field("endpoints", &self.endpoints)
+            .field("owner", &self.owner)
+            .finish()
     }
 }
 
 impl Clouds {
-    /// AWS and GCP, and the simulated cloud when one is given.
+    /// AWS and GCP, and the simulated cloud when one is given; endpoint overrides `https://`
+    /// to public hosts only.
     pub fn new(simulated: Option<Arc<dyn SimulatedCloud>>) -> Self {
-        Self { simulated }
+        Self { simulated, endpoints: EndpointPolicy::default(), owner: None }
+    }
+
+    /// The same, tagging what it makes on AWS with `owner` (a deployed API's owner id, given to
+    /// its `api serve` as `--owner`): its VM's role may change only resources so tagged.
+    #[must_use]
+    pub fn with_owner(mut self, owner: Option<String>) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// The same, with the endpoints `policy` allows (the operator's setting on the API).
+    #[must_use]
+    pub fn with_endpoint_policy(mut self, policy: EndpointPolicy) -> Self {
+        self.endpoints = policy;
+        self
+    }
+
+    /// Whether this API runs the simulated cloud (a local API, or one the simulated cloud hosts).
+    pub fn simulated(&self) -> bool {
+        self.simulated.is_some()
+    }
+
+    /// Which endpoint overrides this API accepts.
+    pub fn endpoint_policy(&self) -> EndpointPolicy {
+        self.endpoints
+    }
+
+    /// Refuses a credential whose endpoint override this API does not accept (one saved while
+    /// it was started with `--allow-insecure-endpoints`, used after a start without).
+    pub fn check_endpoint(&self, credential: &Credential) -> Result<(), CloudError> {
+        match &credential.public.endpoint {
+            Some(url) => endpoint::check(&format!("credential `{}`", credential.name), url, self.endpoints)
+                .map_err(CloudError::Terminal),
+            None => Ok(()),
+        }
     }
 
     /// The account of `credential` (its secret opened), acting in `region`.
@@ -119,9 +165,12 @@ impl Clouds {
         secret: &str,
         region: &str,
     ) -> Result<Box<dyn Cloud>, CloudError> {
+        self.check_endpoint(credential)?;
         let public = &credential.public;
         Ok(match credential.provider {
-            ProviderKind::Aws => Box::new(aws_cloud::AwsCloud::new(public, secret, region)),
+            ProviderKind::Aws => {
+                Box::new(aws_cloud::AwsCloud::new(public, secret, region).owned_by(self.owner.clone()))
+            }
             ProviderKind::Gcp => Box::new(gcp_cloud::GcpCloud::new(public, secret).await?),
             ProviderKind::Sim => match &self.simulated {
                 Some(sim) => sim.account(&public.identity, public.sim.clone().unwrap_or_default())?,
@@ -133,5 +182,49 @@ impl Clouds {
                 }
             },
         })
+    }
+}
+
+/// Reads secret `secret` (an ARN on AWS, `projects/P/secrets/NAME` on GCP) as this machine, from
+/// the secret store of `hosting`, at `endpoint` when given: what a hosted API's VM does at start.
+pub async fn read_secret_as_vm(hosting: ProviderKind, secret: &str, endpoint: Option<&str>) -> Result<String, String> {
+    match hosting {
+        ProviderKind::Aws => aws_secrets::read_as_vm(secret, endpoint).await,
+        ProviderKind::Gcp => gcp_secrets::read_as_vm(secret, endpoint).await,
+        ProviderKind::Sim => Err("the simulated cloud has no secret store".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::credentials::{CredentialStatus, PublicPart};
+
+    /// A credential saved while the API allowed plain HTTP is refused once it no longer does:
+    /// the setting is the running API's, not the request's that saved the credential.
+    #[tokio::test]
+    async fn a_stored_endpoint_is_checked_against_the_running_apis_setting() {
+        let credential = Credential {
+            name: "moto".into(),
+            provider: ProviderKind::Aws,
+            public: PublicPart {
+                identity: "AKIAEXAMPLE".into(),
+                endpoint: Some("http://127.0.0.1:5000".into()),
+                ..PublicPart::default()
+            },
+            status: CredentialStatus::Valid,
+            status_message: None,
+            verify_run: None,
+            created_at: 0,
+            updated_at: 0,
+        };
+        let refused = Clouds::new(None).open(&credential, "secret", "us-east-1").await.err();
+        assert!(
+            matches!(&refused, Some(CloudError::Terminal(m)) if m.starts_with("credential `moto`: endpoint") && m.contains("plain HTTP")),
+            "{:?}",
+            refused.map(|err| err.to_string())
+        );
+        let allowed = Clouds::new(None).with_endpoint_policy(EndpointPolicy::AllowInsecure);
+        assert!(allowed.open(&credential, "secret", "us-east-1").await.is_ok());
     }
 }

@@ -1,5 +1,5 @@
 //! How one account of the simulated cloud behaves: its injected faults, latency, quota and boot
-//! times. A `sim` credential carries these (they are part of its public description); the
+//! times, and which image registries are private. A `sim` credential carries these (they are part of its public description); the
 //! simulated cloud (`anycloud-sim`) acts on them.
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,12 @@ pub struct SimSettings {
     pub boot_ms: u64,
     /// VMs boot but their Kubernetes nodes never become Ready.
     pub never_ready: bool,
+    /// Registry hosts (`ghcr.io`, `registry.local:5000`) whose images are private: the simulated
+    /// kubelet pulls one only for a Pod whose `imagePullSecrets` name a registry secret for its
+    /// host, and fails with `ErrImagePull` / `ImagePullBackOff` otherwise. Public (and the
+    /// default) is every other host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub private_registries: Vec<String>,
 }
 
 impl Default for SimSettings {
@@ -44,6 +50,7 @@ impl Default for SimSettings {
             quota_vms: None,
             boot_ms: 300,
             never_ready: false,
+            private_registries: Vec::new(),
         }
     }
 }
@@ -59,6 +66,7 @@ pub const LIMITS: SimSettings = SimSettings {
     quota_vms: Some(10_000),
     boot_ms: 3_600_000,
     never_ready: false,
+    private_registries: Vec::new(),
 };
 
 impl SimSettings {
@@ -78,7 +86,18 @@ impl SimSettings {
             ),
             out_of_range("sim-boot-ms", self.boot_ms, LIMITS.boot_ms),
         ];
-        match checks.into_iter().flatten().next() {
+        let registries = self.private_registries.iter().find_map(|host| {
+            let bare = !host.is_empty()
+                && host.len() <= 253
+                && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'));
+            (!bare).then(|| {
+                format!(
+                    "--sim-private-registry `{host}` is not a registry host: give the host (and port) alone, as in \
+                     `ghcr.io` or `registry.local:5000`"
+                )
+            })
+        });
+        match checks.into_iter().flatten().chain(registries).next() {
             Some(problem) => Err(problem),
             None => Ok(()),
         }
@@ -97,5 +116,25 @@ mod tests {
         assert_eq!(slow.validate().unwrap_err(), "--sim-latency-ms 60001 is out of range: use 0 to 60000");
         let rate = SimSettings { error_rate: 101, ..SimSettings::default() };
         assert!(rate.validate().unwrap_err().starts_with("--sim-error-rate 101"));
+        let registry =
+            SimSettings { private_registries: vec!["https://ghcr.io/acme".into()], ..SimSettings::default() };
+        assert!(registry.validate().unwrap_err().starts_with("--sim-private-registry `https://ghcr.io/acme`"));
+        let registry = SimSettings { private_registries: vec!["registry.local:5000".into()], ..SimSettings::default() };
+        assert!(registry.validate().is_ok());
+    }
+
+    /// Settings stored before private registries existed still parse, and an account without
+    /// any stores none.
+    #[test]
+    fn private_registries_are_optional_in_stored_settings() {
+        let old: SimSettings = serde_json::from_str(
+            r#"{"fail_first":0,"latency_ms":0,"error_rate":0,"seed":0,"boot_ms":300,"never_ready":false}"#,
+        )
+        .unwrap();
+        assert!(old.private_registries.is_empty());
+        assert!(!serde_json::to_string(&old).unwrap().contains("private_registries"));
+        let private = SimSettings { private_registries: vec!["ghcr.io".into()], ..SimSettings::default() };
+        let stored = serde_json::to_string(&private).unwrap();
+        assert_eq!(serde_json::from_str::<SimSettings>(&stored).unwrap(), private);
     }
 }
