@@ -51,6 +51,14 @@ impl Registry {
         versions
     }
 
+    /// Every registered kind and version, sorted: what a test walks to hold each workflow to
+    /// the same checks.
+    pub fn definitions(&self) -> Vec<(&'static str, u32)> {
+        let mut all: Vec<(&'static str, u32)> = self.definitions.keys().copied().collect();
+        all.sort_unstable();
+        all
+    }
+
     /// The step names of a definition, in order.
     pub fn step_names(&self, kind: &str, version: u32) -> Option<Vec<&'static str>> {
         self.get(kind, version).map(|definition| definition.step_names())

@@ -63,6 +63,8 @@ pub mod user_data;
 pub mod workload;
 
 #[cfg(test)]
+mod step_docs;
+#[cfg(test)]
 mod test_support;
 
 use std::sync::Arc;
