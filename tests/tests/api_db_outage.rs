@@ -5,8 +5,8 @@
 //!
 //! The server is the test's own (`initdb` into a temporary directory, on a free port), crashed
 //! with `pg_ctl stop -m immediate` and started again, so that no other test's database is
-//! touched. Ignored by default (it needs PostgreSQL's binaries and takes about 15 s):
-//! `cargo test -p anycloud-tests --test api_db_outage -- --ignored`.
+//! touched. It runs in the default run (about 15 s), with PostgreSQL's binaries from the server
+//! scripts/test finds or installs.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -92,7 +92,6 @@ fn health(api: &Api) -> serde_json::Value {
 }
 
 #[test]
-#[ignore = "starts and crashes a PostgreSQL server of its own (initdb, pg_ctl): about 15 s"]
 fn requests_during_a_database_outage_answer_503_and_change_nothing() {
     let server = PrivateServer::create();
     server.start();
