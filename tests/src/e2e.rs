@@ -899,6 +899,11 @@ pub struct Moto {
 }
 
 impl Moto {
+    /// An EC2 client of the test's own in `region`, to see what moto holds.
+    pub fn ec2(&self, region: &str) -> aws_sdk_ec2::Client {
+        moto_ec2(&self.endpoint, region)
+    }
+
     /// A moto server without authentication: any keys are accepted.
     pub fn start() -> Self {
         Self::spawn(None)
@@ -1287,3 +1292,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).serve_forever()
 "#;
+
+/// An EC2 client of the test's own for moto at `endpoint`, in `region`: what a test reads moto's
+/// state with, apart from the code under test.
+pub fn moto_ec2(endpoint: &str, region: &str) -> aws_sdk_ec2::Client {
+    use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_ec2::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(region.to_owned()))
+        .credentials_provider(Credentials::new("AKIAANYCLOUDRAWTEST1", "raw", None, None, "test"))
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_ec2::Client::from_conf(config)
+}

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anycloud_sim::kube::{Machine, Machines, Storage};
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
 use async_trait::async_trait;
-use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::{Filter, Instance, InstanceAttributeName};
 use base64::Engine as _;
 use serde_json::Value;
@@ -112,13 +111,7 @@ pub struct MotoMachines {
 impl MotoMachines {
     /// moto at `endpoint`, in `region`.
     pub fn new(endpoint: &str, region: &str) -> Self {
-        let config = aws_sdk_ec2::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(region.to_owned()))
-            .credentials_provider(Credentials::new("AKIAANYCLOUDKUBE0001", "kube", None, None, "test"))
-            .endpoint_url(endpoint)
-            .build();
-        Self { ec2: aws_sdk_ec2::Client::from_conf(config) }
+        Self { ec2: crate::e2e::moto_ec2(endpoint, region) }
     }
 
     async fn machines(&self, filters: Vec<Filter>) -> Result<Vec<Machine>, String> {

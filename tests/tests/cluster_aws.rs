@@ -17,7 +17,6 @@ use std::time::Instant;
 use anycloud_tests::e2e::{self, Api, ApiOptions, Moto};
 use anycloud_tests::simulated_kube::{MotoMachines, SimulatedKube};
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
-use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::{Filter, Instance, InstanceAttributeName, SecurityGroup};
 use serde_json::Value;
 
@@ -25,17 +24,6 @@ const REGION: &str = "us-east-1";
 const VM_TYPE: &str = "t3.medium";
 const CLUSTER: &str = "moto-k3s";
 const CREDENTIAL: &str = "moto-keys";
-
-/// An EC2 client of the test's own, to see what moto holds.
-fn raw_ec2(endpoint: &str) -> aws_sdk_ec2::Client {
-    let config = aws_sdk_ec2::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(REGION))
-        .credentials_provider(Credentials::new("AKIAANYCLOUDRAWTEST1", "raw", None, None, "test"))
-        .endpoint_url(endpoint)
-        .build();
-    aws_sdk_ec2::Client::from_conf(config)
-}
 
 fn filter(name: &str, values: &[&str]) -> Filter {
     Filter::builder().name(name).set_values(Some(values.iter().map(|v| (*v).to_owned()).collect())).build()
@@ -185,7 +173,7 @@ fn a_two_vm_cluster_is_created_and_deleted_at_moto() {
     assert!(workers.iter().all(|vm| vm["state"] == "running"), "{status:#}");
     assert!(kube.listings() > 0, "the simulated Kubernetes was never asked for its nodes");
 
-    let ec2 = raw_ec2(&moto.endpoint);
+    let ec2 = moto.ec2(REGION);
     e2e::block_on(async {
         // 2. What EC2 holds: three live instances with the cluster's tags, one security group.
         let all = cluster_instances(&ec2, &cluster_id).await;

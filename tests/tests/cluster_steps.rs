@@ -40,7 +40,6 @@ use anycloud_workflows::providers::sim_settings::SimSettings;
 use anycloud_workflows::providers::{Clouds, ProviderKind};
 use anycloud_workflows::seams::TestSeams;
 use anycloud_workflows::secrets::SecretBox;
-use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::{Filter, Instance};
 
 /// Capacity VMs of every cluster here (N); the provider then holds N + 1 VMs.
@@ -351,17 +350,6 @@ async fn sim_terminal_error_in_pin_placement_marks_failed() {
 // ---------------------------------------------------------------------------------------------
 // aws (moto)
 
-/// An EC2 client of the test's own, to see what moto holds.
-fn raw_ec2(endpoint: &str) -> aws_sdk_ec2::Client {
-    let config = aws_sdk_ec2::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(AWS_REGION))
-        .credentials_provider(Credentials::new("AKIAANYCLOUDSTEPS002", "raw", None, None, "test"))
-        .endpoint_url(endpoint)
-        .build();
-    aws_sdk_ec2::Client::from_conf(config)
-}
-
 fn filter(name: &str, value: &str) -> Filter {
     Filter::builder().name(name).values(value).build()
 }
@@ -434,7 +422,7 @@ async fn aws_failure_at_every_step_unwinds_to_nothing() {
     let cluster_id = uuid::Uuid::new_v4().to_string();
     let kube = SimulatedKube::start(MotoMachines::new(&moto.endpoint, AWS_REGION));
     let h = Harness::new(Provider::Aws { moto: &moto, kube: &kube }, &cluster_id).await;
-    let ec2 = raw_ec2(&moto.endpoint);
+    let ec2 = moto.ec2(AWS_REGION);
     let check_clean = |step: &'static str| {
         let (h, ec2) = (&h, &ec2);
         async move {
@@ -460,7 +448,7 @@ async fn aws_cancel_in_flight_at_every_step_unwinds_to_nothing() {
     let cluster_id = uuid::Uuid::new_v4().to_string();
     let kube = SimulatedKube::start(MotoMachines::new(&moto.endpoint, AWS_REGION));
     let h = Harness::new(Provider::Aws { moto: &moto, kube: &kube }, &cluster_id).await;
-    let ec2 = raw_ec2(&moto.endpoint);
+    let ec2 = moto.ec2(AWS_REGION);
     let check_clean = |step: &'static str| {
         let (h, ec2) = (&h, &ec2);
         async move {
@@ -481,7 +469,7 @@ async fn aws_every_step_twice_still_makes_one_cluster() {
     let cluster_id = uuid::Uuid::new_v4().to_string();
     let kube = SimulatedKube::start(MotoMachines::new(&moto.endpoint, AWS_REGION));
     let h = Harness::new(Provider::Aws { moto: &moto, kube: &kube }, &cluster_id).await;
-    let ec2 = raw_ec2(&moto.endpoint);
+    let ec2 = moto.ec2(AWS_REGION);
     let output = actions_succeed_idempotently(&h.store, h.workflow.clone(), &h.input).await.unwrap();
     assert_eq!(output.ready_nodes, WORKERS as usize, "{output:?}");
 

@@ -129,10 +129,6 @@ struct Observed {
     checkpoints: Vec<Checkpoint>,
 }
 
-fn postgres_url() -> String {
-    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
@@ -232,7 +228,7 @@ fn crash_test(backend: Backend) {
     std::fs::remove_dir_all(&target.dir).unwrap();
     if let Some(schema) = &target.schema {
         rt.block_on(async {
-            let mut conn = sqlx::PgConnection::connect(&postgres_url()).await.unwrap();
+            let mut conn = sqlx::PgConnection::connect(&anycloud_tests::e2e::postgres_url()).await.unwrap();
             sqlx::query(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut conn).await.unwrap();
         });
     }
@@ -259,7 +255,7 @@ async fn prepare(backend: Backend) -> Target {
             Target { backend, dir, database_url, effects_url, schema: None }
         }
         Backend::Postgres => {
-            let url = postgres_url();
+            let url = anycloud_tests::e2e::postgres_url();
             let schema = format!("crash_{}", Uuid::new_v4().simple());
             let mut conn = sqlx::PgConnection::connect(&url).await.unwrap_or_else(|err| {
                 panic!("PostgreSQL at {url} is required by the crash test (set ANYCLOUD_TEST_DATABASE_URL): {err}")
@@ -287,7 +283,8 @@ async fn sqlite_pool(url: &str, create: bool) -> SqlitePool {
 }
 
 async fn postgres_pool(schema: &str) -> PgPool {
-    let options = PgConnectOptions::from_str(&postgres_url()).unwrap().options([("search_path", schema)]);
+    let options =
+        PgConnectOptions::from_str(&anycloud_tests::e2e::postgres_url()).unwrap().options([("search_path", schema)]);
     PgPoolOptions::new().max_connections(1).connect_with(options).await.unwrap()
 }
 

@@ -17,7 +17,6 @@ use anycloud_workflows::cloud::{
 use anycloud_workflows::cluster_network::Openings;
 use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::aws_cloud::AwsCloud;
-use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::{
     Filter, HttpTokensState, Instance, InstanceAttributeName, InstanceMetadataEndpointState, SecurityGroup,
 };
@@ -38,17 +37,6 @@ fn public(moto: &Moto) -> PublicPart {
 
 fn cloud(moto: &Moto) -> AwsCloud {
     AwsCloud::new(&public(moto), "moto-secret-access-key", REGION)
-}
-
-/// An EC2 client of the test's own, to see what moto holds.
-fn raw_ec2(moto: &Moto) -> aws_sdk_ec2::Client {
-    let config = aws_sdk_ec2::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(REGION))
-        .credentials_provider(Credentials::new("AKIAANYCLOUDTEST0002", "raw", None, None, "test"))
-        .endpoint_url(&moto.endpoint)
-        .build();
-    aws_sdk_ec2::Client::from_conf(config)
 }
 
 fn filter(name: &str, value: &str) -> Filter {
@@ -131,7 +119,7 @@ fn expect_terminal(result: Result<Placement, CloudError>, words: &[&str]) {
 async fn placement_checks_region_and_type_and_picks_ubuntu() {
     let moto = Moto::start();
     let cloud = cloud(&moto);
-    let ec2 = raw_ec2(&moto);
+    let ec2 = moto.ec2(REGION);
     let id = cluster_id();
 
     let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
@@ -157,7 +145,7 @@ async fn placement_checks_region_and_type_and_picks_ubuntu() {
 async fn network_is_made_once_found_again_and_deleted() {
     let moto = Moto::start();
     let cloud = cloud(&moto);
-    let ec2 = raw_ec2(&moto);
+    let ec2 = moto.ec2(REGION);
     let id = cluster_id();
     let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
 
@@ -229,7 +217,7 @@ async fn cidr_rules(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<String> 
 async fn a_group_of_the_cluster_name_without_its_tag_is_adopted() {
     let moto = Moto::start();
     let cloud = cloud(&moto);
-    let ec2 = raw_ec2(&moto);
+    let ec2 = moto.ec2(REGION);
     let id = cluster_id();
     let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
     // As a create whose answer was lost before it was tagged would leave it (no rules either).
@@ -255,7 +243,7 @@ async fn a_group_of_the_cluster_name_without_its_tag_is_adopted() {
 async fn vms_launch_once_are_listed_and_terminated() {
     let moto = Moto::start();
     let cloud = cloud(&moto);
-    let ec2 = raw_ec2(&moto);
+    let ec2 = moto.ec2(REGION);
     let id = cluster_id();
     let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
     let network = cloud.ensure_network(&placement).await.unwrap();
@@ -364,7 +352,7 @@ async fn tagged_addresses(ec2: &aws_sdk_ec2::Client, cluster_id: &str) -> Vec<aw
 async fn an_elastic_ip_is_allocated_once_associated_and_released() {
     let moto = Moto::start();
     let cloud = cloud(&moto);
-    let ec2 = raw_ec2(&moto);
+    let ec2 = moto.ec2(REGION);
     let id = cluster_id();
     let placement = cloud.placement(&id, REGION, VM_TYPE).await.unwrap();
     let network = cloud.ensure_network(&placement).await.unwrap();

@@ -206,10 +206,6 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-fn postgres_url() -> String {
-    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
@@ -284,7 +280,7 @@ struct Cluster {
 impl Cluster {
     /// Creates the schema (the engine's tables and the executions table) and starts the replicas.
     async fn start(prefix: &str, step: Duration) -> Self {
-        let url = postgres_url();
+        let url = anycloud_tests::e2e::postgres_url();
         let schema = format!("{prefix}_{}", Uuid::new_v4().simple());
         let mut conn = sqlx::PgConnection::connect(&url)
             .await
@@ -476,7 +472,7 @@ impl Cluster {
         }
         self.store.close().await;
         self.pool.close().await;
-        let mut conn = sqlx::PgConnection::connect(&postgres_url()).await.unwrap();
+        let mut conn = sqlx::PgConnection::connect(&anycloud_tests::e2e::postgres_url()).await.unwrap();
         sqlx::query(AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.schema))).execute(&mut conn).await.unwrap();
         drop(self.dir);
     }
