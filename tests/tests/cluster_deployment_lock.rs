@@ -10,7 +10,7 @@ use anycloud_engine::Store;
 use anycloud_tests::e2e::{self, PgDatabase};
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster, Phase};
-use anycloud_workflows::db::deployments::{self, NewDeployment, PlacementRefused, Spec};
+use anycloud_workflows::db::deployments::{self, DeploymentKind, NewDeployment, PlacementRefused, Spec};
 
 async fn ready_cluster(store: &Store, name: &str) -> Cluster {
     Db::open(store).await.unwrap();
@@ -31,7 +31,13 @@ static SPEC: std::sync::LazyLock<Spec> = std::sync::LazyLock::new(|| Spec {
 });
 
 fn deployment(id: &str) -> NewDeployment<'_> {
-    NewDeployment { id, name: id, kind: "job", spec: &SPEC, workflow_id: "00000000-0000-0000-0000-000000000000" }
+    NewDeployment {
+        id,
+        name: id,
+        kind: DeploymentKind::Job,
+        spec: &SPEC,
+        workflow_id: "00000000-0000-0000-0000-000000000000",
+    }
 }
 
 /// A delete holds the row; a deployment started meanwhile waits, then is refused.

@@ -23,7 +23,7 @@ use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster};
 use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
-use anycloud_workflows::db::deployments::{self, NewDeployment, Spec};
+use anycloud_workflows::db::deployments::{self, DeploymentKind, NewDeployment, Spec};
 use anycloud_workflows::deps::Deps;
 use anycloud_workflows::job_run::{JobInput, RunJob};
 use anycloud_workflows::kube_job::DEPLOYMENT_ID;
@@ -112,7 +112,7 @@ impl Harness {
         };
         let id = uuid::Uuid::new_v4().to_string();
         let mut tx = store.begin_write().await.unwrap();
-        let new = NewDeployment { id: &id, name: "steps", kind: "job", spec: &spec, workflow_id: "none" };
+        let new = NewDeployment { id: &id, name: "steps", kind: DeploymentKind::Job, spec: &spec, workflow_id: "none" };
         deployments::add_in(&mut tx, &cluster.name, new, now).await.unwrap();
         tx.commit().await.unwrap();
         let input = JobInput { deployment_id: id, name: "steps".into(), attempt: 1 };

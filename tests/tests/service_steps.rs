@@ -27,7 +27,7 @@ use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster};
 use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
-use anycloud_workflows::db::deployments::{self, NewDeployment, SERVICE, ServiceShape, Spec, Status};
+use anycloud_workflows::db::deployments::{self, DeploymentKind, NewDeployment, ServiceShape, Spec, Status};
 use anycloud_workflows::db::revisions::{self, Revision, RevisionResult};
 use anycloud_workflows::deps::Deps;
 use anycloud_workflows::kube_job::DEPLOYMENT_ID;
@@ -122,7 +122,8 @@ impl Harness {
         let id = uuid::Uuid::new_v4().to_string();
         let mut tx = store.begin_write().await.unwrap();
         let first = spec("v1");
-        let new = NewDeployment { id: &id, name: "web", kind: SERVICE, spec: &first, workflow_id: "none" };
+        let new =
+            NewDeployment { id: &id, name: "web", kind: DeploymentKind::Service, spec: &first, workflow_id: "none" };
         let shape = ServiceShape { port: 8080, replicas: 1, progress_deadline_s: 20 };
         deployments::add_service_in(&mut tx, &cluster.name, new, shape, now).await.unwrap();
         tx.commit().await.unwrap();

@@ -125,8 +125,8 @@ pub struct Deployment {
     pub id: String,
     /// Its name: what people type, unique.
     pub name: String,
-    /// `job` or `service`.
-    pub kind: String,
+    /// A job or a service.
+    pub kind: DeploymentKind,
     /// Its cluster.
     pub cluster_id: String,
     /// Where it stands.
@@ -168,15 +168,41 @@ pub struct Deployment {
     pub cluster_ip: Option<String>,
 }
 
-/// The kind of a job.
-pub const JOB: &str = "job";
-/// The kind of a service.
-pub const SERVICE: &str = "service";
+/// What a deployment is: a job runs to its end, a service serves until it is terminated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeploymentKind {
+    /// `anycloud job`: a Kubernetes Job, run to its end.
+    Job,
+    /// `anycloud service`: a Deployment behind a ClusterIP Service, with revisions.
+    Service,
+}
+
+impl DeploymentKind {
+    /// The stored and shown name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Job => "job",
+            Self::Service => "service",
+        }
+    }
+
+    /// The kind named `name`, if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Job, Self::Service].into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for DeploymentKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 impl Deployment {
     /// Whether it is a service.
     pub fn is_service(&self) -> bool {
-        self.kind == SERVICE
+        self.kind == DeploymentKind::Service
     }
 
     /// The resource key of its runs: one run at a time acts on a deployment.
@@ -251,7 +277,8 @@ impl TryFrom<Row> for Deployment {
             },
             id: row.id,
             name: row.name,
-            kind: row.kind,
+            kind: DeploymentKind::parse(&row.kind)
+                .ok_or_else(|| decode("kind", format!("unknown deployment kind `{}`", row.kind)))?,
             cluster_id: row.cluster_id.unwrap_or_default(),
             attempt: row.attempt,
             namespace: row.namespace,
@@ -314,8 +341,8 @@ pub struct NewDeployment<'a> {
     pub id: &'a str,
     /// Its name.
     pub name: &'a str,
-    /// `job` or `service`.
-    pub kind: &'a str,
+    /// A job or a service.
+    pub kind: DeploymentKind,
     /// What it runs.
     pub spec: &'a Spec,
     /// Its workflow run.
@@ -358,7 +385,7 @@ pub async fn add_in(
          VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $12, 1, $10, $11, $11)",
         deployment.id,
         deployment.name,
-        deployment.kind,
+        deployment.kind.as_str(),
         &cluster.id,
         &spec.image,
         command,
@@ -421,7 +448,7 @@ pub async fn get(db: &Db, id: &str) -> Result<Option<Deployment>, sqlx::Error> {
 pub async fn list(
     db: &Db,
     status: Option<Status>,
-    kind: Option<&str>,
+    kind: Option<DeploymentKind>,
     limit: i64,
 ) -> Result<Vec<Deployment>, sqlx::Error> {
     // Only the filters asked for, so that each list walks its own index (`deployments_created`,
@@ -441,7 +468,7 @@ pub async fn list(
             query = query.bind(status.as_str());
         }
         if let Some(kind) = kind {
-            query = query.bind(kind);
+            query = query.bind(kind.as_str());
         }
         query.bind(limit).fetch_all(pool).await
     })?;
@@ -568,7 +595,7 @@ pub async fn add_service_in(
          VALUES ($1, $2, $3, $4, 'deploying', $5, $6, $7, $8, $9, $14, 1, $10, $11, $11, $12, $13)",
         deployment.id,
         deployment.name,
-        SERVICE,
+        DeploymentKind::Service.as_str(),
         &cluster.id,
         &spec.image,
         command,

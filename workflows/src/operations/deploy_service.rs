@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use crate::api::{DeploymentDetail, EnvVar, NewService};
-use crate::db::deployments::{self, Deployment, NewDeployment, PlacementRefused, SERVICE, ServiceShape};
+use crate::db::deployments::{self, Deployment, DeploymentKind, NewDeployment, PlacementRefused, ServiceShape};
 use crate::db::is_unique_violation;
 use crate::refusal::{Code, OperationError, Refusal};
 use crate::service_deploy::{DeployService, ServiceInput};
@@ -70,7 +70,7 @@ impl Operations {
         let input = ServiceInput { deployment_id: id.clone(), name: name.clone() };
         let key = Deployment::resource_key(&id);
         let run = self.engine.submit_in::<DeployService>(&mut tx, &input, Some(&key)).await?.to_string();
-        let new = NewDeployment { id: &id, name: &name, kind: SERVICE, spec: &spec, workflow_id: &run };
+        let new = NewDeployment { id: &id, name: &name, kind: DeploymentKind::Service, spec: &spec, workflow_id: &run };
         match deployments::add_service_in(&mut tx, &request.cluster, new, shape, crate::now_ms()).await {
             Ok(_) => {}
             Err(PlacementRefused::Store(err)) if is_unique_violation(&err) => return Err(name_taken(&name)),

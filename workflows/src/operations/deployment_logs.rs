@@ -8,7 +8,7 @@ use crate::api::LogsQuery;
 use crate::db::clusters::Cluster;
 use crate::log_cursor;
 
-use crate::db::deployments::{self, Deployment};
+use crate::db::deployments::{self, Deployment, DeploymentKind};
 use crate::kube_job;
 use crate::refusal::{Code, OperationError, Refusal};
 
@@ -67,7 +67,7 @@ impl Operations {
     pub(super) async fn started_job(&self, key: &str, what: &str) -> Result<StartedJob, OperationError> {
         let deployment = deployments::find(&self.deps.db, key).await?.ok_or_else(|| deployment_not_found(key))?;
         let name = &deployment.name;
-        if deployment.kind != "job" {
+        if deployment.kind != DeploymentKind::Job {
             return Err(Refusal::new(
                 Code::NotSupportedForServices,
                 format!(

@@ -3,7 +3,7 @@
 
 use crate::api::DeploymentDetail;
 use crate::db::clusters;
-use crate::db::deployments::{self, Deployment};
+use crate::db::deployments::{self, Deployment, DeploymentKind};
 use crate::job_run::{JobInput, RunJob};
 use crate::refusal::{Code, OperationError, Refusal};
 
@@ -24,7 +24,7 @@ impl Operations {
         let mut tx = self.deps.db.begin().await?;
         let deployment = deployments::lock_in(&mut tx, key).await?.ok_or_else(|| deployment_not_found(key))?;
         let name = &deployment.name;
-        if deployment.kind != "job" {
+        if deployment.kind != DeploymentKind::Job {
             return Err(Refusal::new(
                 Code::WrongDeploymentKind,
                 format!("`{name}` is a {}; only jobs are resubmitted (upgrade a service instead)", deployment.kind),

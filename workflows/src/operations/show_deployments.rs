@@ -4,17 +4,18 @@
 
 use std::collections::HashMap;
 
-use anycloud_engine::{EngineError, RunRecord, RunStatus};
+use anycloud_engine::{EngineError, RunRecord, RunStatus, Workflow};
 
 use crate::api::{
     DeploymentDetail, DeploymentList, DeploymentQuery, DeploymentSummary, RetryState, ServiceAddress, WorkflowSummary,
 };
-use crate::db::deployments::{self, Deployment, Status};
+use crate::db::deployments::{self, Deployment, DeploymentKind, Status};
 use crate::db::{clusters, revisions};
 use crate::kube_service;
 use crate::names::shown;
 use crate::providers::ProviderKind;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::service_terminate::TerminateService;
 
 use super::Operations;
 
@@ -42,12 +43,13 @@ impl Operations {
         let status = query.status.as_deref().map(parse_status).transpose()?;
         let kind = match query.kind.as_deref() {
             None => None,
-            Some(kind @ ("job" | "service")) => Some(kind),
-            Some(other) => {
-                return Err(
-                    Refusal::new(Code::InvalidStatus, format!("kind `{other}` is not `job` or `service`")).into()
-                );
-            }
+            Some(name) => match DeploymentKind::parse(name) {
+                Some(kind) => Some(kind),
+                None => {
+                    let message = format!("kind `{name}` is not `job` or `service`");
+                    return Err(Refusal::new(Code::InvalidStatus, message).into());
+                }
+            },
         };
         let names: HashMap<String, String> =
             clusters::list_all(&self.deps.db).await?.into_iter().map(|cluster| (cluster.id, cluster.name)).collect();
@@ -109,7 +111,7 @@ fn state_of(deployment: &Deployment, run: Option<&RunRecord>) -> (String, Option
     if deployment.status.is_ended() {
         return recorded;
     }
-    let terminating_service = run.kind == "service.terminate" && !run.status.is_final();
+    let terminating_service = run.kind == <TerminateService as Workflow>::KIND && !run.status.is_final();
     if (run.cancel_requested && !deployment.is_service()) || terminating_service {
         return ("terminating".to_owned(), None);
     }

@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use crate::api::{DeploymentDetail, NewJob};
-use crate::db::deployments::{self, Deployment, NewDeployment, PlacementRefused};
+use crate::db::deployments::{self, Deployment, DeploymentKind, NewDeployment, PlacementRefused};
 use crate::db::is_unique_violation;
 use crate::job_run::{JobInput, RunJob};
 use crate::names::check_dns_label;
@@ -46,7 +46,7 @@ impl Operations {
         let input = JobInput { deployment_id: id.clone(), name: name.clone(), attempt: 1 };
         let run = self.engine.submit_in::<RunJob>(&mut tx, &input, Some(&Deployment::resource_key(&id))).await?;
         let run = run.to_string();
-        let new = NewDeployment { id: &id, name: &name, kind: "job", spec: &spec, workflow_id: &run };
+        let new = NewDeployment { id: &id, name: &name, kind: DeploymentKind::Job, spec: &spec, workflow_id: &run };
         match deployments::add_in(&mut tx, &request.cluster, new, crate::now_ms()).await {
             Ok(_) => {}
             Err(PlacementRefused::Store(err)) if is_unique_violation(&err) => return Err(name_taken(&name)),
