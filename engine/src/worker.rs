@@ -493,7 +493,8 @@ async fn cancel_reached(cancel: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Writes `transition` into the run and commits it: the one place where a run changes state.
+/// Writes `transition`, a step's outcome, into the run and commits it: the one place where a
+/// step's outcome changes its run (its submit, a claim and an operator's action are the others).
 async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Result<Next, sqlx::Error> {
     let now = now_ms();
     let step_name = run.current_step.clone();
@@ -511,23 +512,7 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
             // The step's row is its `step-succeeded` entry in the timeline: no event row.
             Ok(continue_unless_fenced(commit(inner, run, false, Some(&step), &[]).await?))
         }
-        Transition::Succeed { step, output } => {
-            if let Some(step) = &step {
-                run.step_index = step.index + 1;
-            }
-            run.attempt = 0;
-            run.error = None;
-            run.status_reason = None;
-            run.output = Some(output);
-            run.status = RunStatus::Succeeded;
-            run.current_step = None;
-            run.step_started_at = None;
-            run.next_at = None;
-            run.finished_at = Some(now);
-            let events = [NewEvent::new(EventKind::Succeeded, None, "every step succeeded")];
-            let kept = commit(inner, run, true, step.as_ref(), &events).await?;
-            Ok(ended_unless_fenced(kept, run.status))
-        }
+        Transition::Succeed { step, output } => succeed(inner, run, step, output, now).await,
         Transition::Wait { next_at, reason } => {
             // A repeated check of the same step updates the run's latest `waiting` entry instead
             // of adding one (`CommitShape::Wait`), so a long poll stays one entry with a count.
@@ -538,62 +523,10 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
             commit(inner, run, true, None, &events).await?;
             Ok(Next::Stop)
         }
-        Transition::Retry { error, delay } => {
-            let attempts = run.attempt + 1;
-            run.attempt = attempts;
-            run.next_at = Some(after(now, delay));
-            let event = if run.phase == Phase::Forward {
-                run.status = RunStatus::Retrying;
-                run.status_reason = Some(format!("attempt {attempts} failed; next attempt in {}", humanize(delay)));
-                let message = format!("attempt {attempts} failed (retrying in {}): {error}", humanize(delay));
-                NewEvent::new(EventKind::StepFailed, step_name.as_deref(), message)
-            } else {
-                let message = format!("undo attempt {attempts} failed (retrying in {}): {error}", humanize(delay));
-                NewEvent::new(EventKind::UndoFailed, step_name.as_deref(), message)
-            };
-            run.error = Some(error);
-            commit(inner, run, true, None, &[event]).await?;
-            Ok(Next::Stop)
-        }
-        Transition::Park { reason, error } => {
-            if let Some(error) = error {
-                run.attempt += 1;
-                run.error = Some(error);
-            }
-            run.status = RunStatus::NeedsAttention;
-            run.next_at = None;
-            run.status_reason = Some(reason.clone());
-            let events = [NewEvent::new(EventKind::Parked, step_name.as_deref(), reason)];
-            commit(inner, run, true, None, &events).await?;
-            warn!(step = step_name.as_deref().unwrap_or("-"), "run parked");
-            Ok(Next::Stop)
-        }
+        Transition::Retry { error, delay } => retry(inner, run, error, delay, now).await,
+        Transition::Park { reason, error } => park(inner, run, reason, error).await,
         Transition::Unwind { reason, error, step, event, in_hand } => {
-            if let Some(step) = step.as_ref().filter(|step| step.status == StepStatus::Succeeded) {
-                run.step_index = step.index + 1;
-            }
-            let what = match in_hand {
-                Some(name) => format!(
-                    "undoing step `{name}` first (it did not complete, so whatever it did may remain), then the \
-                     completed steps in reverse order"
-                ),
-                None => "undoing completed steps in reverse order".to_owned(),
-            };
-            let mut events: Vec<NewEvent> = event.into_iter().collect();
-            events.push(NewEvent::new(EventKind::Unwinding, None, format!("{reason}; {what}")));
-            if let Some(error) = error {
-                run.error = Some(error);
-            }
-            run.step_index += u32::from(in_hand.is_some());
-            run.phase = Phase::Undo;
-            run.status = RunStatus::Unwinding;
-            run.attempt = 0;
-            run.step_started_at = None;
-            run.current_step = None;
-            run.next_at = Some(now);
-            run.status_reason = Some(reason.clone());
-            run.unwind_reason = Some(reason);
-            Ok(continue_unless_fenced(commit(inner, run, false, step.as_ref(), &events).await?))
+            unwind(inner, run, Unwind { reason, error, step, event, in_hand }, now).await
         }
         Transition::Undone { step } => {
             let events = [NewEvent::new(
@@ -607,21 +540,135 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
             run.current_step = None;
             Ok(continue_unless_fenced(commit(inner, run, false, Some(&step), &events).await?))
         }
-        Transition::Unwound => {
-            let status = if run.cancel_requested { RunStatus::Cancelled } else { RunStatus::Failed };
-            run.error = turned_back_for(inner, run).await;
-            run.status = status;
-            run.current_step = None;
-            run.step_started_at = None;
-            run.next_at = None;
-            run.finished_at = Some(now);
-            let reason = run.unwind_reason.clone().or_else(|| run.status_reason.clone()).unwrap_or_default();
-            run.status_reason = Some(format!("{reason}; every completed step was undone"));
-            let events = [NewEvent::new(EventKind::ended(status), None, "every completed step was undone")];
-            let kept = commit(inner, run, true, None, &events).await?;
-            Ok(ended_unless_fenced(kept, status))
-        }
+        Transition::Unwound => unwound(inner, run, now).await,
     }
+}
+
+/// What [`Transition::Unwind`] carries, for [`unwind`].
+struct Unwind {
+    reason: String,
+    error: Option<StepError>,
+    step: Option<StepRecord>,
+    event: Option<NewEvent>,
+    in_hand: Option<&'static str>,
+}
+
+/// The last step completed: the run ends `succeeded` with the workflow's output.
+async fn succeed(
+    inner: &Inner,
+    run: &mut RunRecord,
+    step: Option<StepRecord>,
+    output: Value,
+    now: Millis,
+) -> Result<Next, sqlx::Error> {
+    if let Some(step) = &step {
+        run.step_index = step.index + 1;
+    }
+    run.attempt = 0;
+    run.error = None;
+    run.status_reason = None;
+    run.output = Some(output);
+    run.status = RunStatus::Succeeded;
+    run.current_step = None;
+    run.step_started_at = None;
+    run.next_at = None;
+    run.finished_at = Some(now);
+    let events = [NewEvent::new(EventKind::Succeeded, None, "every step succeeded")];
+    let kept = commit(inner, run, true, step.as_ref(), &events).await?;
+    Ok(ended_unless_fenced(kept, run.status))
+}
+
+/// An attempt failed: the next one comes after `delay`.
+async fn retry(
+    inner: &Inner,
+    run: &mut RunRecord,
+    error: StepError,
+    delay: Duration,
+    now: Millis,
+) -> Result<Next, sqlx::Error> {
+    let step_name = run.current_step.clone();
+    let attempts = run.attempt + 1;
+    run.attempt = attempts;
+    run.next_at = Some(after(now, delay));
+    let event = if run.phase == Phase::Forward {
+        run.status = RunStatus::Retrying;
+        run.status_reason = Some(format!("attempt {attempts} failed; next attempt in {}", humanize(delay)));
+        let message = format!("attempt {attempts} failed (retrying in {}): {error}", humanize(delay));
+        NewEvent::new(EventKind::StepFailed, step_name.as_deref(), message)
+    } else {
+        let message = format!("undo attempt {attempts} failed (retrying in {}): {error}", humanize(delay));
+        NewEvent::new(EventKind::UndoFailed, step_name.as_deref(), message)
+    };
+    run.error = Some(error);
+    commit(inner, run, true, None, &[event]).await?;
+    Ok(Next::Stop)
+}
+
+/// The run stops for an operator.
+async fn park(
+    inner: &Inner,
+    run: &mut RunRecord,
+    reason: String,
+    error: Option<StepError>,
+) -> Result<Next, sqlx::Error> {
+    let step_name = run.current_step.clone();
+    if let Some(error) = error {
+        run.attempt += 1;
+        run.error = Some(error);
+    }
+    run.status = RunStatus::NeedsAttention;
+    run.next_at = None;
+    run.status_reason = Some(reason.clone());
+    let events = [NewEvent::new(EventKind::Parked, step_name.as_deref(), reason)];
+    commit(inner, run, true, None, &events).await?;
+    warn!(step = step_name.as_deref().unwrap_or("-"), "run parked");
+    Ok(Next::Stop)
+}
+
+/// The run turns back: its undo phase starts.
+async fn unwind(inner: &Inner, run: &mut RunRecord, unwind: Unwind, now: Millis) -> Result<Next, sqlx::Error> {
+    let Unwind { reason, error, step, event, in_hand } = unwind;
+    if let Some(step) = step.as_ref().filter(|step| step.status == StepStatus::Succeeded) {
+        run.step_index = step.index + 1;
+    }
+    let what = match in_hand {
+        Some(name) => format!(
+            "undoing step `{name}` first (it did not complete, so whatever it did may remain), then the \
+             completed steps in reverse order"
+        ),
+        None => "undoing completed steps in reverse order".to_owned(),
+    };
+    let mut events: Vec<NewEvent> = event.into_iter().collect();
+    events.push(NewEvent::new(EventKind::Unwinding, None, format!("{reason}; {what}")));
+    if let Some(error) = error {
+        run.error = Some(error);
+    }
+    run.step_index += u32::from(in_hand.is_some());
+    run.phase = Phase::Undo;
+    run.status = RunStatus::Unwinding;
+    run.attempt = 0;
+    run.step_started_at = None;
+    run.current_step = None;
+    run.next_at = Some(now);
+    run.status_reason = Some(reason.clone());
+    run.unwind_reason = Some(reason);
+    Ok(continue_unless_fenced(commit(inner, run, false, step.as_ref(), &events).await?))
+}
+
+/// Nothing is left to undo: the run ends `failed`, or `cancelled` if that was asked.
+async fn unwound(inner: &Inner, run: &mut RunRecord, now: Millis) -> Result<Next, sqlx::Error> {
+    let status = if run.cancel_requested { RunStatus::Cancelled } else { RunStatus::Failed };
+    run.error = turned_back_for(inner, run).await;
+    run.status = status;
+    run.current_step = None;
+    run.step_started_at = None;
+    run.next_at = None;
+    run.finished_at = Some(now);
+    let reason = run.unwind_reason.clone().or_else(|| run.status_reason.clone()).unwrap_or_default();
+    run.status_reason = Some(format!("{reason}; every completed step was undone"));
+    let events = [NewEvent::new(EventKind::ended(status), None, "every completed step was undone")];
+    let kept = commit(inner, run, true, None, &events).await?;
+    Ok(ended_unless_fenced(kept, status))
 }
 
 /// The error an unwound run ends with: the one it turned back for (its failed forward step's,

@@ -218,9 +218,23 @@ pub async fn rollout(
     revision: &Revision,
     again: &str,
 ) -> Result<Rollout, KubeError> {
-    let number = revision.number;
     let deployments: Api<KubeDeployment> = Api::namespaced(client.clone(), &deployment.namespace);
     let Some(object) = deployments.get_opt(&deployment.name).await? else { return Ok(Rollout::Gone) };
+    Ok(match pods_say(client, deployment, revision, again).await? {
+        Err(cause) => Rollout::Failed(cause),
+        Ok(why) => deployment_says(object, revision.number, &why),
+    })
+}
+
+/// What the revision's Pods say: `Err` why it cannot serve, or `Ok` why the first one that is
+/// not ready waits (`": ..."`, empty when none waits). One look at events (and nodes) per check.
+async fn pods_say(
+    client: &kube::Client,
+    deployment: &Deployment,
+    revision: &Revision,
+    again: &str,
+) -> Result<Result<String, String>, KubeError> {
+    let number = revision.number;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &deployment.namespace);
     let mut listed = pods.list(&list_revision(deployment, number)).await?.items;
     listed.sort_by(|a, b| {
@@ -234,10 +248,9 @@ pub async fn rollout(
     };
     for pod in &listed {
         if let Some(cause) = pod_failure(pod, number, &subject) {
-            return Ok(Rollout::Failed(cause));
+            return Ok(Err(cause));
         }
     }
-    // Why the first Pod that is not ready waits: one look at events (and nodes) per check.
     let mut waiting = None;
     for pod in &listed {
         if let Some(wait) = pod_wait::explain_live(client, pod, &subject).await? {
@@ -246,9 +259,14 @@ pub async fn rollout(
         }
     }
     if let Some(wait) = waiting.as_ref().filter(|wait| wait.verdict != Verdict::Waits) {
-        return Ok(Rollout::Failed(format!("revision {number} cannot start: {}", wait.why)));
+        return Ok(Err(format!("revision {number} cannot start: {}", wait.why)));
     }
-    let why = waiting.map(|wait| format!(": {}", wait.why)).unwrap_or_default();
+    Ok(Ok(waiting.map(|wait| format!(": {}", wait.why)).unwrap_or_default()))
+}
+
+/// Where the Deployment's rollout of revision `number` stands, by its template, status and
+/// conditions; `why` says why a Pod waits.
+fn deployment_says(object: KubeDeployment, number: i64, why: &str) -> Rollout {
     let generation = object.metadata.generation.unwrap_or(0);
     let desired = object.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
     let template_revision = object
@@ -260,17 +278,17 @@ pub async fn rollout(
         .cloned()
         .unwrap_or_default();
     if template_revision != number.to_string() {
-        return Ok(Rollout::Progressing(format!(
+        return Rollout::Progressing(format!(
             "the Deployment's template is revision {template_revision}, not {number}"
-        )));
+        ));
     }
     let Some(status) = object.status else {
-        return Ok(Rollout::Progressing("the Deployment has no status yet".into()));
+        return Rollout::Progressing("the Deployment has no status yet".into());
     };
     if status.observed_generation.unwrap_or(0) < generation {
-        return Ok(Rollout::Progressing(format!(
+        return Rollout::Progressing(format!(
             "waiting for the Deployment controller to observe generation {generation}"
-        )));
+        ));
     }
     let deadline = status.conditions.unwrap_or_default().into_iter().find(|condition| {
         condition.type_ == "Progressing"
@@ -279,30 +297,28 @@ pub async fn rollout(
     });
     if let Some(condition) = deadline {
         let seconds = object.spec.as_ref().and_then(|spec| spec.progress_deadline_seconds).unwrap_or(600);
-        return Ok(Rollout::Failed(format!(
+        return Rollout::Failed(format!(
             "revision {number} did not become available within its progress deadline of {seconds}s \
              (ProgressDeadlineExceeded{}){why}",
             condition.message.map(|message| format!(": {message}")).unwrap_or_default()
-        )));
+        ));
     }
     let updated = i64::from(status.updated_replicas.unwrap_or(0));
     let total = i64::from(status.replicas.unwrap_or(0));
     let available = i64::from(status.available_replicas.unwrap_or(0));
     let desired = i64::from(desired);
     if updated < desired {
-        return Ok(Rollout::Progressing(format!(
-            "{updated} of {desired} replica(s) of revision {number} created{why}"
-        )));
+        return Rollout::Progressing(format!("{updated} of {desired} replica(s) of revision {number} created{why}"));
     }
     if total > updated {
-        return Ok(Rollout::Progressing(format!("{} replica(s) of other revisions still to go{why}", total - updated)));
+        return Rollout::Progressing(format!("{} replica(s) of other revisions still to go{why}", total - updated));
     }
     if available < desired {
-        return Ok(Rollout::Progressing(format!(
+        return Rollout::Progressing(format!(
             "{available} of {desired} replica(s) of revision {number} available{why}"
-        )));
+        ));
     }
-    Ok(Rollout::Available)
+    Rollout::Available
 }
 
 /// Why a Pod of `revision` shows that the revision cannot serve: its container exited (a server

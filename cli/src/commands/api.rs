@@ -2,7 +2,7 @@
 
 use crate::output::say;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anycloud_workflows::api::ApiStatus;
 use anycloud_workflows::providers::endpoint::EndpointPolicy;
@@ -161,31 +161,7 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
     let mut child = command
         .spawn()
         .map_err(|err| CliError::new(NOT_OBSERVED, "START_FAILED", format!("starting the API: {err}")))?;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let url = loop {
-        let text = std::fs::read(&log_path).unwrap_or_default();
-        let fresh = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default()).into_owned();
-        let line = fresh.lines().find(|line| line.contains("listening on "));
-        if let Some(url) = line.and_then(|line| line.split("listening on ").nth(1)?.split_whitespace().next()) {
-            break url.to_owned();
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(CliError::new(
-                NOT_OBSERVED,
-                "START_FAILED",
-                format!("the hosted API exited ({status}) before listening; its log says:\n{fresh}"),
-            ));
-        }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            return Err(CliError::new(
-                NOT_OBSERVED,
-                "START_FAILED",
-                format!("the hosted API did not listen within 60 s:\n{fresh}"),
-            ));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let url = listening_url(&mut child, &log_path, offset).await?;
     std::fs::write(dir.join("api.pid"), child.id().to_string()).map_err(|err| io("writing api.pid in", err))?;
     let token = std::fs::read_to_string(dir.join("token")).map_err(|err| io("reading the token in", err))?;
     let mut config = Config::load()?;
@@ -218,6 +194,36 @@ pub async fn host(args: HostArgs, json: bool) -> CliResult {
         say!("logs: {}; stop it with `anycloud api stop {}`", log_path.display(), args.id);
     }
     Ok(OK)
+}
+
+/// The URL the started API says it listens on, read from its log after `offset`; an error if
+/// it exits first or says nothing within 60 s (then it is killed).
+async fn listening_url(child: &mut std::process::Child, log_path: &Path, offset: u64) -> Result<String, CliError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let text = std::fs::read(log_path).unwrap_or_default();
+        let fresh = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default()).into_owned();
+        let line = fresh.lines().find(|line| line.contains("listening on "));
+        if let Some(url) = line.and_then(|line| line.split("listening on ").nth(1)?.split_whitespace().next()) {
+            return Ok(url.to_owned());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(CliError::new(
+                NOT_OBSERVED,
+                "START_FAILED",
+                format!("the hosted API exited ({status}) before listening; its log says:\n{fresh}"),
+            ));
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            return Err(CliError::new(
+                NOT_OBSERVED,
+                "START_FAILED",
+                format!("the hosted API did not listen within 60 s:\n{fresh}"),
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// Stops a hosted API: one deployed on a cloud VM is removed through the API that deployed it

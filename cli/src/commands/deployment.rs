@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anycloud_engine::RunStatus;
 use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery};
-use anycloud_workflows::db::deployments::Status;
+use anycloud_workflows::db::deployments::{DeploymentKind, Status};
 use anycloud_workflows::db::revisions::RevisionResult;
 use anycloud_workflows::operations::described_secrets;
 
@@ -75,10 +75,10 @@ pub async fn status(key: &str, verbose: bool, watch: bool, health: bool, json: b
 }
 
 /// `anycloud list` (every kind), `anycloud job list` and `anycloud service list`.
-pub async fn list(status: Option<String>, kind: Option<&str>, limit: u32, json: bool) -> CliResult {
+pub async fn list(status: Option<String>, kind: Option<DeploymentKind>, limit: u32, json: bool) -> CliResult {
     let client = Client::active()?;
     let filtered = status.is_some();
-    let query = DeploymentQuery { status, kind: kind.map(str::to_owned), limit: Some(limit) };
+    let query = DeploymentQuery { status, kind: kind.map(|kind| kind.as_str().to_owned()), limit: Some(limit) };
     let answer: DeploymentList = client.get_query("/v1/deployments", &query).await?;
     if json {
         print_json(&answer);
@@ -106,7 +106,7 @@ pub async fn list(status: Option<String>, kind: Option<&str>, limit: u32, json: 
             };
             vec![
                 deployment.name.clone(),
-                deployment.kind.clone(),
+                deployment.kind.to_string(),
                 entry.state.clone(),
                 entry.cluster.clone(),
                 deployment.spec.image.clone(),
@@ -396,27 +396,7 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
             false => say!("k8s job    {}", deployment.job_name()),
         }
     }
-    if !detail.revisions.is_empty() {
-        say!("revisions");
-        let rows: Vec<Vec<String>> = detail
-            .revisions
-            .iter()
-            .map(|revision| {
-                let result = match &revision.reason {
-                    Some(reason) if revision.result == RevisionResult::Failed => format!("failed: {reason}"),
-                    _ => revision.result.to_string(),
-                };
-                vec![
-                    revision.number.to_string(),
-                    revision.spec.image.clone(),
-                    revision.replicas.to_string(),
-                    render::time(revision.created_at),
-                    result,
-                ]
-            })
-            .collect();
-        render::table(&["  REV", "IMAGE", "REPLICAS", "CREATED", "RESULT"], &rows);
-    }
+    print_revisions(&detail.revisions);
     if let Some(run) = &detail.workflow {
         let step = run.current_step.as_deref().map(|step| format!(", step {step}")).unwrap_or_default();
         say!("workflow   {} {} ({}{step})", run.kind, run.id, run.status);
@@ -425,6 +405,31 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
         }
         say!("           details: `anycloud workflow inspect {}`", run.id);
     }
+}
+
+/// A service's revisions, as a table.
+fn print_revisions(revisions: &[anycloud_workflows::db::revisions::Revision]) {
+    if revisions.is_empty() {
+        return;
+    }
+    say!("revisions");
+    let rows: Vec<Vec<String>> = revisions
+        .iter()
+        .map(|revision| {
+            let result = match &revision.reason {
+                Some(reason) if revision.result == RevisionResult::Failed => format!("failed: {reason}"),
+                _ => revision.result.to_string(),
+            };
+            vec![
+                revision.number.to_string(),
+                revision.spec.image.clone(),
+                revision.replicas.to_string(),
+                render::time(revision.created_at),
+                result,
+            ]
+        })
+        .collect();
+    render::table(&["  REV", "IMAGE", "REPLICAS", "CREATED", "RESULT"], &rows);
 }
 
 /// Says which secrets, at which versions, a workload just accepted takes (nothing when none).

@@ -50,32 +50,7 @@ pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
     let deployer = Client::active()?;
     let name = args.request.name.clone();
     let mut request = args.request;
-    match args.binary {
-        Binary::Url { url, sums } => {
-            let given = api_binary::parse_sums(&sums)
-                .map_err(|why| CliError::bad_input(format!("API `{name}`: --binary-sha256: {why}")))?;
-            if !url.starts_with("https://") {
-                return Err(CliError::bad_input(format!(
-                    "API `{name}`: --binary-url `{url}` is not an https:// URL: the VM downloads over HTTPS only"
-                )));
-            }
-            let runs = architectures(&deployer, &request).await?;
-            if !runs.architectures.iter().any(|arch| given.contains_key(arch)) {
-                return Err(CliError::bad_input(format!(
-                    "API `{name}`: machine type {} in {} runs {}, and --binary-sha256 names a binary for {} only: add \
-                     ARCH=SHA256 of the binary your --binary-url serves for it; nothing was made",
-                    runs.vm_type,
-                    runs.region,
-                    names(&runs.architectures),
-                    names(&given.keys().copied().collect::<Vec<_>>())
-                )));
-            }
-            request.binary_url = Some(url);
-            request.binary_sha256 = Some(sums);
-        }
-        Binary::Own => request.binary = Some(ship(&deployer, &request, None, json).await?),
-        Binary::File(file) => request.binary = Some(ship(&deployer, &request, Some(file), json).await?),
-    }
+    choose_binary(&deployer, &mut request, args.binary, json).await?;
     let started: HostedApiStarted = deployer.post("/v1/apis", &request).await?;
     let run = started.workflow_id.to_string();
     if !json {
@@ -132,6 +107,44 @@ pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
         say!("stop it with `anycloud api stop {name}` (its bucket {} and the state in it stay)", shown.bucket);
     }
     Ok(OK)
+}
+
+/// Puts the binary the VM runs into the request: a URL with its checksums (checked against the
+/// machine type's architectures), or this CLI's own or `--binary FILE`, shipped to the deployer.
+async fn choose_binary(
+    deployer: &Client,
+    request: &mut NewHostedApi,
+    binary: Binary,
+    json: bool,
+) -> Result<(), CliError> {
+    let name = request.name.clone();
+    match binary {
+        Binary::Url { url, sums } => {
+            let given = api_binary::parse_sums(&sums)
+                .map_err(|why| CliError::bad_input(format!("API `{name}`: --binary-sha256: {why}")))?;
+            if !url.starts_with("https://") {
+                return Err(CliError::bad_input(format!(
+                    "API `{name}`: --binary-url `{url}` is not an https:// URL: the VM downloads over HTTPS only"
+                )));
+            }
+            let runs = architectures(deployer, request).await?;
+            if !runs.architectures.iter().any(|arch| given.contains_key(arch)) {
+                return Err(CliError::bad_input(format!(
+                    "API `{name}`: machine type {} in {} runs {}, and --binary-sha256 names a binary for {} only: add \
+                     ARCH=SHA256 of the binary your --binary-url serves for it; nothing was made",
+                    runs.vm_type,
+                    runs.region,
+                    names(&runs.architectures),
+                    names(&given.keys().copied().collect::<Vec<_>>())
+                )));
+            }
+            request.binary_url = Some(url);
+            request.binary_sha256 = Some(sums);
+        }
+        Binary::Own => request.binary = Some(ship(deployer, request, None, json).await?),
+        Binary::File(file) => request.binary = Some(ship(deployer, request, Some(file), json).await?),
+    }
+    Ok(())
 }
 
 /// Checks that the binary the deploy ships (`file`, else this CLI's own) runs on the machine

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::output::say;
 
 pub mod api;
+pub mod api_serve;
 pub mod cluster;
 pub mod credentials;
 pub mod credentials_wizard;

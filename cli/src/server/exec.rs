@@ -59,7 +59,7 @@ pub async fn exec(
             rejection.status(),
             "WEBSOCKET_REQUIRED",
             format!(
-                "exec is a WebSocket ({}); run `anycloud job exec {}` rather than a plain request",
+                "exec is a WebSocket ({}); run `anycloud exec {} -- COMMAND` rather than a plain request",
                 rejection.body_text(),
                 anycloud_workflows::names::shown(&id)
             ),
@@ -162,33 +162,15 @@ async fn relay(
                 // The writer stopped (the command closed its stdin): the rest is dropped.
                 _ => stdin = None,
             },
-            message = socket.recv(), if pending.is_none() => match message {
-                Some(Ok(Message::Binary(data))) => match data.split_first() {
-                    Some((&exec_channel::STDIN, bytes)) => {
-                        idle.as_mut().reset(Instant::now() + idle_limit);
-                        if stdin.is_some() {
-                            pending = Some(Stdin::Data(bytes.to_vec()));
-                        }
+            message = socket.recv(), if pending.is_none() => match from_client(message) {
+                FromClient::Stdin(next) => {
+                    idle.as_mut().reset(Instant::now() + idle_limit);
+                    if stdin.is_some() {
+                        pending = Some(next);
                     }
-                    Some((&exec_channel::CLOSE_STDIN, _)) if stdin.is_some() => pending = Some(Stdin::Close),
-                    _ => {}
-                },
-                // The client left (the CLI never closes first): nobody waits for the exit code.
-                // Dropping the session closes its stream to the cluster.
-                Some(Ok(Message::Close(_))) | None => {
-                    return error_exit("CLIENT_GONE", "the client closed the session".into());
                 }
-                Some(Err(err)) => {
-                    return error_exit(
-                        "INVALID_REQUEST",
-                        format!(
-                            "the session ended: its WebSocket broke, or a message was refused ({err}); a message \
-                             carries at most {} KiB",
-                            MAX_MESSAGE / 1024
-                        ),
-                    );
-                }
-                Some(Ok(_)) => {}
+                FromClient::Nothing => {}
+                FromClient::End(exit) => return exit,
             },
             _ = ping.tick() => {
                 if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
@@ -203,6 +185,40 @@ async fn relay(
     }
     drop(stdin);
     session.exit().await
+}
+
+/// What a message of the client asks of the session.
+enum FromClient {
+    /// Something for the command's stdin, or its end.
+    Stdin(Stdin),
+    /// Nothing to do (a pong, a message of no channel it knows).
+    Nothing,
+    /// The session ends, so.
+    End(ExecExit),
+}
+
+fn from_client(message: Option<Result<Message, axum::Error>>) -> FromClient {
+    match message {
+        Some(Ok(Message::Binary(data))) => match data.split_first() {
+            Some((&exec_channel::STDIN, bytes)) => FromClient::Stdin(Stdin::Data(bytes.to_vec())),
+            Some((&exec_channel::CLOSE_STDIN, _)) => FromClient::Stdin(Stdin::Close),
+            _ => FromClient::Nothing,
+        },
+        // The client left (the CLI never closes first): nobody waits for the exit code.
+        // Dropping the session closes its stream to the cluster.
+        Some(Ok(Message::Close(_))) | None => {
+            FromClient::End(error_exit("CLIENT_GONE", "the client closed the session".into()))
+        }
+        Some(Err(err)) => FromClient::End(error_exit(
+            "INVALID_REQUEST",
+            format!(
+                "the session ended: its WebSocket broke, or a message was refused ({err}); a message carries at most \
+                 {} KiB",
+                MAX_MESSAGE / 1024
+            ),
+        )),
+        Some(Ok(_)) => FromClient::Nothing,
+    }
 }
 
 /// What the client sent for the command's stdin.

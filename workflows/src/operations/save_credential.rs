@@ -7,6 +7,7 @@ use crate::db::is_unique_violation;
 use crate::names::check_dns_label;
 use crate::providers::ProviderKind;
 use crate::providers::endpoint::{self, EndpointPolicy};
+use crate::providers::sim_settings::SimSettings;
 use crate::refusal::{Code, OperationError, Refusal};
 
 use super::Operations;
@@ -91,7 +92,6 @@ fn check(request: NewCredential, endpoints: EndpointPolicy) -> Result<NewRecord,
     if let Some(endpoint) = &endpoint {
         endpoint::check(&format!("credential `{name}`"), endpoint, endpoints)?;
     }
-    let present = |value: &Option<String>| value.as_deref().is_some_and(|v| !v.trim().is_empty());
     if machine_identity {
         let keys = [
             ("access_key_id", access_key_id.is_some()),
@@ -110,73 +110,85 @@ fn check(request: NewCredential, endpoints: EndpointPolicy) -> Result<NewRecord,
         ));
     }
     let (public, secret) = match provider {
-        ProviderKind::Sim => {
-            let settings = sim.unwrap_or_default();
-            settings.validate().map_err(|why| format!("credential `{name}`: {why}"))?;
-            let public =
-                PublicPart { identity: format!("sim-account-{name}"), sim: Some(settings), ..PublicPart::default() };
-            // The simulated cloud takes any token; one is sealed like a real secret would be.
-            (public, format!("sim-token-{}", uuid::Uuid::new_v4().simple()))
-        }
+        ProviderKind::Sim => sim_parts(&name, sim)?,
         ProviderKind::Aws if machine_identity => {
-            let public = PublicPart {
-                identity: MACHINE_IDENTITY.to_owned(),
-                region: Some(region.unwrap_or_else(|| "us-east-1".to_owned())),
-                endpoint,
-                machine: true,
-                ..PublicPart::default()
-            };
-            (public, String::new())
+            (PublicPart { region: aws_region(region), ..machine_part(endpoint) }, String::new())
         }
-        ProviderKind::Aws => {
-            if !present(&access_key_id) {
-                return Err(format!(
-                    "credential `{name}`: the AWS access key id is missing; pass --access-key-id or set \
-                     AWS_ACCESS_KEY_ID"
-                ));
-            }
-            if !present(&secret_access_key) {
-                return Err(format!(
-                    "credential `{name}`: the AWS secret access key is missing; pass --secret-access-key or set \
-                     AWS_SECRET_ACCESS_KEY"
-                ));
-            }
-            let public = PublicPart {
-                identity: access_key_id.unwrap_or_default().trim().to_owned(),
-                region: Some(region.unwrap_or_else(|| "us-east-1".to_owned())),
-                endpoint,
-                ..PublicPart::default()
-            };
-            (public, secret_access_key.unwrap_or_default())
-        }
-        ProviderKind::Gcp if machine_identity => {
-            let project = project.filter(|p| !p.trim().is_empty()).ok_or_else(|| {
-                format!("credential `{name}`: a GCP machine-identity credential needs --project PROJECT_ID")
-            })?;
-            check_dns_label("GCP project", &project).map_err(|why| format!("credential `{name}`: {why}"))?;
-            let public = PublicPart {
-                identity: MACHINE_IDENTITY.to_owned(),
-                project: Some(project),
-                endpoint,
-                machine: true,
-                ..PublicPart::default()
-            };
-            (public, String::new())
-        }
-        ProviderKind::Gcp => {
-            let json = service_account_json.unwrap_or_default();
-            let key = crate::providers::gcp::ServiceAccountKey::parse(&json)
-                .map_err(|why| format!("credential `{name}`: {why}"))?;
-            let public = PublicPart {
-                identity: key.client_email,
-                project: Some(key.project_id),
-                endpoint,
-                ..PublicPart::default()
-            };
-            (public, json)
-        }
+        ProviderKind::Aws => aws_parts(&name, access_key_id, secret_access_key, region, endpoint)?,
+        ProviderKind::Gcp if machine_identity => (gcp_machine_part(&name, project, endpoint)?, String::new()),
+        ProviderKind::Gcp => gcp_parts(&name, service_account_json, endpoint)?,
     };
     Ok(NewRecord { name, provider, public, secret })
+}
+
+/// A credential's public part and its secret.
+type Parts = (PublicPart, String);
+
+/// A simulated account: its settings checked, and a token sealed as a real secret would be.
+fn sim_parts(name: &str, sim: Option<SimSettings>) -> Result<Parts, String> {
+    let settings = sim.unwrap_or_default();
+    settings.validate().map_err(|why| format!("credential `{name}`: {why}"))?;
+    let public = PublicPart { identity: format!("sim-account-{name}"), sim: Some(settings), ..PublicPart::default() };
+    // The simulated cloud takes any token; one is sealed like a real secret would be.
+    Ok((public, format!("sim-token-{}", uuid::Uuid::new_v4().simple())))
+}
+
+/// An AWS access key: both halves required.
+fn aws_parts(
+    name: &str,
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
+    region: Option<String>,
+    endpoint: Option<String>,
+) -> Result<Parts, String> {
+    let present = |value: &Option<String>| value.as_deref().is_some_and(|v| !v.trim().is_empty());
+    if !present(&access_key_id) {
+        return Err(format!(
+            "credential `{name}`: the AWS access key id is missing; pass --access-key-id or set AWS_ACCESS_KEY_ID"
+        ));
+    }
+    if !present(&secret_access_key) {
+        return Err(format!(
+            "credential `{name}`: the AWS secret access key is missing; pass --secret-access-key or set \
+             AWS_SECRET_ACCESS_KEY"
+        ));
+    }
+    let public = PublicPart {
+        identity: access_key_id.unwrap_or_default().trim().to_owned(),
+        region: aws_region(region),
+        endpoint,
+        ..PublicPart::default()
+    };
+    Ok((public, secret_access_key.unwrap_or_default()))
+}
+
+/// The region an AWS credential acts in, `us-east-1` unless given.
+fn aws_region(region: Option<String>) -> Option<String> {
+    Some(region.unwrap_or_else(|| "us-east-1".to_owned()))
+}
+
+/// A machine-identity credential: no key, the machine the API runs on acts.
+fn machine_part(endpoint: Option<String>) -> PublicPart {
+    PublicPart { identity: MACHINE_IDENTITY.to_owned(), endpoint, machine: true, ..PublicPart::default() }
+}
+
+/// A GCP machine identity, which names the project it acts in.
+fn gcp_machine_part(name: &str, project: Option<String>, endpoint: Option<String>) -> Result<PublicPart, String> {
+    let project = project
+        .filter(|p| !p.trim().is_empty())
+        .ok_or_else(|| format!("credential `{name}`: a GCP machine-identity credential needs --project PROJECT_ID"))?;
+    check_dns_label("GCP project", &project).map_err(|why| format!("credential `{name}`: {why}"))?;
+    Ok(PublicPart { project: Some(project), ..machine_part(endpoint) })
+}
+
+/// A GCP service-account key, whose email and project are its public part.
+fn gcp_parts(name: &str, service_account_json: Option<String>, endpoint: Option<String>) -> Result<Parts, String> {
+    let json = service_account_json.unwrap_or_default();
+    let key =
+        crate::providers::gcp::ServiceAccountKey::parse(&json).map_err(|why| format!("credential `{name}`: {why}"))?;
+    let public =
+        PublicPart { identity: key.client_email, project: Some(key.project_id), endpoint, ..PublicPart::default() };
+    Ok((public, json))
 }
 
 /// Refuses the fields of another provider: ignoring them would let the caller believe they took
