@@ -13,6 +13,9 @@
 begin_test_run() {
     TEST_RUN_ID="$(date +%s)-$$"
     TEST_RUN_TMP="$(mktemp -d "${TMPDIR:-/tmp}/anycloud-test-run.XXXXXX")"
+    # As /tmp is: tests that run a tool as another user (initdb as `postgres`) reach their
+    # directories in it; each test's own directory is still its user's alone (0700).
+    chmod 1777 "$TEST_RUN_TMP"
     export TEST_RUN_ID TEST_RUN_TMP
 }
 
@@ -29,12 +32,12 @@ _leftover_pids() {
         [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
         # A zombie has ended; its parent merely has not reaped it.
         [[ $(awk '{print $3}' "$dir/stat" 2>/dev/null) == Z ]] && continue
-        if tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ANYCLOUD_TEST_RUN=$TEST_RUN_ID"; then
+        if tr '\0' '\n' 2>/dev/null <"$dir/environ" | grep -qx "ANYCLOUD_TEST_RUN=$TEST_RUN_ID"; then
             echo "$pid"
             continue
         fi
         cwd=$(readlink "$dir/cwd" 2>/dev/null || true)
-        cmdline=$(tr '\0' ' ' <"$dir/cmdline" 2>/dev/null || true)
+        cmdline=$(tr '\0' ' ' 2>/dev/null <"$dir/cmdline" || true)
         if [[ $cwd == "$TEST_RUN_TMP"* || $cmdline == *"$TEST_RUN_TMP"* ]]; then
             echo "$pid"
         fi
@@ -53,7 +56,7 @@ end_test_run() {
     if [[ -n $pids ]]; then
         log "ERROR: the tests left these processes running (a test must end every process it starts):"
         for pid in $pids; do
-            log "  $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) (in $(readlink "/proc/$pid/cwd" 2>/dev/null))"
+            log "  $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") (in $(readlink "/proc/$pid/cwd" 2>/dev/null))"
         done
         # shellcheck disable=SC2086
         kill -KILL $pids 2>/dev/null || true

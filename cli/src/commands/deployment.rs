@@ -12,6 +12,7 @@ use anycloud_workflows::db::deployments::{DeploymentKind, Status};
 use anycloud_workflows::db::revisions::RevisionResult;
 use anycloud_workflows::operations::described_secrets;
 
+use super::outage::Outage;
 use super::print_json;
 use crate::client::{Client, segment};
 use crate::exit::{BAD_INPUT, CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
@@ -20,9 +21,6 @@ use crate::render;
 
 /// How often a follower asks for the deployment again.
 pub(crate) const POLL: Duration = Duration::from_secs(1);
-
-/// How long a follower rides out an unreachable API (it may be restarting).
-pub(crate) const UNREACHABLE_FOR: Duration = Duration::from_secs(120);
 
 pub(crate) fn path(key: &str) -> String {
     format!("/v1/deployments/{}", segment(key))
@@ -203,13 +201,11 @@ pub async fn follow_until(
     let deadline = Instant::now() + timeout;
     let mut shown = String::new();
     let mut state = String::from("unknown");
-    let mut unreachable_since: Option<Instant> = None;
+    let mut outage = Outage::default();
     loop {
         match client.get::<DeploymentDetail>(&path(key)).await {
             Ok(detail) => {
-                if unreachable_since.take().is_some() && !json {
-                    say!("  (API reachable again)");
-                }
+                outage.answered(json);
                 state.clone_from(&detail.state);
                 if change_key(&detail) != shown {
                     shown = change_key(&detail);
@@ -238,18 +234,8 @@ pub async fn follow_until(
                     ));
                 }
             }
-            Err(err) if err.error_code == "API_UNREACHABLE" => {
-                let since = *unreachable_since.get_or_insert_with(|| {
-                    if !json {
-                        say!("  (API unreachable; waiting for it to come back)");
-                    }
-                    Instant::now()
-                });
-                if since.elapsed() > UNREACHABLE_FOR {
-                    return Err(err);
-                }
-            }
-            Err(err) => return Err(err),
+            // The API may be restarting: keep trying for a while, saying so once.
+            Err(err) => outage.failed(err, json)?,
         }
         if Instant::now() >= deadline {
             return Err(CliError::new(

@@ -12,7 +12,8 @@ use std::time::Instant;
 use anycloud_workflows::api::LogsQuery;
 use anycloud_workflows::log_cursor::{LineBuffer, LogCursor, split_stamp};
 
-use super::deployment::{POLL, UNREACHABLE_FOR, path};
+use super::deployment::{POLL, path};
+use super::outage::UNREACHABLE_FOR;
 use crate::client::Client;
 use crate::exit::{CliResult, OK};
 use crate::output::stdout_failed;

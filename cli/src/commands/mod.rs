@@ -14,6 +14,7 @@ pub mod exec;
 pub mod hosted_api;
 pub mod job;
 pub mod logs;
+pub mod outage;
 pub mod secret;
 pub mod service;
 pub mod workflow;

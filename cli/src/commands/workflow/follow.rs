@@ -9,6 +9,7 @@ use anycloud_workflows::operations::PAGE_LIMIT;
 
 use super::event_line;
 use crate::client::Client;
+use crate::commands::outage::Outage;
 use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
 use crate::output::say;
 use crate::render;
@@ -19,7 +20,7 @@ use crate::render;
 pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) -> CliResult {
     let deadline = Instant::now() + timeout;
     let mut after = 0_i64;
-    let mut unreachable_since: Option<Instant> = None;
+    let mut outage = Outage::default();
     let gap = crate::seams::get().follow_gap;
     loop {
         // The run before its events: a run that had ended (or parked) when it was read has all
@@ -37,9 +38,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
         .await;
         match polled {
             Ok((events, detail)) => {
-                if unreachable_since.take().is_some() && !json {
-                    say!("  (API reachable again)");
-                }
+                outage.answered(json);
                 for event in &events.events {
                     after = after.max(event.seq);
                     if json {
@@ -63,18 +62,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
                 }
             }
             // The API may be restarting: keep trying for a while, saying so once.
-            Err(err) if err.error_code == "API_UNREACHABLE" => {
-                let since = *unreachable_since.get_or_insert_with(|| {
-                    if !json {
-                        say!("  (API unreachable; waiting for it to come back)");
-                    }
-                    Instant::now()
-                });
-                if since.elapsed() > Duration::from_secs(120) {
-                    return Err(err);
-                }
-            }
-            Err(err) => return Err(err),
+            Err(err) => outage.failed(err, json)?,
         }
         if Instant::now() >= deadline {
             return Err(CliError::new(
