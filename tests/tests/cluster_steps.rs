@@ -13,7 +13,8 @@
 //!   `ensure_network` made, the VM of a cut-short launch), the record `failed` with no secrets;
 //! - `actions_succeed_idempotently`: with every step run twice (the first output thrown away, as a
 //!   crash before the checkpoint would) the run still succeeds, and the provider holds exactly
-//!   N + 1 = 3 live VMs (`cp`, `w0`, `w1`, each once) and exactly one network.
+//!   N + 1 = 3 live VMs (`cp`, `w0`, `w1`, each once) and exactly one network; and `cluster.delete`
+//!   of such a cluster, every step run twice, still ends it `deleted` with nothing left.
 //!
 //! What the provider holds is read outside anycloud: the simulated cloud's tables directly, moto
 //! through a raw aws-sdk-ec2 client. moto ignores EC2 `ClientToken`, so on AWS it is the
@@ -31,6 +32,7 @@ use anycloud_tests::e2e::{self, Moto};
 use anycloud_tests::simulated_kube::{MotoMachines, SimulatedKube};
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
 use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
+use anycloud_workflows::cluster_delete::{DeleteCluster, DeleteInput};
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster, Phase};
 use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
@@ -320,6 +322,27 @@ async fn sim_every_step_twice_still_makes_one_cluster() {
     assert_eq!(phase, "ready");
     assert!(secrets.is_some(), "a ready cluster keeps its sealed secrets");
     eprintln!("sim twice-run took {:?}", started.elapsed());
+}
+
+/// `cluster.delete` with every step run twice (as a crash between a step's effect and its
+/// checkpoint would): the cluster still ends `deleted`, its secrets erased, and nothing of it is
+/// left at the simulated cloud.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_every_delete_step_twice_still_deletes_everything() {
+    let h = Harness::new(Provider::Sim, &uuid::Uuid::new_v4().to_string()).await;
+    let registry = Registry::new().with(h.workflow.clone());
+    let engine = Engine::start(h.store.clone(), registry, EngineConfig::named("creator")).await.unwrap();
+    let run = engine.submit::<CreateCluster>(&h.input, None).await.unwrap();
+    let created = engine.wait(run, Duration::from_secs(120)).await.unwrap();
+    assert_eq!(created.status, RunStatus::Succeeded, "{created:?}");
+    engine.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(h.sim_live_vms().await.len(), WORKERS as usize + 1);
+
+    let delete = Arc::new(DeleteCluster { deps: h.workflow.deps.clone() });
+    let input = DeleteInput { cluster_id: h.cluster_id().to_owned(), name: h.input.name.clone() };
+    actions_succeed_idempotently(&h.store, delete, &input).await.unwrap();
+    h.sim_holds_nothing().await.unwrap();
+    h.record_is(Phase::Deleted).await.unwrap();
 }
 
 /// A real terminal error in the first step (here: a VM type the simulated cloud does not have)

@@ -1,10 +1,11 @@
-//! The engine's workflow-author helpers (`anycloud_engine::testing`) applied to `service.deploy`
-//! and `service.upgrade`, in-process, on a ready simulated cluster whose kubelet runs each
+//! The engine's workflow-author helpers (`anycloud_engine::testing`) applied to `service.deploy`,
+//! `service.upgrade` and `service.terminate`, in-process, on a ready simulated cluster whose kubelet runs each
 //! replica as a local HTTP server on its `$PORT`:
 //!
 //! - `actions_succeed_idempotently`: every step run twice still deploys the service (one
 //!   Deployment, one Service, its replicas serving revision 1), and still upgrades it (only
-//!   revision 2's Pods left, the record on revision 2);
+//!   revision 2's Pods left, the record on revision 2), and still terminates it (`terminated`, no
+//!   object, no process);
 //! - `action_failure_can_unwind`: failing each step of `service.deploy` in turn leaves no object
 //!   and no process; failing each step of `service.upgrade` in turn rolls back: the Deployment's
 //!   template is revision 1 again, no Pod of revision 2 is left, revision 1 is available and the
@@ -37,6 +38,7 @@ use anycloud_workflows::providers::{Clouds, ProviderKind};
 use anycloud_workflows::seams::TestSeams;
 use anycloud_workflows::secrets::SecretBox;
 use anycloud_workflows::service_deploy::{DeployService, ServiceInput};
+use anycloud_workflows::service_terminate::TerminateService;
 use anycloud_workflows::service_upgrade::{UpgradeInput, UpgradeService};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -310,4 +312,15 @@ async fn an_upgrade_failure_or_cancel_at_every_step_rolls_back_to_the_serving_re
     };
     action_failure_can_unwind(&harness.store, workflow.clone(), &harness.upgrade_input(), check).await.unwrap();
     cancel_in_flight_can_unwind(&harness.store, workflow, &harness.upgrade_input(), check).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_terminate_step_run_twice_still_terminates_once() {
+    let harness = Harness::new().await;
+    harness.deployed_with_revision_2().await;
+    let workflow = Arc::new(TerminateService { deps: harness.deps.clone() });
+    actions_succeed_idempotently(&harness.store, workflow, &harness.input()).await.unwrap();
+    let record = deployments::get(&harness.deps.db, &harness.id).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Terminated, "{record:?}");
+    harness.nothing_left("terminate").await.unwrap();
 }

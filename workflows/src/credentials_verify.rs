@@ -111,9 +111,8 @@ mod tests {
     use crate::providers::ProviderKind;
     use crate::test_support::{FakeAnswer, TestWorld};
 
-    /// Saves a `sim` credential whose fake cloud answers `answer`, verifies it, and returns the
-    /// credential as recorded.
-    async fn verify_with(answer: FakeAnswer) -> credentials::Credential {
+    /// A world whose fake cloud answers `answer`, with a `sim` credential `fake` saved (`verifying`).
+    async fn world_with_credential(answer: FakeAnswer) -> TestWorld {
         let world = TestWorld::new(answer).await;
         let record = credentials::NewRecord {
             name: "fake".into(),
@@ -124,6 +123,13 @@ mod tests {
         let mut tx = world.deps.db.begin().await.unwrap();
         credentials::insert_in(&mut tx, &record, &world.deps.sealer, "run", 1).await.unwrap();
         tx.commit().await.unwrap();
+        world
+    }
+
+    /// Saves a `sim` credential whose fake cloud answers `answer`, verifies it, and returns the
+    /// credential as recorded.
+    async fn verify_with(answer: FakeAnswer) -> credentials::Credential {
+        let world = world_with_credential(answer).await;
         let workflow = Arc::new(VerifyCredential { deps: world.deps.clone() });
         let engine = world.engine(anycloud_engine::Registry::new().with(workflow)).await;
         let run = engine.submit::<VerifyCredential>(&VerifyInput { name: "fake".into() }, None).await.unwrap();
@@ -152,5 +158,46 @@ mod tests {
         let credential = verify_with(FakeAnswer::CannotOpen).await;
         assert_eq!(credential.status, CredentialStatus::Invalid);
         assert_eq!(credential.status_message.as_deref(), Some("fake cloud: malformed key"));
+    }
+
+    #[tokio::test]
+    async fn every_step_run_twice_still_records_one_verdict() {
+        let world = world_with_credential(FakeAnswer::Accept).await;
+        let workflow = Arc::new(VerifyCredential { deps: world.deps.clone() });
+        let input = VerifyInput { name: "fake".into() };
+        let verdict =
+            anycloud_engine::testing::actions_succeed_idempotently(world.store(), workflow, &input).await.unwrap();
+        assert!(matches!(verdict, Verdict::Accepted { .. }), "{verdict:?}");
+        let credential = credentials::get(&world.deps.db, "fake").await.unwrap().unwrap();
+        assert_eq!(credential.status, CredentialStatus::Valid);
+    }
+
+    /// Neither step changes anything at the provider, so neither has an undo: a run failed at
+    /// any step leaves the credential `verifying`, as it was. A cancel that lands after
+    /// `record_verdict` did its work leaves the verdict it recorded (it is true either way).
+    #[tokio::test]
+    async fn a_failure_or_cancel_at_every_step_leaves_the_credential_as_it_was() {
+        let world = world_with_credential(FakeAnswer::Accept).await;
+        let workflow = Arc::new(VerifyCredential { deps: world.deps.clone() });
+        let input = VerifyInput { name: "fake".into() };
+        let status = || async { credentials::get(&world.deps.db, "fake").await.unwrap().unwrap().status };
+        let unchanged = |step: &'static str| async move {
+            match status().await {
+                CredentialStatus::Verifying => Ok(()),
+                other => Err(format!("after a failure at `{step}` the credential is {other:?}")),
+            }
+        };
+        anycloud_engine::testing::action_failure_can_unwind(world.store(), workflow.clone(), &input, unchanged)
+            .await
+            .unwrap();
+        let as_before_or_true = |step: &'static str| async move {
+            match (step, status().await) {
+                (_, CredentialStatus::Verifying) | ("record_verdict", CredentialStatus::Valid) => Ok(()),
+                (step, other) => Err(format!("after a cancel at `{step}` the credential is {other:?}")),
+            }
+        };
+        anycloud_engine::testing::cancel_in_flight_can_unwind(world.store(), workflow, &input, as_before_or_true)
+            .await
+            .unwrap();
     }
 }

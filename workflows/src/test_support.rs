@@ -53,6 +53,11 @@ impl TestWorld {
         }
     }
 
+    /// The store the world's tables live in.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     pub(crate) async fn engine(&self, registry: Registry) -> Engine {
         let config = EngineConfig { poll_interval: std::time::Duration::from_millis(20), ..EngineConfig::default() };
         Engine::start(self.store.clone(), registry, config).await.expect("an engine")
