@@ -25,6 +25,8 @@ pub struct SimulatedKube {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     listings: Arc<AtomicUsize>,
     kubelet_dir: std::path::PathBuf,
+    /// The thread whose runtime serves it and runs its reconcile loop.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl SimulatedKube {
@@ -38,7 +40,7 @@ impl SimulatedKube {
         let counted: Arc<dyn Machines> = Arc::new(Counted { machines, listings: listings.clone() });
         let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
         let (kubelet_dir_tx, kubelet_dir_rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("simulated-kube".into())
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -51,16 +53,18 @@ impl SimulatedKube {
                     let storage = Storage::temporary().await.expect("its storage");
                     let _ = kubelet_dir_tx.send(storage.kubelet_dir().to_owned());
                     let app = anycloud_sim::kube::router(counted, storage, crate::e2e::kube_proxy());
-                    let _ = axum::serve(listener, app)
-                        .with_graceful_shutdown(async {
-                            let _ = stop.await;
-                        })
-                        .await;
+                    tokio::select! {
+                        _ = axum::serve(listener, app) => {}
+                        _ = stop => {}
+                    }
                 });
+                // Every task ends with the runtime, the reconcile loop too: after this, nothing
+                // starts a Pod's process again.
+                runtime.shutdown_timeout(std::time::Duration::from_secs(2));
             })
             .expect("spawning the simulated Kubernetes");
         let kubelet_dir = kubelet_dir_rx.recv().expect("the simulated Kubernetes's storage");
-        Self { addr, shutdown: Some(shutdown), listings, kubelet_dir }
+        Self { addr, shutdown: Some(shutdown), listings, kubelet_dir, thread: Some(thread) }
     }
 
     /// The base URL to pass as the seam: a cluster's API is this, then `/` and its control plane's
@@ -76,12 +80,16 @@ impl SimulatedKube {
 }
 
 impl Drop for SimulatedKube {
-    /// Stops the server; its Pods' processes and kube-proxies end with the test.
+    /// Stops the server and its reconcile loop, then its Pods' processes and kube-proxies, in that
+    /// order: killed first, a Pod's process could be started again by a loop still running.
     fn drop(&mut self) {
-        anycloud_sim::kube::kill_processes_under(&self.kubelet_dir);
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        anycloud_sim::kube::kill_processes_under(&self.kubelet_dir);
     }
 }
 

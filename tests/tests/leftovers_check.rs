@@ -7,12 +7,13 @@
 use std::path::Path;
 use std::process::Command;
 
-/// Runs `script` in bash with the check loaded (a grace of one second); its stdout and status.
+/// Runs `script` in bash with the check loaded (failing on a leftover, after a grace of one
+/// second); its stdout and status.
 fn with_check(script: &str) -> (String, i32) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let full = format!(
-        "set -u; log() {{ echo \"$*\"; }}; LEFTOVER_GRACE=1; source scripts/lib/leftovers.sh; begin_test_run; \
-         {script}"
+        "set -u; log() {{ echo \"$*\"; }}; LEFTOVER_GRACE=1; LEFTOVERS=fail; source scripts/lib/leftovers.sh; \
+         begin_test_run; {script}"
     );
     let out = Command::new("bash").arg("-c").arg(full).current_dir(root).output().unwrap();
     (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code().unwrap_or(-1))
