@@ -41,17 +41,8 @@ enum Transition {
     /// The run stops for an operator; `error` is the failed attempt's, if one failed.
     Park { reason: String, error: Option<StepError> },
     /// The run turns back: the completed steps are undone in reverse order, and first the step
-    /// in hand (`in_hand`), when it may have had an effect without a checkpoint.
-    Unwind {
-        reason: String,
-        error: Option<StepError>,
-        /// The row of the step that failed, or of the last step, which completed (the workflow's
-        /// output then failed).
-        step: Option<StepRecord>,
-        /// Said before `unwinding` (the failure that caused it).
-        event: Option<NewEvent>,
-        in_hand: Option<&'static str>,
-    },
+    /// in hand, when it may have had an effect without a checkpoint.
+    Unwind(Unwind),
     /// An undo completed.
     Undone { step: StepRecord },
     /// Nothing is left to undo: the run ends `failed`, or `cancelled` if that was asked.
@@ -287,7 +278,7 @@ impl Driver<'_> {
     fn finish(&self, step: Option<StepRecord>) -> Transition {
         match self.instance.output() {
             Ok(output) => Transition::Succeed { step, output },
-            Err(error) => Transition::Unwind {
+            Err(error) => Transition::Unwind(Unwind {
                 reason: format!("the run failed: {error}"),
                 event: Some(NewEvent::new(
                     EventKind::OutputFailed,
@@ -297,7 +288,7 @@ impl Driver<'_> {
                 error: Some(error),
                 step,
                 in_hand: None,
-            },
+            }),
         }
     }
 
@@ -342,13 +333,13 @@ impl Driver<'_> {
                 finished_at: now,
             };
             let in_hand = (error.is_interrupted() && self.instance.has_undo(index)).then_some(name);
-            return Transition::Unwind {
+            return Transition::Unwind(Unwind {
                 reason: format!("step `{name}` failed: {error}"),
                 event: Some(NewEvent::new(EventKind::StepFailed, Some(name), format!("{why}: {error}"))),
                 error: Some(error),
                 step: Some(step),
                 in_hand,
-            };
+            });
         }
         Transition::Park {
             reason: format!(
@@ -369,7 +360,7 @@ impl Driver<'_> {
             (true, Some(step)) => format!("cancelled by an operator while step `{step}` ran; it was stopped"),
             _ => "cancelled by an operator".to_owned(),
         };
-        Transition::Unwind { reason, error: None, step: None, event: None, in_hand }
+        Transition::Unwind(Unwind { reason, error: None, step: None, event: None, in_hand })
     }
 
     /// What [`EngineConfig::before_act`] says, if anything is configured.
@@ -479,7 +470,7 @@ impl Driver<'_> {
             },
             other => other,
         };
-        if let Transition::Unwind { reason, .. } = &transition {
+        if let Transition::Unwind(Unwind { reason, .. }) = &transition {
             self.instance.turned_back(reason, run.cancel_requested);
         }
         apply(self.inner, run, transition).await
@@ -525,9 +516,7 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
         }
         Transition::Retry { error, delay } => retry(inner, run, error, delay, now).await,
         Transition::Park { reason, error } => park(inner, run, reason, error).await,
-        Transition::Unwind { reason, error, step, event, in_hand } => {
-            unwind(inner, run, Unwind { reason, error, step, event, in_hand }, now).await
-        }
+        Transition::Unwind(turn) => unwind(inner, run, turn, now).await,
         Transition::Undone { step } => {
             let events = [NewEvent::new(
                 EventKind::UndoSucceeded,
@@ -544,12 +533,16 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
     }
 }
 
-/// What [`Transition::Unwind`] carries, for [`unwind`].
+/// Why and from where a run turns back ([`Transition::Unwind`]).
 struct Unwind {
     reason: String,
     error: Option<StepError>,
+    /// The row of the step that failed, or of the last step, which completed (the workflow's
+    /// output then failed).
     step: Option<StepRecord>,
+    /// Said before `unwinding` (the failure that caused it).
     event: Option<NewEvent>,
+    /// The step in hand, undone first when it may have had an effect without a checkpoint.
     in_hand: Option<&'static str>,
 }
 
