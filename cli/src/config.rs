@@ -70,6 +70,11 @@ pub fn data_home() -> PathBuf {
     home().join(".local").join("share").join("anycloud")
 }
 
+/// The data directory of local API `id` when `--data-dir` names none.
+pub fn api_data_dir(id: &str) -> PathBuf {
+    data_home().join("apis").join(id)
+}
+
 fn home() -> PathBuf {
     std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from)
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::print_json;
 use crate::client::Client;
-use crate::config::{ApiEntry, Config, data_home};
+use crate::config::{ApiEntry, Config, api_data_dir};
 use crate::exit::{CliError, CliResult, NOT_OBSERVED, OK, TIMEOUT};
 use crate::render;
 
@@ -126,7 +126,7 @@ pub struct HostArgs {
 /// listens, and (with `--use`) makes it the active API.
 pub async fn host(args: HostArgs, json: bool) -> CliResult {
     anycloud_workflows::names::check_dns_label("API", &args.id).map_err(CliError::bad_input)?;
-    let dir = args.data_dir.clone().unwrap_or_else(|| data_home().join("apis").join(&args.id));
+    let dir = args.data_dir.clone().unwrap_or_else(|| api_data_dir(&args.id));
     let io = |what: &str, err: std::io::Error| {
         CliError::new(NOT_OBSERVED, "DATA_DIR", format!("{what} {}: {err}", dir.display()))
     };
@@ -238,7 +238,7 @@ pub async fn stop(id: &str, data_dir: Option<PathBuf>, delete_bucket: bool, json
             "--delete-bucket applies to an API deployed on a cloud VM, and the CLI config has no such API `{id}`"
         )));
     }
-    let dir = data_dir.unwrap_or_else(|| data_home().join("apis").join(id));
+    let dir = data_dir.unwrap_or_else(|| api_data_dir(id));
     let Some(pid) = running_pid(&dir) else {
         return Err(CliError::new(
             NOT_OBSERVED,

@@ -24,7 +24,7 @@ use anycloud_workflows::providers::{Clouds, SimulatedCloud};
 use anycloud_workflows::secrets::SecretBox;
 
 use super::{AppState, ServeOptions, checkpoint, listener, router, storage, streams, tls};
-use crate::config::{ApiEntry, Config, data_home};
+use crate::config::{ApiEntry, Config, api_data_dir};
 use crate::exit::{CliError, CliResult, NOT_OBSERVED, OK};
 use crate::seams::Seams;
 
@@ -125,7 +125,7 @@ fn check(options: &ServeOptions) -> Result<(), CliError> {
 
 /// The data directory, made if missing, readable by this user only.
 fn prepare_data_dir(options: &ServeOptions) -> Result<PathBuf, CliError> {
-    let data_dir = options.data_dir.clone().unwrap_or_else(|| data_home().join("apis").join(&options.id));
+    let data_dir = options.data_dir.clone().unwrap_or_else(|| api_data_dir(&options.id));
     storage::check(&data_dir)?;
     std::fs::create_dir_all(&data_dir).map_err(|err| data_dir_error(&data_dir, "creating the data directory", err))?;
     std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
