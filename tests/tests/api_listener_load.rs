@@ -120,7 +120,7 @@ impl Client {
     /// connection, not once the API accepted it, and a full listen backlog drops SYNs, which a
     /// client (the measured requests' too) sends again only a second later.
     async fn connect_many(&self, count: usize, pid: u32) -> Vec<(TcpStream, Instant)> {
-        let files_before = open_files(pid);
+        let files_before = settled_open_files(pid).await;
         let mut connected = Vec::new();
         while connected.len() < count {
             let batch = (count - connected.len()).min(100);
@@ -134,6 +134,12 @@ impl Client {
             while open_files(pid) < files_before + connected.len() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
+            assert!(
+                open_files(pid) >= files_before + connected.len(),
+                "the API did not take {} connections within 5 s: it holds {} files ({files_before} before)",
+                connected.len(),
+                open_files(pid)
+            );
         }
         connected
     }
@@ -248,6 +254,20 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
+/// The files the API holds once the connection of a request just answered is gone: the
+/// client reads the answer to its end before the server's task has dropped the socket.
+async fn settled_open_files(pid: u32) -> usize {
+    let mut last = open_files(pid);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = open_files(pid);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
 fn open_files(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
 }
@@ -275,7 +295,7 @@ fn silent_and_trickling_connections_are_closed_by_their_timeouts_while_the_api_a
     let target = api.client.clone();
     runtime().block_on(async {
         target.real_request().await;
-        let files_before = open_files(pid);
+        let files_before = settled_open_files(pid).await;
         let cpu_before = cpu_ticks(pid);
         let started = Instant::now();
         let silent: Vec<_> =
@@ -375,7 +395,7 @@ fn beyond_its_connection_limit_the_api_closes_at_once_and_a_failing_accept_does_
         e2e::wait_until(Duration::from_secs(10), "the API to say its connection limit", || said(api.api.logs()));
     raise_open_files(limit + 1000);
     runtime().block_on(async {
-        let files_before = open_files(pid);
+        let files_before = settled_open_files(pid).await;
         let mut held = Vec::new();
         let opening = Instant::now();
         while held.len() < limit {
