@@ -19,6 +19,7 @@ pub mod provider_state;
 pub mod replicas;
 pub mod rfc3339;
 pub mod simulated_kube;
+pub mod source_code;
 /// A small tmpfs of a test's own, to fill; the one copy is the engine tests' (`support/tmpfs.rs`).
 #[path = "../../engine/tests/support/tmpfs.rs"]
 pub mod tmpfs;
