@@ -235,7 +235,7 @@ pub(crate) struct SubmitJobArgs {
     pub(crate) name: Option<String>,
     /// An environment variable, KEY=VALUE (repeatable; wins over --env-file).
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = commands::job::parse_env_flag)]
-    pub(crate) env: Vec<anycloud_workflows::api::EnvVar>,
+    pub(crate) env: Vec<anycloud_workflows::db::spec::EnvVar>,
     /// A file of KEY=VALUE lines (`#` comments, blank lines and an `export ` prefix allowed).
     #[arg(long, value_name = "FILE")]
     pub(crate) env_file: Option<PathBuf>,
@@ -297,7 +297,7 @@ pub(crate) struct DeployServiceArgs {
     pub(crate) name: Option<String>,
     /// An environment variable, KEY=VALUE (repeatable; wins over --env-file; PORT is set from --port).
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = commands::job::parse_env_flag)]
-    pub(crate) env: Vec<anycloud_workflows::api::EnvVar>,
+    pub(crate) env: Vec<anycloud_workflows::db::spec::EnvVar>,
     /// A file of KEY=VALUE lines (`#` comments, blank lines and an `export ` prefix allowed).
     #[arg(long, value_name = "FILE")]
     pub(crate) env_file: Option<PathBuf>,
@@ -347,7 +347,7 @@ pub(crate) enum DeploymentCommand {
         image: Option<String>,
         /// An environment variable to set, KEY=VALUE (repeatable).
         #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = commands::job::parse_env_flag)]
-        env: Vec<anycloud_workflows::api::EnvVar>,
+        env: Vec<anycloud_workflows::db::spec::EnvVar>,
         /// A new number of replicas (the API checks 1 to 100).
         #[arg(long, allow_negative_numbers = true)]
         replicas: Option<i64>,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use anycloud_workflows::api::ErrorBody;
+use anycloud_workflows::wire::ErrorBody;
 
 use crate::config::{ApiEntry, Config};
 use crate::exit::{BAD_INPUT, CliError, ENDED_OTHERWISE, NOT_OBSERVED};
@@ -307,7 +307,7 @@ fn http_client(name: &str, entry: &ApiEntry, builder: reqwest::ClientBuilder) ->
 /// certificate that parses is refused.
 fn pinned(name: &str, entry: &ApiEntry) -> Result<Option<Vec<rustls::pki_types::CertificateDer<'static>>>, CliError> {
     let Some(pem) = &entry.ca_pem else { return Ok(None) };
-    let certificates = anycloud_workflows::api_identity::pem_certificates(pem);
+    let certificates = anycloud_workflows::hosting::identity::pem_certificates(pem);
     if certificates.is_empty() {
         return Err(invalid_pin(name, "it holds no PEM certificate that parses"));
     }
@@ -367,8 +367,8 @@ mod tests {
                 err.message
             );
         }
-        let ca =
-            anycloud_workflows::api_identity::ApiIdentity::generate("team-api").unwrap_or_else(|err| panic!("{err}"));
+        let ca = anycloud_workflows::hosting::identity::ApiIdentity::generate("team-api")
+            .unwrap_or_else(|err| panic!("{err}"));
         assert!(Client::new("team-api".into(), entry(Some(&ca.ca_cert_pem))).is_ok());
         assert!(Client::new("local".into(), entry(None)).is_ok());
     }

@@ -1,8 +1,8 @@
 //! From a parsed command line to the command that runs it: one function per command group,
 //! each turning clap's arguments into the command's own.
 
-use anycloud_workflows::api::{NewCluster, WorkflowAction};
 use anycloud_workflows::db::deployments::DeploymentKind;
+use anycloud_workflows::wire::{NewCluster, WorkflowAction};
 
 use crate::args::{
     ApiCommand, Cli, ClusterCommand, Command, CredentialsCommand, DeploymentCommand, JobCommand, JobSubcommand,

@@ -85,8 +85,8 @@ pub fn main(seams: Seams) -> ExitCode {
 /// Prints a failure on stderr: `error[CODE]: message`, or the API's JSON error body.
 fn report(err: &CliError, json: bool) {
     if json {
-        let body = anycloud_workflows::api::ErrorBody {
-            error: anycloud_workflows::api::ErrorDetail { code: err.error_code.clone(), message: err.message.clone() },
+        let body = anycloud_workflows::wire::ErrorBody {
+            error: anycloud_workflows::wire::ErrorDetail { code: err.error_code.clone(), message: err.message.clone() },
         };
         eprintln!("{}", serde_json::to_string(&body).unwrap_or_default());
     } else {

@@ -3,13 +3,13 @@
 //! honour client tokens, as EC2's do.
 
 use anycloud_engine::{execute, with_pool};
+use anycloud_workflows::cloud::Verdict;
 use anycloud_workflows::cloud::{
     Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Vm,
 };
-use anycloud_workflows::cluster_network::Openings;
-use anycloud_workflows::kube_api::KubeEndpoint;
+use anycloud_workflows::cluster::network::Openings;
+use anycloud_workflows::kubernetes::KubeEndpoint;
 use anycloud_workflows::now_ms;
-use anycloud_workflows::providers::Verdict;
 use anycloud_workflows::providers::sim_settings::{REGIONS, SimSettings, VM_TYPES};
 use async_trait::async_trait;
 

@@ -6,7 +6,7 @@
 use anycloud_engine::{Pool, with_pool};
 use anycloud_workflows::cloud::{Cloud, CloudError};
 use anycloud_workflows::db::Db;
-use anycloud_workflows::kube_api::KubeEndpoint;
+use anycloud_workflows::kubernetes::KubeEndpoint;
 use anycloud_workflows::now_ms;
 use anycloud_workflows::providers::SimulatedCloud;
 use anycloud_workflows::providers::sim_settings::SimSettings;

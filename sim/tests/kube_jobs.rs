@@ -217,12 +217,12 @@ async fn errors_are_the_apiservers() {
     // Only the cluster's own token opens its API: not another, not a prefix of it, not none.
     let token = _cluster.secrets.api_token.clone();
     for wrong in [format!("{token}x"), token[..token.len() - 1].to_owned(), "anycloud".to_owned(), String::new()] {
-        let secrets = anycloud_workflows::cluster_secrets::ClusterSecrets {
+        let secrets = anycloud_workflows::cluster::secrets::ClusterSecrets {
             api_token: wrong.clone(),
             .._cluster.secrets.clone()
         };
-        let endpoint = anycloud_workflows::kube_api::KubeEndpoint::url(_cluster.url());
-        let client = anycloud_workflows::kube_api::client(&endpoint, &secrets).unwrap();
+        let endpoint = anycloud_workflows::kubernetes::KubeEndpoint::url(_cluster.url());
+        let client = anycloud_workflows::kubernetes::client::client(&endpoint, &secrets).unwrap();
         let refused = api_error(Api::<Job>::namespaced(client, "anycloud").get("twice").await);
         assert_eq!((refused.code, refused.reason.as_str()), (401, "Unauthorized"), "token {wrong:?}");
     }

@@ -1,5 +1,5 @@
 //! A followed log whose stream the network cuts mid-way: the domain's follower
-//! (`kube_job::logs`) opens it again from the second of its last line (`sinceTime`, stamped
+//! (`kubernetes::job::logs`) opens it again from the second of its last line (`sinceTime`, stamped
 //! lines) and passes every line exactly once. The cluster's API is reached through a TCP relay
 //! that drops every open connection on demand, as a restarted load balancer or apiserver would.
 
@@ -50,9 +50,9 @@ async fn a_followed_log_cut_mid_way_resumes_without_loss_or_repeats() {
     let upstream = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
     let cut = Arc::new(Notify::new());
     let through = relay(upstream.clone(), cut.clone()).await;
-    let endpoint = anycloud_workflows::kube_api::KubeEndpoint::url(url.replace(&upstream, &through));
-    let client = anycloud_workflows::kube_api::client(&endpoint, &cluster.secrets).unwrap();
-    let stream = anycloud_workflows::kube_api::stream_client(&endpoint, &cluster.secrets).unwrap();
+    let endpoint = anycloud_workflows::kubernetes::KubeEndpoint::url(url.replace(&upstream, &through));
+    let client = anycloud_workflows::kubernetes::client::client(&endpoint, &cluster.secrets).unwrap();
+    let stream = anycloud_workflows::kubernetes::client::stream_client(&endpoint, &cluster.secrets).unwrap();
 
     let namespace: Namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": NS } })).unwrap();
     let params = PatchParams::apply("test").force();
@@ -73,12 +73,13 @@ async fn a_followed_log_cut_mid_way_resumes_without_loss_or_repeats() {
     .await;
     let pod = pod.metadata.name.unwrap();
 
-    let mut lines = Box::pin(anycloud_workflows::kube_job::logs(&client, &stream, NS, &pod, true, None).await.unwrap());
+    let mut lines =
+        Box::pin(anycloud_workflows::kubernetes::job::logs(&client, &stream, NS, &pod, true, None).await.unwrap());
     let mut passed = Vec::new();
     let mut cuts = 0;
     while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next()).await.unwrap() {
         let line = line.unwrap();
-        let (_, text) = anycloud_workflows::log_cursor::split_stamp(&line).unwrap();
+        let (_, text) = anycloud_workflows::kubernetes::log_cursor::split_stamp(&line).unwrap();
         passed.push(String::from_utf8(text.to_vec()).unwrap());
         // Cut every connection twice while the job writes.
         if matches!(passed.len(), 10 | 40) {

@@ -136,7 +136,7 @@ pub fn cluster_record(name: &str, credential: &str) -> anycloud_workflows::db::c
         id: uuid::Uuid::new_v4().to_string(),
         name: name.into(),
         credential: credential.into(),
-        provider: anycloud_workflows::providers::ProviderKind::Sim,
+        provider: anycloud_workflows::cloud::ProviderKind::Sim,
         region: "sim-east-1".into(),
         zone: None,
         vm_type: "sim.small".into(),

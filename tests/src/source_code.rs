@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 
 /// The workspace's root folder.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests crate is inside the workspace").to_path_buf()
 }
 
 /// Every `.rs` file under `dir`, into `found`.
 pub fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|err| panic!("reading {}: {err}", dir.display()));
+    for entry in entries {
+        let path = entry.unwrap_or_else(|err| panic!("reading {}: {err}", dir.display())).path();
         if path.is_dir() {
             rust_files(&path, found);
         } else if path.extension().is_some_and(|ext| ext == "rs") {

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anycloud_sim::kube::Machines;
-use anycloud_workflows::api_binary::Arch;
-use anycloud_workflows::api_user_data::{ADDRESS_VARIABLE, parse_download, parse_serve_command};
+use anycloud_workflows::hosting::binary::Arch;
+use anycloud_workflows::hosting::user_data::{ADDRESS_VARIABLE, parse_download, parse_serve_command};
 
 /// The address the runner's VMs are reached at.
 pub const ADDRESS: &str = "127.0.0.1";

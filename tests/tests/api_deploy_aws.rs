@@ -116,7 +116,7 @@ s3.put_object(Bucket=os.environ["BUCKET"], Key=os.environ["KEY"], Body=open(os.e
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    anycloud_workflows::api_binary::sha256_hex(bytes)
+    anycloud_workflows::hosting::binary::sha256_hex(bytes)
 }
 
 fn live(state: &Value) -> Vec<&Value> {

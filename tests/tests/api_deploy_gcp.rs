@@ -153,7 +153,7 @@ fn an_api_deployed_on_gcp_serves_restores_after_a_wiped_disk_and_is_removed() {
         (vms.len() == 1).then(|| vms[0]["id"].as_str().unwrap().to_owned())
     });
     let shipped = std::fs::read(e2e::anycloud_seamed_bin()).unwrap();
-    let sha = anycloud_workflows::api_binary::sha256_hex(&shipped);
+    let sha = anycloud_workflows::hosting::binary::sha256_hex(&shipped);
     let key = format!("binaries/anycloud-{sha}");
     let stored = google.gcs().objects(BUCKET).into_iter().find(|o| o.name == key).expect("the shipped binary");
     assert_eq!(stored.bytes.as_ref(), shipped.as_slice(), "the bucket holds the CLI's own binary");

@@ -18,7 +18,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use anycloud_tests::e2e::{self, Api};
-use anycloud_workflows::api::exec_channel;
+use anycloud_workflows::wire::exec_channel;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anycloud_tests::e2e::{self, Api, ApiOptions, Moto};
 use anycloud_tests::simulated_kube::{MotoMachines, SimulatedKube};
 use anycloud_tests::vm_runner::{Launcher, VmRunner};
-use anycloud_workflows::api_identity;
+use anycloud_workflows::hosting;
 use serde_json::Value;
 
 const REGION: &str = "us-east-1";
@@ -100,7 +100,7 @@ fn a_rotated_ca_is_served_without_a_restart_and_pinned_alone() {
     let old_keys = keys_at_moto(&moto);
     assert_eq!(old_keys["ca_cert_pem"], old_ca.as_str());
     // Bounded, not 1975-4096: five years and the hour of skew.
-    let (from, to) = api_identity::validity_of(&old_ca).unwrap();
+    let (from, to) = hosting::identity::validity_of(&old_ca).unwrap();
     assert_eq!(to - from, 5 * 365 * 24 * 3600 + 3600);
 
     // The rotation, through the deployer (the active API is the hosted one: the default).
@@ -108,17 +108,17 @@ fn a_rotated_ca_is_served_without_a_restart_and_pinned_alone() {
     // Meanwhile the CLI config pins both CAs, the old first (the API answers from one or the other).
     let during = e2e::wait_until(Duration::from_secs(120), "the CLI config to pin both CAs", || {
         let pinned = config(&local)["apis"]["team-api"]["ca_pem"].as_str().unwrap_or_default().to_owned();
-        (api_identity::pem_blocks(&pinned).len() == 2).then_some(pinned)
+        (hosting::identity::pem_blocks(&pinned).len() == 2).then_some(pinned)
     });
-    assert_eq!(api_identity::pem_blocks(&during)[0], api_identity::pem_blocks(&old_ca)[0]);
+    assert_eq!(hosting::identity::pem_blocks(&during)[0], hosting::identity::pem_blocks(&old_ca)[0]);
     let out = rotating.wait(Duration::from_secs(300));
     out.expect_code(0);
     let rotated = out.last_json();
     assert_eq!(rotated["rotated"], "team-api", "{out}");
     let new_ca = rotated["ca_pem"].as_str().unwrap().to_owned();
-    assert_eq!(api_identity::pem_blocks(&new_ca).len(), 1, "{new_ca}");
-    assert_ne!(api_identity::pem_blocks(&new_ca), api_identity::pem_blocks(&old_ca));
-    assert_eq!(api_identity::pem_blocks(&during)[1], api_identity::pem_blocks(&new_ca)[0]);
+    assert_eq!(hosting::identity::pem_blocks(&new_ca).len(), 1, "{new_ca}");
+    assert_ne!(hosting::identity::pem_blocks(&new_ca), hosting::identity::pem_blocks(&old_ca));
+    assert_eq!(hosting::identity::pem_blocks(&during)[1], hosting::identity::pem_blocks(&new_ca)[0]);
 
     // The secret holds the new CA, and the token and sealing key it held.
     let new_keys = keys_at_moto(&moto);
@@ -136,9 +136,9 @@ fn a_rotated_ca_is_served_without_a_restart_and_pinned_alone() {
     out.expect_code(0);
     assert!(out.stdout.contains("hosted (aws)"), "{out}");
     // Trusting the old CA alone, the API is refused; the new one alone is trusted.
-    let refused = e2e::block_on(api_identity::health(&url, &old_ca)).unwrap_err();
+    let refused = e2e::block_on(hosting::identity::health(&url, &old_ca)).unwrap_err();
     assert!(refused.contains("certificate") || refused.contains("Unknown"), "{refused}");
-    e2e::block_on(api_identity::health(&url, &new_ca)).unwrap();
+    e2e::block_on(hosting::identity::health(&url, &new_ca)).unwrap();
     // Served without a restart: the process that started at the deploy serves it.
     assert_eq!(runner.starts(&instance), 1, "{}", runner.log(&instance));
     assert!(runner.log(&instance).contains("renewed the TLS certificate for 127.0.0.1"), "{}", runner.log(&instance));
@@ -159,7 +159,7 @@ fn a_rotated_ca_is_served_without_a_restart_and_pinned_alone() {
     e2e::wait_until(Duration::from_secs(60), "the restarted API to answer through the new pin", || {
         (local.cli(&["api", "status"]).code == 0).then_some(())
     });
-    assert!(e2e::block_on(api_identity::health(&url, &old_ca)).is_err());
+    assert!(e2e::block_on(hosting::identity::health(&url, &old_ca)).is_err());
 
     let out = local.spawn_cli(&["api", "delete", "team-api", "--delete-bucket"]).wait(Duration::from_secs(120));
     out.expect_code(0);

@@ -10,7 +10,8 @@ use anycloud_engine::Store;
 use anycloud_tests::e2e::{self, PgDatabase};
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster, Phase};
-use anycloud_workflows::db::deployments::{self, DeploymentKind, NewDeployment, PlacementRefused, Spec};
+use anycloud_workflows::db::deployments::{self, DeploymentKind, NewDeployment, PlacementRefused};
+use anycloud_workflows::db::spec::Spec;
 
 async fn ready_cluster(store: &Store, name: &str) -> Cluster {
     Db::open(store).await.unwrap();

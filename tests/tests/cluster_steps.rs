@@ -30,18 +30,19 @@ use anycloud_engine::{Engine, EngineConfig, Pool, Registry, RunStatus, Store};
 use anycloud_sim::SimCloud;
 use anycloud_tests::e2e::{self, Moto};
 use anycloud_tests::simulated_kube::{MotoMachines, SimulatedKube};
+use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
-use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
-use anycloud_workflows::cluster_delete::{DeleteCluster, DeleteInput};
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster, Phase};
 use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
-use anycloud_workflows::deps::Deps;
+use anycloud_workflows::providers::Clouds;
 use anycloud_workflows::providers::endpoint::EndpointPolicy;
 use anycloud_workflows::providers::sim_settings::SimSettings;
-use anycloud_workflows::providers::{Clouds, ProviderKind};
 use anycloud_workflows::seams::TestSeams;
 use anycloud_workflows::secrets::SecretBox;
+use anycloud_workflows::workflows::cluster_create::{CreateCluster, CreateInput};
+use anycloud_workflows::workflows::cluster_delete::{DeleteCluster, DeleteInput};
+use anycloud_workflows::workflows::deps::Deps;
 use aws_sdk_ec2::types::{Filter, Instance};
 
 /// Capacity VMs of every cluster here (N); the provider then holds N + 1 VMs.

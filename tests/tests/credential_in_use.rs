@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use anycloud_engine::Store;
 use anycloud_tests::e2e::{self, Api, PgDatabase};
+use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster};
 use anycloud_workflows::db::credentials::{self, Hold, NewRecord, PublicPart};
-use anycloud_workflows::providers::ProviderKind;
 use anycloud_workflows::secrets::SecretBox;
 
 /// How long a transaction that must wait is watched before the test lets the other commit.

@@ -14,7 +14,7 @@ use anycloud_tests::e2e::Moto;
 use anycloud_workflows::cloud::{
     CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
 };
-use anycloud_workflows::cluster_network::Openings;
+use anycloud_workflows::cluster::network::Openings;
 use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::aws_cloud::AwsCloud;
 use aws_sdk_ec2::types::{

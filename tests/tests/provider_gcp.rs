@@ -9,7 +9,7 @@ use anycloud_tests::fake_gce::FakeGce;
 use anycloud_tests::fake_google::FakeGoogle;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use anycloud_workflows::cloud::{Cloud, CloudError, LaunchSpec, Network, Placement, Role};
-use anycloud_workflows::cluster_network::Openings;
+use anycloud_workflows::cluster::network::Openings;
 use anycloud_workflows::db::credentials::PublicPart;
 use anycloud_workflows::providers::gcp;
 use anycloud_workflows::providers::gcp_cloud::{GcpCloud, IMAGE};

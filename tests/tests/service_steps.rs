@@ -24,22 +24,24 @@ use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempo
 use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Store};
 use anycloud_sim::SimCloud;
 use anycloud_tests::e2e;
-use anycloud_workflows::cluster_create::{CreateCluster, CreateInput};
+use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::clusters::{self, Cluster};
 use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
-use anycloud_workflows::db::deployments::{self, DeploymentKind, NewDeployment, ServiceShape, Spec, Status};
+use anycloud_workflows::db::deployments::{self, DeploymentKind, NewDeployment, ServiceShape, Status};
 use anycloud_workflows::db::revisions::{self, Revision, RevisionResult};
-use anycloud_workflows::deps::Deps;
-use anycloud_workflows::kube_job::DEPLOYMENT_ID;
-use anycloud_workflows::kube_service::REVISION;
+use anycloud_workflows::db::spec::Spec;
+use anycloud_workflows::kubernetes::DEPLOYMENT_ID;
+use anycloud_workflows::kubernetes::service::REVISION;
+use anycloud_workflows::providers::Clouds;
 use anycloud_workflows::providers::sim_settings::SimSettings;
-use anycloud_workflows::providers::{Clouds, ProviderKind};
 use anycloud_workflows::seams::TestSeams;
 use anycloud_workflows::secrets::SecretBox;
-use anycloud_workflows::service_deploy::{DeployService, ServiceInput};
-use anycloud_workflows::service_terminate::TerminateService;
-use anycloud_workflows::service_upgrade::{UpgradeInput, UpgradeService};
+use anycloud_workflows::workflows::cluster_create::{CreateCluster, CreateInput};
+use anycloud_workflows::workflows::deps::Deps;
+use anycloud_workflows::workflows::service_deploy::{DeployService, ServiceInput};
+use anycloud_workflows::workflows::service_terminate::TerminateService;
+use anycloud_workflows::workflows::service_upgrade::{UpgradeInput, UpgradeService};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams};
@@ -60,7 +62,7 @@ fn spec(version: &str) -> Spec {
     Spec {
         image: format!("acme/web:{version}"),
         command: vec!["python3".into(), "-c".into(), anycloud_tests::e2e::VERSION_SERVER.into()],
-        env: vec![anycloud_workflows::api::EnvVar { name: "VERSION".into(), value: version.into() }],
+        env: vec![anycloud_workflows::db::spec::EnvVar { name: "VERSION".into(), value: version.into() }],
         cpus: None,
         memory: None,
         secrets: Vec::new(),

@@ -15,10 +15,76 @@
 //! Every resource carries the cluster's id as a tag (AWS) or label (GCP), so a sweep finds
 //! what a half-finished create left behind.
 
-use crate::cluster_network::Openings;
-use crate::kube_api::KubeEndpoint;
+use crate::cluster::network::Openings;
+use crate::kubernetes::KubeEndpoint;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+
+/// Which cloud a credential belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// Amazon Web Services (EC2).
+    Aws,
+    /// Google Cloud (Compute Engine).
+    Gcp,
+    /// The local simulated cloud.
+    Sim,
+}
+
+impl ProviderKind {
+    /// The name users type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Aws => "aws",
+            Self::Gcp => "gcp",
+            Self::Sim => "sim",
+        }
+    }
+}
+
+impl std::str::FromStr for ProviderKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "aws" => Ok(Self::Aws),
+            "gcp" => Ok(Self::Gcp),
+            "sim" => Ok(Self::Sim),
+            other => Err(format!("unknown provider `{other}`: use aws, gcp or sim")),
+        }
+    }
+}
+
+impl TryFrom<String> for ProviderKind {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a provider said of a credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "verdict")]
+pub enum Verdict {
+    /// Accepted; `detail` says what the check saw (e.g. how many regions it may use).
+    Accepted {
+        /// What the check saw.
+        detail: String,
+    },
+    /// Rejected, in the provider's own words.
+    Rejected {
+        /// The provider's message.
+        message: String,
+    },
+}
 
 /// The tag (AWS) or label (GCP) key that carries the cluster's id on every resource.
 pub const CLUSTER_TAG: &str = "anycloud-cluster";
@@ -202,7 +268,7 @@ impl From<CloudError> for anycloud_engine::StepError {
 pub trait Cloud: Send + Sync {
     /// Asks the provider, with its cheapest read call, whether it accepts this account's keys.
     /// A refusal is a verdict; a provider that cannot be reached is an error.
-    async fn verify(&self) -> Result<crate::providers::Verdict, CloudError>;
+    async fn verify(&self) -> Result<Verdict, CloudError>;
 
     /// Checks that the region and machine type exist for this account, and picks the zone
     /// where the provider needs one. The error says what is unknown and what is available.
@@ -255,9 +321,13 @@ pub trait Cloud: Send + Sync {
     /// The architectures machine type `vm_type` runs in `region` (AWS: the instance type's
     /// `ProcessorInfo.SupportedArchitectures`; GCP: the machine type's `architecture`), which
     /// the binary a hosted API's VM runs must match. The simulated cloud's machines are x86_64.
-    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::api_binary::Arch>, CloudError> {
+    async fn vm_architectures(
+        &self,
+        region: &str,
+        vm_type: &str,
+    ) -> Result<Vec<crate::hosting::binary::Arch>, CloudError> {
         let _ = (region, vm_type);
-        Ok(vec![crate::api_binary::Arch::X86_64])
+        Ok(vec![crate::hosting::binary::Arch::X86_64])
     }
 
     /// Finds or creates the network rules of a hosted API (`placement.cluster_id` is its owner

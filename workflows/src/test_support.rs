@@ -6,13 +6,14 @@ use std::sync::Arc;
 use anycloud_engine::{Engine, EngineConfig, Registry, Store};
 use async_trait::async_trait;
 
+use crate::cloud::Verdict;
 use crate::cloud::{Address, Cloud, CloudError, LaunchSpec, Network, Placement, Vm};
 use crate::db::Db;
-use crate::deps::Deps;
 use crate::providers::sim_settings::SimSettings;
-use crate::providers::{Clouds, SimulatedCloud, Verdict};
+use crate::providers::{Clouds, SimulatedCloud};
 use crate::seams::TestSeams;
 use crate::secrets::SecretBox;
+use crate::workflows::deps::Deps;
 
 /// How the fake cloud answers.
 #[derive(Debug, Clone, Copy)]
@@ -97,7 +98,7 @@ impl Cloud for FakeCloud {
         Err(unsupported())
     }
 
-    async fn open_network(&self, _: &Placement, _: &crate::cluster_network::Openings) -> Result<(), CloudError> {
+    async fn open_network(&self, _: &Placement, _: &crate::cluster::network::Openings) -> Result<(), CloudError> {
         Err(unsupported())
     }
 

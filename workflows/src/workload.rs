@@ -1,8 +1,8 @@
 //! A workload's spec as a user gives it (image, command, environment, CPUs, memory), checked
 //! before anything is stored, and turned into the Kubernetes quantities its objects carry.
 
-use crate::api::EnvVar;
-use crate::db::deployments::Spec;
+use crate::db::spec::EnvVar;
+use crate::db::spec::Spec;
 
 /// Most CPUs one container may ask for.
 const MAX_MILLICPUS: u64 = 256_000;

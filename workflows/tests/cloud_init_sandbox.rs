@@ -19,12 +19,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use anycloud_workflows::api_binary::{Arch, Sums};
-use anycloud_workflows::api_user_data::{self, Download, HostedApi};
-use anycloud_workflows::cluster_network::Reach;
-use anycloud_workflows::cluster_secrets::ClusterSecrets;
-use anycloud_workflows::providers::ProviderKind;
-use anycloud_workflows::user_data::{self, Join, K3S_VERSION, K3sDownloads, METADATA_ADDRESS, METADATA_CHAIN};
+use anycloud_workflows::cloud::ProviderKind;
+use anycloud_workflows::cluster::network::Reach;
+use anycloud_workflows::cluster::secrets::ClusterSecrets;
+use anycloud_workflows::cluster::user_data::{self, Join, K3S_VERSION, K3sDownloads, METADATA_ADDRESS, METADATA_CHAIN};
+use anycloud_workflows::hosting;
+use anycloud_workflows::hosting::binary::{Arch, Sums};
+use anycloud_workflows::hosting::user_data::{Download, HostedApi};
 use sha2::{Digest, Sha256};
 
 /// The public addresses the fake metadata services give.
@@ -699,7 +700,7 @@ fn hosted_api(provider: ProviderKind, sums: &[(Arch, &str)]) -> String {
         sums: sums.iter().map(|(arch, sum)| (*arch, (*sum).to_owned())).collect::<Sums>(),
         https_only: true,
     };
-    api_user_data::hosted_api(&HostedApi {
+    hosting::user_data::hosted_api(&HostedApi {
         id: "team-api",
         owner: "api-0b7c",
         provider,
@@ -745,7 +746,7 @@ fn a_hosted_apis_vm_installs_the_checked_binary_and_runs_the_unit_for_its_addres
         let unit = fs::read_to_string(sandbox.root("etc/systemd/system/anycloud-api.service")).unwrap();
         assert!(unit.contains("EnvironmentFile=/etc/anycloud/address.env\n"), "{unit}");
         assert!(unit.contains("Restart=always\n"), "{unit}");
-        let args = api_user_data::parse_serve_command(&unit).unwrap();
+        let args = hosting::user_data::parse_serve_command(&unit).unwrap();
         assert!(args.windows(2).any(|w| w == ["--tls-address", "${ANYCLOUD_ADDRESS}"]), "{args:?}");
         assert!(args.windows(2).any(|w| w == ["--hosted-by", provider.as_str()]), "{args:?}");
         assert_eq!(

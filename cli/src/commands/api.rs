@@ -4,8 +4,8 @@ use crate::output::say;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-use anycloud_workflows::api::ApiStatus;
 use anycloud_workflows::providers::endpoint::EndpointPolicy;
+use anycloud_workflows::wire::ApiStatus;
 use serde_json::Value;
 
 use super::print_json;

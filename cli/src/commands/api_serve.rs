@@ -7,9 +7,9 @@
 //! - no `--credentials`: serve here, in this process ([`crate::server::serve`]); the mode a
 //!   deployed or simulated host runs, told by `--hosted-by`.
 
-use anycloud_workflows::api::NewHostedApi;
-use anycloud_workflows::cluster_sides::ControlPlaneHost;
+use anycloud_workflows::cluster::sides::ControlPlaneHost;
 use anycloud_workflows::providers::endpoint::{self, EndpointPolicy};
+use anycloud_workflows::wire::NewHostedApi;
 
 use crate::args::ServeArgs;
 use crate::exit::{CliError, CliResult};

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use anycloud_workflows::api::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
+use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::db::clusters::Phase;
-use anycloud_workflows::providers::ProviderKind;
+use anycloud_workflows::wire::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
 
 use super::print_json;
 use super::workflow::follow;

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use anycloud_workflows::api::{CredentialDeleted, CredentialList, CredentialSaved, CredentialShown, NewCredential};
+use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::db::credentials::CredentialStatus;
-use anycloud_workflows::providers::ProviderKind;
 use anycloud_workflows::providers::sim_settings::{LIMITS, SimSettings};
+use anycloud_workflows::wire::{CredentialDeleted, CredentialList, CredentialSaved, CredentialShown, NewCredential};
 
 use super::print_json;
 use crate::client::Client;

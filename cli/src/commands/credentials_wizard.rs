@@ -14,10 +14,10 @@
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use anycloud_workflows::api::{CredentialShown, NewCredential};
-use anycloud_workflows::providers::ProviderKind;
+use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::providers::gcp::ServiceAccountKey;
 use anycloud_workflows::providers::sim_settings::{LIMITS, SimSettings};
+use anycloud_workflows::wire::{CredentialShown, NewCredential};
 
 use super::credentials::{self, NewArgs};
 use crate::client::Client;

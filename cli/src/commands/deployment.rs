@@ -7,10 +7,10 @@
 use std::time::{Duration, Instant};
 
 use anycloud_engine::RunStatus;
-use anycloud_workflows::api::{DeploymentDetail, DeploymentList, DeploymentQuery};
 use anycloud_workflows::db::deployments::{DeploymentKind, Status};
 use anycloud_workflows::db::revisions::RevisionResult;
 use anycloud_workflows::operations::described_secrets;
+use anycloud_workflows::wire::{DeploymentDetail, DeploymentList, DeploymentQuery};
 
 use super::outage::Outage;
 use super::print_json;
@@ -324,7 +324,7 @@ pub(crate) fn standing(deployment: &anycloud_workflows::db::deployments::Deploym
     }
 }
 
-fn retry_text(retry: &anycloud_workflows::api::RetryState) -> String {
+fn retry_text(retry: &anycloud_workflows::wire::RetryState) -> String {
     let cause = retry.cause.as_deref().unwrap_or("no cause given");
     let next = retry.next_at.map(|at| format!("; next try at {}", render::time(at))).unwrap_or_default();
     format!(": {} failed attempt(s), last because {cause}{next}", retry.attempt)

@@ -18,8 +18,8 @@
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 
-use anycloud_workflows::api::{ExecExit, ExecRequest, exec_channel};
 use anycloud_workflows::refusal::{Class, Code};
+use anycloud_workflows::wire::{ExecExit, ExecRequest, exec_channel};
 use futures::{SinkExt as _, StreamExt as _};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
@@ -193,7 +193,7 @@ fn read_stdin() -> mpsc::Receiver<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use anycloud_workflows::api::ErrorDetail;
+    use anycloud_workflows::wire::ErrorDetail;
 
     use super::*;
 

@@ -7,9 +7,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anycloud_workflows::api::{HostedApiAccess, HostedApiStarted, NewHostedApi, VmTypeArchitectures, VmTypeQuery};
-use anycloud_workflows::api_binary::{self, Arch, StagedBinary};
 use anycloud_workflows::db::hosted_apis::Phase;
+use anycloud_workflows::hosting;
+use anycloud_workflows::hosting::binary::{Arch, StagedBinary};
+use anycloud_workflows::wire::{HostedApiAccess, HostedApiStarted, NewHostedApi, VmTypeArchitectures, VmTypeQuery};
 
 use super::print_json;
 use super::workflow::follow;
@@ -65,7 +66,7 @@ pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
         );
     }
     let followed = follow(&deployer, &run, args.timeout, json).await?;
-    let shown: anycloud_workflows::api::HostedApiView = deployer.get(&format!("/v1/apis/{}", segment(&name))).await?;
+    let shown: anycloud_workflows::wire::HostedApiView = deployer.get(&format!("/v1/apis/{}", segment(&name))).await?;
     if followed != OK || shown.phase != Phase::Ready {
         if !json {
             say!(
@@ -120,7 +121,7 @@ async fn choose_binary(
     let name = request.name.clone();
     match binary {
         Binary::Url { url, sums } => {
-            let given = api_binary::parse_sums(&sums)
+            let given = hosting::binary::parse_sums(&sums)
                 .map_err(|why| CliError::bad_input(format!("API `{name}`: --binary-sha256: {why}")))?;
             if !url.starts_with("https://") {
                 return Err(CliError::bad_input(format!(
@@ -183,7 +184,7 @@ async fn ship(
             request.name, runs.vm_type, runs.region
         )));
     }
-    let sha256 = api_binary::sha256_hex(&bytes);
+    let sha256 = hosting::binary::sha256_hex(&bytes);
     if !json {
         say!("shipping {what} ({arch}, {} MiB, sha256 {sha256}) to `{}`", bytes.len() / (1024 * 1024), deployer.name());
     }
@@ -211,7 +212,7 @@ pub async fn remove(deployer: Client, name: &str, delete_bucket: bool, json: boo
         say!("removing API `{name}` through `{}`; workflow {run}", deployer.name());
     }
     let followed = follow(&deployer, &run, Duration::from_secs(30 * 60), json).await?;
-    let shown: anycloud_workflows::api::HostedApiView = deployer.get(&format!("/v1/apis/{}", segment(name))).await?;
+    let shown: anycloud_workflows::wire::HostedApiView = deployer.get(&format!("/v1/apis/{}", segment(name))).await?;
     if followed != OK || shown.phase != Phase::Removed {
         return Err(CliError::new(
             followed.max(ENDED_OTHERWISE),
@@ -278,15 +279,15 @@ pub async fn rotate_ca(name: Option<String>, timeout: Duration, json: bool) -> C
     // Both CAs pinned before the API serves from the new one (the deployer pins the bundle first).
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let shown: anycloud_workflows::api::HostedApiView =
+        let shown: anycloud_workflows::wire::HostedApiView =
             deployer.get(&format!("/v1/apis/{}", segment(&name))).await?;
         let pinned = shown.ca_pem.unwrap_or_default();
-        let both = anycloud_workflows::api_identity::pem_blocks(&pinned).len() > 1;
+        let both = anycloud_workflows::hosting::identity::pem_blocks(&pinned).len() > 1;
         if pinned != before || both || std::time::Instant::now() > deadline {
             pin(&name, &pinned)?;
             break;
         }
-        let detail: anycloud_workflows::api::WorkflowDetail = deployer.get(&format!("/v1/workflows/{run}")).await?;
+        let detail: anycloud_workflows::wire::WorkflowDetail = deployer.get(&format!("/v1/workflows/{run}")).await?;
         if detail.workflow.run.status.is_final() {
             break;
         }
@@ -295,7 +296,7 @@ pub async fn rotate_ca(name: Option<String>, timeout: Duration, json: bool) -> C
     let followed = follow(&deployer, &run, deadline.saturating_duration_since(std::time::Instant::now()), json).await?;
     let access: HostedApiAccess = deployer.get(&format!("/v1/apis/{}/access", segment(&name))).await?;
     pin(&name, &access.ca_pem)?;
-    let cas = anycloud_workflows::api_identity::pem_blocks(&access.ca_pem).len();
+    let cas = anycloud_workflows::hosting::identity::pem_blocks(&access.ca_pem).len();
     if followed != OK || cas != 1 {
         return Err(CliError::new(
             followed.max(ENDED_OTHERWISE),

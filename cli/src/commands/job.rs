@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anycloud_workflows::api::{DeploymentDetail, EnvVar, NewJob};
+use anycloud_workflows::db::spec::EnvVar;
+use anycloud_workflows::wire::{DeploymentDetail, NewJob};
 
 use super::deployment;
 use super::print_json;

@@ -9,8 +9,8 @@
 use std::io::Write as _;
 use std::time::Instant;
 
-use anycloud_workflows::api::LogsQuery;
-use anycloud_workflows::log_cursor::{LineBuffer, LogCursor, split_stamp};
+use anycloud_workflows::kubernetes::log_cursor::{LineBuffer, LogCursor, split_stamp};
+use anycloud_workflows::wire::LogsQuery;
 
 use super::deployment::{POLL, path};
 use super::outage::UNREACHABLE_FOR;

@@ -43,7 +43,7 @@ where
     let mut all: Vec<T> = Vec::new();
     loop {
         let after = all.last().map(|last| name(last).to_owned());
-        let query = anycloud_workflows::api::NamesQuery { limit: Some(PAGE_LIMIT), after };
+        let query = anycloud_workflows::wire::NamesQuery { limit: Some(PAGE_LIMIT), after };
         let page = entries(client.get_query(path, &query).await?);
         let full = page.len() >= PAGE_LIMIT as usize;
         all.extend(page);

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Read as _};
 use std::path::PathBuf;
 
-use anycloud_workflows::api::{NewSecret, RegistryLogin, SecretDeleted, SecretList, SecretSaved};
+use anycloud_workflows::wire::{NewSecret, RegistryLogin, SecretDeleted, SecretList, SecretSaved};
 
 use super::print_json;
 use crate::client::{Client, segment};
@@ -39,7 +39,7 @@ pub struct ValuesArgs {
     pub name: String,
     /// A key and its value (repeatable). `ps` shows it: prefer --from-env-file or standard input.
     #[arg(long = "from-literal", value_name = "KEY=VALUE", value_parser = super::job::parse_env_flag)]
-    pub from_literal: Vec<anycloud_workflows::api::EnvVar>,
+    pub from_literal: Vec<anycloud_workflows::db::spec::EnvVar>,
     /// A file of KEY=VALUE lines (`#` comments, blank lines and an `export ` prefix allowed).
     #[arg(long = "from-env-file", value_name = "FILE")]
     pub from_env_file: Option<PathBuf>,

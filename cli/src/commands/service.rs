@@ -9,8 +9,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anycloud_workflows::api::{DeploymentDetail, EnvVar, NewService, UpgradeRequest};
 use anycloud_workflows::db::revisions::RevisionResult;
+use anycloud_workflows::db::spec::EnvVar;
+use anycloud_workflows::wire::{DeploymentDetail, NewService, UpgradeRequest};
 
 use super::deployment;
 use super::job::{PlacementFlags, cluster_of, environment};

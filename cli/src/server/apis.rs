@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use anycloud_workflows::api::{
+use anycloud_workflows::wire::{
     HostedApiAccess, HostedApiList, HostedApiStarted, HostedApiView, NewHostedApi, RemoveHostedApi,
 };
 
@@ -21,13 +21,13 @@ pub async fn deploy(
 }
 
 /// Receives a binary a deploy will ship to its VM, streamed (at most
-/// [`anycloud_workflows::api_binary::MAX_BINARY_BYTES`]), kept only if it has the SHA-256 in the
+/// [`anycloud_workflows::hosting::binary::MAX_BINARY_BYTES`]), kept only if it has the SHA-256 in the
 /// path and runs on a VM (ELF, x86_64 or aarch64).
 pub async fn stage_binary(
     State(state): State<AppState>,
     PathParam(sha256): PathParam<String>,
     body: axum::body::Body,
-) -> Result<Json<anycloud_workflows::api_binary::StagedBinary>, ApiError> {
+) -> Result<Json<anycloud_workflows::hosting::binary::StagedBinary>, ApiError> {
     // The body is cut at the limit as it streams (`body_limit.rs`): say so with a 413.
     let past_limit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let seen = past_limit.clone();
@@ -50,7 +50,7 @@ pub async fn stage_binary(
 /// A page of the live hosted APIs, by name (`?limit&after`).
 pub async fn list(
     State(state): State<AppState>,
-    QueryParams(query): QueryParams<anycloud_workflows::api::NamesQuery>,
+    QueryParams(query): QueryParams<anycloud_workflows::wire::NamesQuery>,
 ) -> Result<Json<HostedApiList>, ApiError> {
     Ok(Json(state.ops.list_apis(&query).await?))
 }

@@ -14,7 +14,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use anycloud_workflows::api_binary::MAX_BINARY_BYTES;
+use anycloud_workflows::hosting::binary::MAX_BINARY_BYTES;
 use anycloud_workflows::operations::MAX_SECRET_BYTES;
 
 use super::error::ApiError;
@@ -156,7 +156,7 @@ mod tests {
         // The binary upload takes far more, and only it.
         let (status, body) = send("PUT", "/binary", chunked(limit * 4), None).await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "262144 bytes"));
-        let too_big = usize::try_from(anycloud_workflows::api_binary::MAX_BINARY_BYTES).unwrap() + 1;
+        let too_big = usize::try_from(anycloud_workflows::hosting::binary::MAX_BINARY_BYTES).unwrap() + 1;
         let (status, body) = send("PUT", "/binary", Body::empty(), Some(too_big)).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
         assert!(body.contains("1024 MiB"), "{body}");

@@ -15,10 +15,10 @@ use anycloud_checkpoint::{
     Bucket, BucketUrl, Checkpointer, Layout, LocalFiles, Restored, S3Access, S3Bucket, StoreKind,
 };
 
-use anycloud_workflows::api_identity::{CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
-use anycloud_workflows::api_keys::ApiKeys;
-use anycloud_workflows::api_storage_key::StorageKey;
-use anycloud_workflows::providers::ProviderKind;
+use anycloud_workflows::cloud::ProviderKind;
+use anycloud_workflows::hosting::identity::{CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
+use anycloud_workflows::hosting::keys::ApiKeys;
+use anycloud_workflows::hosting::storage_key::StorageKey;
 
 use super::AppState;
 use super::error::ApiError;
@@ -138,7 +138,7 @@ pub async fn restore(options: &CheckpointOptions, api: &str, data_dir: &Path) ->
 /// restored or started without it.
 async fn storage_key(secret: &VmSecret, url: &BucketUrl) -> Result<StorageKey, CliError> {
     let started = std::time::Instant::now();
-    let key = anycloud_workflows::api_storage_key::read(secret.store, &secret.secret, secret.endpoint.as_deref())
+    let key = anycloud_workflows::hosting::storage_key::read(secret.store, &secret.secret, secret.endpoint.as_deref())
         .await
         .map_err(|why| unreadable(secret, url, "the key to it", &why))?;
     println!("checkpoint bucket {url}: its key read from {} in {} ms", shown(secret), started.elapsed().as_millis());
@@ -149,7 +149,7 @@ async fn storage_key(secret: &VmSecret, url: &BucketUrl) -> Result<StorageKey, C
 /// restored or started without them.
 async fn api_keys(secret: &VmSecret, url: &BucketUrl) -> Result<ApiKeys, CliError> {
     let started = std::time::Instant::now();
-    let keys = anycloud_workflows::api_keys::read(secret.store, &secret.secret, secret.endpoint.as_deref())
+    let keys = anycloud_workflows::hosting::keys::read(secret.store, &secret.secret, secret.endpoint.as_deref())
         .await
         .map_err(|why| unreadable(secret, url, "the API's keys", &why))?;
     println!("the API's keys read from {} in {} ms", shown(secret), started.elapsed().as_millis());

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use anycloud_workflows::api::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
+use anycloud_workflows::wire::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
 
 use super::AppState;
 use super::error::{ApiError, JsonBody, PathParam, QueryParams};
@@ -20,7 +20,7 @@ pub async fn create(
 /// A page of the clusters that are not deleted, by name (`?limit&after`), with their VM counts.
 pub async fn list(
     State(state): State<AppState>,
-    QueryParams(query): QueryParams<anycloud_workflows::api::NamesQuery>,
+    QueryParams(query): QueryParams<anycloud_workflows::wire::NamesQuery>,
 ) -> Result<Json<ClusterList>, ApiError> {
     Ok(Json(state.ops.list_clusters(&query).await?))
 }

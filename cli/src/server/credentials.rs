@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use anycloud_workflows::api::{
+use anycloud_workflows::wire::{
     CredentialDeleted, CredentialList, CredentialSaved, CredentialShown, NewCredential, VmTypeArchitectures,
     VmTypeQuery,
 };
@@ -23,7 +23,7 @@ pub async fn create(
 /// A page of the credentials by name (`?limit&after`), without secrets.
 pub async fn list(
     State(state): State<AppState>,
-    QueryParams(query): QueryParams<anycloud_workflows::api::NamesQuery>,
+    QueryParams(query): QueryParams<anycloud_workflows::wire::NamesQuery>,
 ) -> Result<Json<CredentialList>, ApiError> {
     Ok(Json(state.ops.list_credentials(&query).await?))
 }

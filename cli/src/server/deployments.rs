@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use anycloud_workflows::api::{
+use anycloud_workflows::wire::{
     DeploymentDetail, DeploymentList, DeploymentQuery, LogsQuery, NewJob, NewService, UpgradeRequest,
 };
 
@@ -73,7 +73,7 @@ pub async fn resubmit(
 
 /// The job's output as `text/plain`, line by line as the cluster sends it; with `timestamps`
 /// each line after its stamp, with `since_time` from that time on (what a client that resumes a
-/// broken stream asks, `anycloud_workflows::log_cursor`). A follow is refused with
+/// broken stream asks, `anycloud_workflows::kubernetes::log_cursor`). A follow is refused with
 /// `429 TOO_MANY_STREAMS` while the API holds its most ([`super::streams::MAX_STREAMS`]).
 pub async fn logs(
     State(state): State<AppState>,

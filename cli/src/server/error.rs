@@ -11,8 +11,8 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use anycloud_engine::{Store, StoreFault};
-use anycloud_workflows::api::{ErrorBody, ErrorDetail};
 use anycloud_workflows::refusal::{Class, Code, OperationError, Refusal};
+use anycloud_workflows::wire::{ErrorBody, ErrorDetail};
 
 /// An error answer of the API.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! `GET /v1/deployments/{id}/exec`: a WebSocket that runs a command in a job's container and
 //! relays its stdin, stdout, stderr and exit code, framed as Kubernetes frames exec (one channel
-//! byte, then data; see `anycloud_workflows::api::exec_channel`). The first client message is
+//! byte, then data; see `anycloud_workflows::wire::exec_channel`). The first client message is
 //! the `ExecRequest` as JSON text.
 //!
 //! The session ends when the command does, or when it has passed no input and no output for the
@@ -19,8 +19,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
-use anycloud_workflows::api::{ErrorDetail, ExecExit, ExecRequest, exec_channel};
 use anycloud_workflows::refusal::OperationError;
+use anycloud_workflows::wire::{ErrorDetail, ExecExit, ExecRequest, exec_channel};
 
 use super::AppState;
 

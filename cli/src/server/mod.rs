@@ -37,8 +37,8 @@ use axum::{Json, Router, middleware};
 use serde_json::{Value, json};
 
 use anycloud_engine::{Store, StoreFault};
-use anycloud_workflows::api::ApiStatus;
 use anycloud_workflows::operations::Operations;
+use anycloud_workflows::wire::ApiStatus;
 
 pub use checkpoint::{CheckpointOptions, VmSecret};
 
@@ -88,7 +88,7 @@ pub struct ServeOptions {
     /// A hosted API: its owner id, tagged on everything it makes at a provider (`--owner`).
     pub owner: Option<String>,
     /// A hosted API: where its clusters' control planes go (its own hosting credential).
-    pub control_planes: Option<anycloud_workflows::cluster_sides::ControlPlaneHost>,
+    pub control_planes: Option<anycloud_workflows::cluster::sides::ControlPlaneHost>,
     /// Which endpoint overrides credentials may name (`--allow-insecure-endpoints`).
     pub endpoints: anycloud_workflows::providers::endpoint::EndpointPolicy,
 }
@@ -201,7 +201,7 @@ async fn status(State(state): State<AppState>) -> Json<ApiStatus> {
     let mut status = ApiStatus::clone(&state.status);
     if let Some((checkpointer, bucket)) = &state.checkpoint {
         let stats = checkpointer.stats();
-        status.checkpoint = Some(anycloud_workflows::api::CheckpointStatus {
+        status.checkpoint = Some(anycloud_workflows::wire::CheckpointStatus {
             bucket: bucket.to_string(),
             generation: stats.generation,
             snapshot_bytes: stats.snapshot_bytes,

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use anycloud_workflows::api::{NamesQuery, NewSecret, SecretDeleted, SecretList, SecretSaved, SecretSummary};
+use anycloud_workflows::wire::{NamesQuery, NewSecret, SecretDeleted, SecretList, SecretSaved, SecretSummary};
 
 use super::AppState;
 use super::error::{ApiError, JsonBody, PathParam, QueryParams};

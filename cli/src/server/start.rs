@@ -15,13 +15,13 @@ use rand::RngCore;
 
 use anycloud_engine::{Engine, EngineConfig, EngineError, Store};
 use anycloud_sim::SimCloud;
-use anycloud_workflows::api::ApiStatus;
 use anycloud_workflows::db::{Db, sealing_key};
-use anycloud_workflows::deps::Deps;
 use anycloud_workflows::operations::Operations;
 use anycloud_workflows::providers::endpoint::EndpointPolicy;
 use anycloud_workflows::providers::{Clouds, SimulatedCloud};
 use anycloud_workflows::secrets::SecretBox;
+use anycloud_workflows::wire::ApiStatus;
+use anycloud_workflows::workflows::deps::Deps;
 
 use super::{AppState, ServeOptions, checkpoint, listener, router, storage, streams, tls};
 use crate::config::{ApiEntry, Config, api_data_dir};

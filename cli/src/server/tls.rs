@@ -8,9 +8,9 @@
 //! a new one is served from the next connection on, with no restart:
 //!
 //! - an issued certificate is valid 90 days
-//!   ([`anycloud_workflows::api_identity::SERVING_VALIDITY`]); every [`RENEWAL_CHECK`] the API
+//!   ([`anycloud_workflows::hosting::identity::SERVING_VALIDITY`]); every [`RENEWAL_CHECK`] the API
 //!   issues the next one from its CA when less than a third of its life is left
-//!   ([`anycloud_workflows::api_identity::renewal_due`]);
+//!   ([`anycloud_workflows::hosting::identity::renewal_due`]);
 //! - `POST /v1/tls/renew` issues one now, after reading the API's keys secret again when it has
 //!   one (a deployed API): what `api.rotate_ca` asks of it once the secret holds a new CA;
 //! - a certificate given as files is refused at start once expired, and warned about (at start
@@ -29,8 +29,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use anycloud_workflows::api::TlsRenewed;
-use anycloud_workflows::api_identity::{self, CA_CERT_FILE, CA_KEY_FILE, CLOCK_SKEW, SERVING_VALIDITY, shown_time};
+use anycloud_workflows::hosting;
+use anycloud_workflows::hosting::identity::{CA_CERT_FILE, CA_KEY_FILE, CLOCK_SKEW, SERVING_VALIDITY, shown_time};
+use anycloud_workflows::wire::TlsRenewed;
 
 use super::AppState;
 use super::checkpoint::VmSecret;
@@ -162,7 +163,7 @@ pub fn load_for(
 
 /// A warning when a given certificate has less than a third of its life left.
 fn ageing(current: &Current, name: &str) -> Option<String> {
-    api_identity::renewal_due(current.not_before, current.not_after, now()).then(|| {
+    hosting::identity::renewal_due(current.not_before, current.not_after, now()).then(|| {
         format!(
             "the TLS certificate {name} expires at {}: replace it (--tls-cert, --tls-key) and restart the API \
              before then, or clients refuse it",
@@ -175,7 +176,7 @@ fn ageing(current: &Current, name: &str) -> Option<String> {
 fn issue(data_dir: &Path, address: &str, (lifetime, skew): (Duration, Duration)) -> Result<Current, String> {
     let ca_cert = String::from_utf8_lossy(&read(&data_dir.join(CA_CERT_FILE), "CA certificate")?).into_owned();
     let ca_key = String::from_utf8_lossy(&read(&data_dir.join(CA_KEY_FILE), "CA key")?).into_owned();
-    let (chain, key) = api_identity::issue_server_certificate_for(&ca_cert, &ca_key, address, lifetime, skew)
+    let (chain, key) = hosting::identity::issue_server_certificate_for(&ca_cert, &ca_key, address, lifetime, skew)
         .map_err(|err| format!("issuing a certificate for {address} from the CA in {}: {err}", data_dir.display()))?;
     let issued = format!("the certificate issued for {address}");
     certified((chain.into_bytes(), issued.clone()), (key.into_bytes(), issued))
@@ -193,7 +194,7 @@ fn certified(
         return Err(format!("the TLS certificate {cert_name} holds no CERTIFICATE block"));
     };
     let ca_pem = pem("CERTIFICATE", last);
-    let (not_before, not_after) = api_identity::validity_of(&pem("CERTIFICATE", &chain[0]))
+    let (not_before, not_after) = hosting::identity::validity_of(&pem("CERTIFICATE", &chain[0]))
         .map_err(|why| format!("the TLS certificate {cert_name} cannot be read: {why}"))?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|err| format!("the TLS key {key_name} is not a PEM private key: {err}"))?;
@@ -232,9 +233,10 @@ impl Serving {
     /// renews.
     pub async fn renew_from_keys(&self) -> Result<TlsRenewed, String> {
         if let Some(secret) = &self.keys_secret {
-            let keys = anycloud_workflows::api_keys::read(secret.store, &secret.secret, secret.endpoint.as_deref())
-                .await
-                .map_err(|why| format!("reading the API's keys secret {}: {why}", secret.secret))?;
+            let keys =
+                anycloud_workflows::hosting::keys::read(secret.store, &secret.secret, secret.endpoint.as_deref())
+                    .await
+                    .map_err(|why| format!("reading the API's keys secret {}: {why}", secret.secret))?;
             let files = [(CA_CERT_FILE, keys.ca_cert_pem.as_str()), (CA_KEY_FILE, keys.ca_key_pem.as_str())];
             super::checkpoint::write_private_files(&self.data_dir, &files)
                 .map_err(|err| format!("writing the CA to {}: {err}", self.data_dir.display()))?;
@@ -242,11 +244,11 @@ impl Serving {
         self.renew()
     }
 
-    /// Renews an issued certificate that is due ([`api_identity::renewal_due`]); for a given
+    /// Renews an issued certificate that is due ([`hosting::identity::renewal_due`]); for a given
     /// one, a warning when it is. `None` when nothing is due.
     pub fn check(&self, now: i64) -> Option<Result<String, String>> {
         let current = self.current.read().ok()?.clone();
-        if !api_identity::renewal_due(current.not_before, current.not_after, now) {
+        if !hosting::identity::renewal_due(current.not_before, current.not_after, now) {
             return None;
         }
         Some(match &self.source {
@@ -322,12 +324,12 @@ mod tests {
 
     use super::*;
 
-    use anycloud_workflows::api_identity::ApiIdentity;
+    use anycloud_workflows::hosting::identity::ApiIdentity;
 
     /// The certificate the API at `port` serves, trusting only `ca_pem`: its validity.
     async fn served(port: u16, ca_pem: &str) -> (i64, i64) {
         let mut roots = rustls::RootCertStore::empty();
-        for der in api_identity::pem_certificates(ca_pem) {
+        for der in hosting::identity::pem_certificates(ca_pem) {
             roots.add(der).unwrap();
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -341,7 +343,7 @@ mod tests {
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
         let tls = connector.connect(name, tcp).await.unwrap();
         let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
-        api_identity::validity_of(&pem("CERTIFICATE", &leaf)).unwrap()
+        hosting::identity::validity_of(&pem("CERTIFICATE", &leaf)).unwrap()
     }
 
     #[tokio::test]
@@ -391,7 +393,7 @@ mod tests {
         let key = dir.path().join("tls.key");
         let files = TlsSource::Files(TlsFiles { cert: cert.clone(), key: key.clone() });
         // Valid for 1 s: expired a moment later.
-        let (chain, private) = api_identity::issue_server_certificate_for(
+        let (chain, private) = hosting::identity::issue_server_certificate_for(
             &identity.ca_cert_pem,
             &identity.ca_key_pem,
             "a.example",
@@ -405,7 +407,7 @@ mod tests {
         let Err(why) = load(&files, dir.path(), None) else { panic!("an expired certificate was loaded") };
         assert!(why.contains("tls.crt expired at") && why.contains("--tls-cert"), "{why}");
         // A current one with less than a third of its life left loads, and every check warns.
-        let (chain, private) = api_identity::issue_server_certificate_for(
+        let (chain, private) = hosting::identity::issue_server_certificate_for(
             &identity.ca_cert_pem,
             &identity.ca_key_pem,
             "a.example",

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 
-use anycloud_workflows::api::{
+use anycloud_workflows::wire::{
     EventsQuery, WorkflowActed, WorkflowAction, WorkflowDetail, WorkflowEvents, WorkflowList, WorkflowQuery,
 };
 

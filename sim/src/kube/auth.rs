@@ -10,8 +10,8 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use anycloud_workflows::cluster::user_data;
 use anycloud_workflows::secrets::constant_time_eq;
-use anycloud_workflows::user_data;
 use axum::extract::{FromRequestParts, RawPathParams, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;

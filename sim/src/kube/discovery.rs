@@ -15,7 +15,7 @@ use super::openapi::has_status;
 use super::resources::{ALL, GROUPS, Resource};
 use super::status::ApiError;
 use super::{Shared, auth};
-use anycloud_workflows::user_data;
+use anycloud_workflows::cluster::user_data;
 
 fn answer(result: Result<Value, ApiError>) -> Response {
     match result {

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use anycloud_workflows::user_data;
+use anycloud_workflows::cluster::user_data;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};

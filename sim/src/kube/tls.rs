@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anycloud_workflows::user_data;
+use anycloud_workflows::cluster::user_data;
 use axum::Router;
 use hyper::service::Service;
 use hyper_util::rt::{TokioIo, TokioTimer};

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use anycloud_engine::Store;
 use anycloud_sim::kube::{Machine, Machines, ProxyCommand, Storage};
-use anycloud_workflows::cluster_network::Reach;
-use anycloud_workflows::cluster_secrets::ClusterSecrets;
+use anycloud_workflows::cloud::ProviderKind;
+use anycloud_workflows::cluster::network::Reach;
+use anycloud_workflows::cluster::secrets::ClusterSecrets;
+use anycloud_workflows::cluster::user_data;
 use anycloud_workflows::db::Db;
-use anycloud_workflows::providers::ProviderKind;
-use anycloud_workflows::{kube_api, user_data};
+use anycloud_workflows::kubernetes;
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -164,7 +165,7 @@ impl Cluster {
 
     /// The domain's kube client for it.
     pub fn client(&self) -> kube::Client {
-        kube_api::client(&kube_api::KubeEndpoint::url(self.url()), &self.secrets).unwrap()
+        kubernetes::client::client(&kubernetes::KubeEndpoint::url(self.url()), &self.secrets).unwrap()
     }
 
     /// A kubeconfig for kubectl (HTTPS, trusting the cluster's CA), in the cluster's directory.

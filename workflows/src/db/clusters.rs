@@ -5,7 +5,7 @@ use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
 use serde::{Deserialize, Serialize};
 
 use super::{Db, SealedColumn};
-use crate::providers::ProviderKind;
+use crate::cloud::ProviderKind;
 
 /// Where a cluster stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@ use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
 use serde::{Deserialize, Serialize};
 
 use super::{Db, SealedColumn};
-use crate::providers::ProviderKind;
+use crate::cloud::ProviderKind;
 use crate::providers::sim_settings::SimSettings;
 use crate::secrets::SecretBox;
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::Db;
 use super::clusters::{self, Cluster, Phase};
 use super::secrets::{SecretUse, decode_uses, encode_uses};
-use crate::api::EnvVar;
+use super::spec::Spec;
 
 /// Where a deployment stands, as stored. (`retrying` and `terminating` are not stored: they are
 /// read off the deployment's workflow.) A job moves `queued -> starting -> running -> completed |
@@ -99,24 +99,6 @@ impl std::fmt::Display for Status {
 
 /// The SQL of the statuses that have ended, for `NOT IN (...)`.
 const ENDED: &str = "('completed', 'errored', 'terminated', 'failed', 'invalid')";
-
-/// What a deployment runs: everything `resubmit` needs to run it again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Spec {
-    /// The container image reference.
-    pub image: String,
-    /// The command and its arguments.
-    pub command: Vec<String>,
-    /// The container's environment, in order, without duplicate names.
-    pub env: Vec<EnvVar>,
-    /// CPUs as a Kubernetes quantity (`500m`, `2`).
-    pub cpus: Option<String>,
-    /// Memory as a Kubernetes quantity (`512Mi`).
-    pub memory: Option<String>,
-    /// The secrets it takes (env and registry), each pinned to a version; never a value.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub secrets: Vec<SecretUse>,
-}
 
 /// A deployment record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

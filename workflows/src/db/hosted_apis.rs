@@ -5,7 +5,7 @@ use anycloud_engine::{WriteTx, execute, execute_in, with_pool};
 use serde::{Deserialize, Serialize};
 
 use super::{Db, SealedColumn};
-use crate::providers::ProviderKind;
+use crate::cloud::ProviderKind;
 
 /// Where a hosted API stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,7 +81,7 @@ pub struct HostedApi {
     pub port: i64,
     /// Where the VM gets `anycloud`: the object the deploy shipped to the bucket
     /// (`s3://B/P/binaries/anycloud-SHA256`, fetched through a signed URL), or the operator's
-    /// `https://` URL (`{arch}` replaced) ([`crate::api_binary::BinarySource`]).
+    /// `https://` URL (`{arch}` replaced) ([`crate::hosting::binary::BinarySource`]).
     pub binary_url: String,
     /// The SHA-256 of each architecture's binary, `x86_64=HEX[,aarch64=HEX]` (one for a shipped
     /// binary); the VM checks it before it runs a byte.

@@ -10,6 +10,7 @@ pub mod hosted_apis;
 pub mod revisions;
 pub mod sealing_key;
 pub mod secrets;
+pub mod spec;
 pub mod vms;
 
 use anycloud_engine::{EngineError, Pool, Store, WriteTx};

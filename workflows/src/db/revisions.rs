@@ -5,7 +5,7 @@ use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
 use serde::{Deserialize, Serialize};
 
 use super::Db;
-use super::deployments::Spec;
+use super::spec::Spec;
 
 /// How a revision fared, as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -94,8 +94,8 @@ mod tests {
     use anycloud_engine::execute;
 
     use super::*;
+    use crate::cloud::ProviderKind;
     use crate::db::credentials::{self, NewRecord, OpenError, PublicPart};
-    use crate::providers::ProviderKind;
     use crate::test_support::{FakeAnswer, TestWorld};
 
     async fn add(db: &Db, sealer: &SecretBox, name: &str, secret: &str) {

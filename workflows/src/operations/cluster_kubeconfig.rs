@@ -3,9 +3,9 @@
 
 use base64::Engine as _;
 
-use crate::api::Kubeconfig;
 use crate::db::clusters::{self, Phase};
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::Kubeconfig;
 
 use super::Operations;
 use super::show_clusters::cluster_not_found;

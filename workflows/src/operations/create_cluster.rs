@@ -5,16 +5,16 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::api::{ClusterCreated, NewCluster};
 use crate::cloud::{Cloud, CloudError, Placement};
-use crate::cluster_create::{CreateCluster, CreateInput};
-use crate::cluster_sides::ControlPlaneHost;
+use crate::cluster::sides::ControlPlaneHost;
 use crate::db::clusters::{self, Cluster, ControlPlanePlacement, Phase};
 use crate::db::credentials::{self, CredentialStatus, Hold};
 use crate::db::is_unique_violation;
-use crate::deps::AccountError;
 use crate::names::check_dns_label;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{ClusterCreated, NewCluster};
+use crate::workflows::cluster_create::{CreateCluster, CreateInput};
+use crate::workflows::deps::AccountError;
 
 use super::Operations;
 

@@ -3,11 +3,11 @@
 
 use anycloud_engine::RunStatus;
 
-use crate::api::ClusterDetail;
-use crate::cluster_delete::{DeleteCluster, DeleteInput};
 use crate::db::clusters::{self, Cluster};
 use crate::db::deployments;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::ClusterDetail;
+use crate::workflows::cluster_delete::{DeleteCluster, DeleteInput};
 
 use super::Operations;
 use super::show_clusters::cluster_not_found;

@@ -4,11 +4,11 @@
 
 use anycloud_engine::Store;
 
-use crate::api::CredentialDeleted;
-use crate::credentials_verify::VerifyCredential;
 use crate::db::clusters;
 use crate::db::credentials::{self, Hold};
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::CredentialDeleted;
+use crate::workflows::credentials_verify::VerifyCredential;
 
 use super::Operations;
 use super::show_credentials::credential_not_found;

@@ -1,10 +1,10 @@
 //! Deleting a secret that no deployment still takes: one that has not ended may need its values
 //! again (a job's next Pod, a service's rollback or restart, a queued upgrade).
 
-use crate::api::SecretDeleted;
 use crate::db::credentials::Hold;
 use crate::db::secrets;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::SecretDeleted;
 
 use super::Operations;
 use super::save_secret::secret_not_found;

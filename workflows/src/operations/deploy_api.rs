@@ -3,15 +3,16 @@
 
 use uuid::Uuid;
 
-use crate::api::{HostedApiStarted, NewHostedApi, VmTypeArchitectures};
-use crate::api_binary::{self, Arch, BinarySource, StagedBinary, Sums};
-use crate::api_deploy::{DeployApi, DeployInput};
+use crate::cloud::ProviderKind;
 use crate::db::credentials::{self, Credential, CredentialStatus, Hold};
 use crate::db::hosted_apis::{self, HostedApi, Phase};
 use crate::db::is_unique_violation;
+use crate::hosting;
+use crate::hosting::binary::{Arch, BinarySource, StagedBinary, Sums};
 use crate::names::check_dns_label;
-use crate::providers::ProviderKind;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{HostedApiStarted, NewHostedApi, VmTypeArchitectures};
+use crate::workflows::api_deploy::{DeployApi, DeployInput};
 
 use super::Operations;
 
@@ -58,10 +59,10 @@ impl Operations {
         }
         let (binary_url, binary_sums) = match binary {
             BinarySource::Shipped { sha256, arch } => (
-                format!("{bucket}{}", api_binary::object_key("", &sha256)),
-                api_binary::format_sums(&Sums::from([(arch, sha256)])),
+                format!("{bucket}{}", hosting::binary::object_key("", &sha256)),
+                hosting::binary::format_sums(&Sums::from([(arch, sha256)])),
             ),
-            BinarySource::Hosted { url, sums } => (url, api_binary::format_sums(&sums)),
+            BinarySource::Hosted { url, sums } => (url, hosting::binary::format_sums(&sums)),
         };
         let id = Uuid::new_v4().simple().to_string()[..12].to_owned();
         let input = DeployInput { api_id: id.clone(), name: name.clone() };
@@ -130,10 +131,10 @@ fn binary_source(request: &NewHostedApi, staging: &std::path::Path) -> Result<Bi
         }
         (Some(sha256), None, None) => {
             let sha256 = sha256.to_ascii_lowercase();
-            if !api_binary::is_sha256(&sha256) {
+            if !hosting::binary::is_sha256(&sha256) {
                 return Err(format!("binary `{sha256}` is not a SHA-256 (64 hex digits)"));
             }
-            match api_binary::staged(staging, &sha256)? {
+            match hosting::binary::staged(staging, &sha256)? {
                 Some(staged) => Ok(BinarySource::Shipped { sha256, arch: staged.arch }),
                 None => Err(format!(
                     "no binary with SHA-256 {sha256} was uploaded to this API; upload it first (PUT \
@@ -142,7 +143,7 @@ fn binary_source(request: &NewHostedApi, staging: &std::path::Path) -> Result<Bi
             }
         }
         (None, Some(url), Some(sums)) => {
-            let sums = api_binary::parse_sums(sums).map_err(|why| format!("--binary-sha256: {why}"))?;
+            let sums = hosting::binary::parse_sums(sums).map_err(|why| format!("--binary-sha256: {why}"))?;
             check_binary_url(url)?;
             Ok(BinarySource::Hosted { url: url.clone(), sums })
         }
@@ -229,7 +230,7 @@ impl Operations {
         S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        api_binary::stage(&self.deps.binaries, sha256, body)
+        hosting::binary::stage(&self.deps.binaries, sha256, body)
             .await
             .map_err(|why| Refusal::new(Code::InvalidHostedApi, format!("binary {sha256}: {why}")).into())
     }

@@ -4,11 +4,12 @@
 
 use uuid::Uuid;
 
-use crate::api::{DeploymentDetail, EnvVar, NewService};
 use crate::db::deployments::{self, Deployment, DeploymentKind, NewDeployment, PlacementRefused, ServiceShape};
 use crate::db::is_unique_violation;
+use crate::db::spec::EnvVar;
 use crate::refusal::{Code, OperationError, Refusal};
-use crate::service_deploy::{DeployService, ServiceInput};
+use crate::wire::{DeploymentDetail, NewService};
+use crate::workflows::service_deploy::{DeployService, ServiceInput};
 use crate::workload;
 
 use super::Operations;

@@ -6,10 +6,10 @@ use std::time::Duration;
 use kube::api::AttachedProcess;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::api::{ErrorDetail, ExecExit, ExecRequest};
 use crate::db::deployments::Status;
-use crate::kube_job;
+use crate::kubernetes;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{ErrorDetail, ExecExit, ExecRequest};
 
 use super::Operations;
 use super::deployment_logs::unreachable_cluster;
@@ -49,7 +49,7 @@ impl ExecSession {
         };
         let _ = self.process.join().await;
         match status {
-            Some(status) => match kube_job::exec_exit_code(&status) {
+            Some(status) => match kubernetes::job::exec_exit_code(&status) {
                 Some(code) => ExecExit { exit_code: Some(code), error: None },
                 None => ExecExit {
                     exit_code: None,
@@ -101,9 +101,9 @@ impl Operations {
             )
             .into());
         }
-        let process = kube_job::exec(&client, &deployment.namespace, &pod, &request.command, request.stdin)
+        let process = kubernetes::job::exec(&client, &deployment.namespace, &pod, &request.command, request.stdin)
             .await
-            .map_err(|err| match kube_job::is_refusal(&err) {
+            .map_err(|err| match kubernetes::job::is_refusal(&err) {
                 Some(message) => Refusal::new(
                     Code::DeploymentEnded,
                     format!("job `{}`: the cluster refused the exec: {message}", deployment.name),

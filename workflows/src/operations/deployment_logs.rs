@@ -4,12 +4,12 @@
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 
-use crate::api::LogsQuery;
 use crate::db::clusters::Cluster;
-use crate::log_cursor;
+use crate::kubernetes::log_cursor;
+use crate::wire::LogsQuery;
 
 use crate::db::deployments::{self, Deployment, DeploymentKind};
-use crate::kube_job;
+use crate::kubernetes;
 use crate::refusal::{Code, OperationError, Refusal};
 
 use super::Operations;
@@ -40,7 +40,7 @@ impl Operations {
             .kube_stream_client(&started.cluster)
             .await
             .map_err(|err| unreachable_cluster(deployment, &err))?;
-        let lines = kube_job::logs(
+        let lines = kubernetes::job::logs(
             &started.client,
             &stream,
             &deployment.namespace,
@@ -88,8 +88,9 @@ impl Operations {
         let cluster =
             self.deps.cluster(&deployment.cluster_id).await.map_err(|err| unreachable_cluster(&deployment, &err))?;
         let client = self.deps.kube_client(&cluster).await.map_err(|err| unreachable_cluster(&deployment, &err))?;
-        let pod =
-            kube_job::started_pod(&client, &deployment).await.map_err(|err| unreachable_cluster(&deployment, &err))?;
+        let pod = kubernetes::job::started_pod(&client, &deployment)
+            .await
+            .map_err(|err| unreachable_cluster(&deployment, &err))?;
         let Some(pod) = pod else {
             return Err(Refusal::new(
                 Code::DeploymentNotStarted,

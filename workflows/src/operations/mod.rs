@@ -1,6 +1,6 @@
 //! One function per user-visible operation, each in its own file. An operation validates the
 //! request, takes the locks it needs, submits its workflow run and writes its records in one
-//! transaction, and returns a typed answer ([`crate::api`]) or a typed refusal
+//! transaction, and returns a typed answer ([`crate::wire`]) or a typed refusal
 //! ([`crate::refusal`]). The HTTP handlers only decode, call one of these, and encode.
 //!
 //! | operation | file | run it submits |
@@ -72,7 +72,7 @@ pub use submit_job::MAX_NAME;
 
 use anycloud_engine::Engine;
 
-use crate::deps::Deps;
+use crate::workflows::deps::Deps;
 
 /// The API's operations, on its engine and its dependencies. Cheap to clone.
 #[derive(Clone)]
@@ -84,7 +84,7 @@ pub struct Operations {
     /// The API's id, for the messages that name it.
     api_id: Arc<str>,
     /// Where a hosted API places its clusters' control planes (its own hosting credential).
-    control_planes: Option<crate::cluster_sides::ControlPlaneHost>,
+    control_planes: Option<crate::cluster::sides::ControlPlaneHost>,
 }
 
 impl Operations {
@@ -96,7 +96,7 @@ impl Operations {
     /// These operations, placing clusters' control planes with `host` (a hosted API's own
     /// credential, region and machine type) instead of with their capacity.
     #[must_use]
-    pub fn with_control_planes(mut self, host: Option<crate::cluster_sides::ControlPlaneHost>) -> Self {
+    pub fn with_control_planes(mut self, host: Option<crate::cluster::sides::ControlPlaneHost>) -> Self {
         self.control_planes = host;
         self
     }

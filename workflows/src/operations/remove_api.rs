@@ -2,10 +2,10 @@
 
 use anycloud_engine::RunStatus;
 
-use crate::api::{HostedApiStarted, RemoveHostedApi};
-use crate::api_remove::{RemoveApi, RemoveInput};
 use crate::db::hosted_apis::{self, HostedApi, Phase};
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{HostedApiStarted, RemoveHostedApi};
+use crate::workflows::api_remove::{RemoveApi, RemoveInput};
 
 use super::Operations;
 use super::show_apis::api_not_found;
@@ -30,7 +30,7 @@ impl Operations {
                 drop(tx);
                 return Ok(HostedApiStarted { api, workflow_id: run });
             }
-            if kind == <crate::api_rotate_ca::RotateApiCa as anycloud_engine::Workflow>::KIND {
+            if kind == <crate::workflows::api_rotate_ca::RotateApiCa as anycloud_engine::Workflow>::KIND {
                 return Err(Refusal::new(
                     Code::HostedApiNotReady,
                     format!(

@@ -1,11 +1,11 @@
 //! Resubmitting an ended job: its next attempt, with the same configuration, as a new `job.run`
 //! run, in one transaction that holds the deployment's and the cluster's rows.
 
-use crate::api::DeploymentDetail;
 use crate::db::clusters;
 use crate::db::deployments::{self, Deployment, DeploymentKind};
-use crate::job_run::{JobInput, RunJob};
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::DeploymentDetail;
+use crate::workflows::job_run::{JobInput, RunJob};
 
 use super::Operations;
 use super::pin_secrets::pin_in;

@@ -3,11 +3,11 @@
 
 use anycloud_engine::{RunStatus, Workflow as _};
 
-use crate::api::HostedApiStarted;
-use crate::api_identity::ApiIdentity;
-use crate::api_rotate_ca::{RotateApiCa, RotateInput};
 use crate::db::hosted_apis::{self, HostedApi, Phase};
+use crate::hosting::identity::ApiIdentity;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::HostedApiStarted;
+use crate::workflows::api_rotate_ca::{RotateApiCa, RotateInput};
 
 use super::Operations;
 use super::show_apis::api_not_found;

@@ -1,14 +1,14 @@
 //! Saving a credential: its secret sealed, and its `credentials.verify` run, in one transaction.
 
-use crate::api::{CredentialSaved, NewCredential};
-use crate::credentials_verify::{VerifyCredential, VerifyInput};
+use crate::cloud::ProviderKind;
 use crate::db::credentials::{self, MACHINE_IDENTITY, NewRecord, PublicPart};
 use crate::db::is_unique_violation;
 use crate::names::check_dns_label;
-use crate::providers::ProviderKind;
 use crate::providers::endpoint::{self, EndpointPolicy};
 use crate::providers::sim_settings::SimSettings;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{CredentialSaved, NewCredential};
+use crate::workflows::credentials_verify::{VerifyCredential, VerifyInput};
 
 use super::Operations;
 
@@ -220,7 +220,7 @@ fn refuse_foreign_fields(
 #[cfg(test)]
 mod tests {
     use super::{EndpointPolicy, check};
-    use crate::api::NewCredential;
+    use crate::wire::NewCredential;
 
     fn request(provider: &str) -> NewCredential {
         NewCredential { name: "team".to_owned(), provider: provider.to_owned(), ..NewCredential::default() }

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{NewSecret, SecretSaved};
 use crate::db::credentials::Hold;
 use crate::db::is_unique_violation;
 use crate::db::secrets::{self, PASSWORD, USERNAME};
 use crate::names::{check_dns_label, shown};
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{NewSecret, SecretSaved};
 
 use super::Operations;
 
@@ -208,7 +208,7 @@ fn check_registry_host(host: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::RegistryLogin;
+    use crate::wire::RegistryLogin;
 
     fn env(name: &str, pairs: &[(&str, &str)]) -> NewSecret {
         let values = pairs.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect();

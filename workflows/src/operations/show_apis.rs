@@ -1,9 +1,9 @@
 //! Reading deployed APIs: the list, one by name, and what a CLI needs to use one.
 
-use crate::api::{HostedApiAccess, HostedApiList, HostedApiView, NamesQuery};
-use crate::api_identity::ApiIdentity;
 use crate::db::hosted_apis::{self, Phase};
+use crate::hosting::identity::ApiIdentity;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{HostedApiAccess, HostedApiList, HostedApiView, NamesQuery};
 
 use super::Operations;
 

@@ -4,12 +4,12 @@
 
 use anycloud_engine::{EngineError, RunStatus};
 
-use crate::api::{ClusterDetail, ClusterList, ClusterSummary, NamesQuery, WorkflowSummary};
+use crate::cloud::ProviderKind;
 use crate::db::clusters::{self, Cluster};
 use crate::db::vms::{self, VmRecord};
 use crate::names::shown;
-use crate::providers::ProviderKind;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{ClusterDetail, ClusterList, ClusterSummary, NamesQuery, WorkflowSummary};
 
 use super::Operations;
 

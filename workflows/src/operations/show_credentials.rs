@@ -1,9 +1,9 @@
 //! Reading credentials, never their secrets.
 
-use crate::api::{CredentialList, CredentialShown, NamesQuery};
 use crate::db::credentials;
 use crate::names::shown;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{CredentialList, CredentialShown, NamesQuery};
 
 use super::Operations;
 

@@ -6,16 +6,16 @@ use std::collections::HashMap;
 
 use anycloud_engine::{EngineError, RunRecord, RunStatus, Workflow};
 
-use crate::api::{
-    DeploymentDetail, DeploymentList, DeploymentQuery, DeploymentSummary, RetryState, ServiceAddress, WorkflowSummary,
-};
+use crate::cloud::ProviderKind;
 use crate::db::deployments::{self, Deployment, DeploymentKind, Status};
 use crate::db::{clusters, revisions};
-use crate::kube_service;
+use crate::kubernetes;
 use crate::names::shown;
-use crate::providers::ProviderKind;
 use crate::refusal::{Code, OperationError, Refusal};
-use crate::service_terminate::TerminateService;
+use crate::wire::{
+    DeploymentDetail, DeploymentList, DeploymentQuery, DeploymentSummary, RetryState, ServiceAddress, WorkflowSummary,
+};
+use crate::workflows::service_terminate::TerminateService;
 
 use super::Operations;
 
@@ -80,8 +80,8 @@ impl Operations {
         let (revisions, address) = match deployment.is_service() {
             true => {
                 let address = ServiceAddress {
-                    dns_name: kube_service::dns_name(&deployment),
-                    port: kube_service::port(&deployment),
+                    dns_name: kubernetes::service::dns_name(&deployment),
+                    port: kubernetes::service::port(&deployment),
                     cluster_ip: deployment.cluster_ip.clone(),
                 };
                 (revisions::list(&self.deps.db, &deployment.id).await?, Some(address))

@@ -1,9 +1,9 @@
 //! Reading secrets: names, kinds, key names, versions and the deployments that take them, never
 //! a value.
 
-use crate::api::{NamesQuery, SecretList, SecretSummary};
 use crate::db::secrets;
 use crate::refusal::OperationError;
+use crate::wire::{NamesQuery, SecretList, SecretSummary};
 
 use super::Operations;
 use super::save_secret::secret_not_found;

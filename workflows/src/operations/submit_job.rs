@@ -3,12 +3,12 @@
 
 use uuid::Uuid;
 
-use crate::api::{DeploymentDetail, NewJob};
 use crate::db::deployments::{self, Deployment, DeploymentKind, NewDeployment, PlacementRefused};
 use crate::db::is_unique_violation;
-use crate::job_run::{JobInput, RunJob};
 use crate::names::check_dns_label;
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{DeploymentDetail, NewJob};
+use crate::workflows::job_run::{JobInput, RunJob};
 use crate::workload;
 
 use super::Operations;

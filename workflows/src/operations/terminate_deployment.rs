@@ -7,11 +7,11 @@
 
 use anycloud_engine::{EngineError, RunFilter, Workflow};
 
-use crate::api::DeploymentDetail;
 use crate::db::deployments::{self, Deployment};
 use crate::refusal::OperationError;
-use crate::service_deploy::ServiceInput;
-use crate::service_terminate::TerminateService;
+use crate::wire::DeploymentDetail;
+use crate::workflows::service_deploy::ServiceInput;
+use crate::workflows::service_terminate::TerminateService;
 
 use super::Operations;
 use super::show_deployments::deployment_not_found;

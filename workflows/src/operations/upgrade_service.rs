@@ -2,11 +2,11 @@
 //! `service.upgrade` run, in one transaction that holds the deployment's row. The run shares the
 //! deployment's resource key, so it waits for the deploy and for any earlier upgrade.
 
-use crate::api::{DeploymentDetail, UpgradeRequest};
 use crate::db::deployments::{self, Deployment};
 use crate::db::revisions::{self, Revision, RevisionResult};
 use crate::refusal::{Code, OperationError, Refusal};
-use crate::service_upgrade::{UpgradeInput, UpgradeService};
+use crate::wire::{DeploymentDetail, UpgradeRequest};
+use crate::workflows::service_upgrade::{UpgradeInput, UpgradeService};
 use crate::workload;
 
 use super::Operations;

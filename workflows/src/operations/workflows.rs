@@ -5,8 +5,8 @@ use uuid::Uuid;
 
 use anycloud_engine::{RunFilter, RunStatus};
 
-use crate::api::{WorkflowActed, WorkflowAction, WorkflowDetail, WorkflowEvents, WorkflowList, WorkflowQuery};
 use crate::refusal::{Code, OperationError, Refusal};
+use crate::wire::{WorkflowActed, WorkflowAction, WorkflowDetail, WorkflowEvents, WorkflowList, WorkflowQuery};
 
 use super::Operations;
 

@@ -17,7 +17,7 @@ use aws_sdk_ec2::Client;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{Address as Eip, DomainType, ResourceType, Tag, TagSpecification};
 
-use super::aws_cloud::{cluster_filter, console_name, ec2_failure, filter, tag};
+use super::aws_ec2::{cluster_filter, console_name, ec2_failure, filter, tag};
 use crate::cloud::{Address, CLUSTER_TAG, CloudError, NAME_TAG, Placement, Vm};
 
 /// The Elastic IPs carrying the owner's tag (and the name tag, when given).

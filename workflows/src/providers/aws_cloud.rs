@@ -19,11 +19,13 @@ use aws_sdk_ec2::types::{
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::{Verdict, aws, aws_addresses, aws_iam, aws_secrets};
+use super::aws_ec2::{cluster_filter, console_name, ec2_failure, filter, tag};
+use super::{aws, aws_addresses, aws_iam, aws_secrets};
+use crate::cloud::Verdict;
 use crate::cloud::{
     Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, OWNER_TAG, Placement, ROLE_TAG, Role, Vm,
 };
-use crate::cluster_network::Openings;
+use crate::cluster::network::Openings;
 use crate::db::credentials::PublicPart;
 
 /// Canonical's AWS account: the owner of the official Ubuntu images.
@@ -53,53 +55,6 @@ const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
 
 /// The states `list_vms` reports: every state but `terminated`.
 const LISTED_STATES: &[&str] = &["pending", "running", "shutting-down", "stopping", "stopped"];
-
-/// EC2 error codes of requests that will never succeed as asked (beyond refused keys, which
-/// [`aws::rejects`] knows): quotas, capacity, unknown or malformed parameters.
-const TERMINAL_CODES: &[&str] = &[
-    "InsufficientInstanceCapacity",
-    "InstanceLimitExceeded",
-    "VcpuLimitExceeded",
-    "Unsupported",
-    "UnsupportedOperation",
-    "InvalidParameterValue",
-    "InvalidParameterCombination",
-    "InvalidParameter",
-    "MissingParameter",
-    "IdempotentParameterMismatch",
-    "InvalidAMIID.NotFound",
-    "InvalidAMIID.Malformed",
-    "InvalidAMIID.Unavailable",
-    "InvalidInstanceType",
-    "InvalidUserData.Malformed",
-    "InvalidInstanceID.Malformed",
-    "InvalidGroupId.Malformed",
-    "InvalidVpcID.NotFound",
-    "SecurityGroupLimitExceeded",
-    "RulesPerSecurityGroupLimitExceeded",
-];
-
-/// EC2 error codes worth another attempt: throttling, EC2's own failures, and the eventual
-/// consistency of a resource just made or just released.
-const RETRYABLE_CODES: &[&str] = &[
-    "RequestLimitExceeded",
-    "Throttling",
-    "ThrottlingException",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "EC2ThrottledException",
-    "TooManyRequestsException",
-    "PriorRequestNotComplete",
-    "InternalError",
-    "InternalFailure",
-    "ServiceUnavailable",
-    "Unavailable",
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "DependencyViolation",
-    "IncorrectState",
-    "IncorrectInstanceState",
-];
 
 /// An AWS account as the cluster workflows use it: EC2 in one region.
 #[derive(Debug, Clone)]
@@ -276,21 +231,6 @@ fn image_rank(image: &Image) -> ((u32, u32), &str, &str) {
     (release, image.creation_date().unwrap_or_default(), name)
 }
 
-/// An EC2 filter on `name` matching any of `values`.
-pub(super) fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filter {
-    Filter::builder().name(name).set_values(Some(values.into_iter().map(str::to_owned).collect())).build()
-}
-
-/// The filter on the cluster's tag.
-pub(super) fn cluster_filter(cluster_id: &str) -> Filter {
-    filter(&format!("tag:{CLUSTER_TAG}"), [cluster_id])
-}
-
-/// A tag.
-pub(super) fn tag(key: &str, value: &str) -> Tag {
-    Tag::builder().key(key).value(value).build()
-}
-
 /// The value of the tag `key`, when present.
 fn tag_value<'a>(tags: &'a [Tag], key: &str) -> Option<&'a str> {
     tags.iter().find(|t| t.key() == Some(key)).and_then(Tag::value)
@@ -310,12 +250,6 @@ pub(crate) fn imds_v2_only() -> InstanceMetadataOptionsRequest {
         .http_tokens(HttpTokensState::Required)
         .http_put_response_hop_limit(1)
         .build()
-}
-
-/// The `Name` tag shown in the EC2 console: the VM's name and the start of the cluster's id.
-pub(super) fn console_name(cluster_id: &str, vm_name: &str) -> String {
-    let short = cluster_id.get(..8).unwrap_or(cluster_id);
-    format!("anycloud-{vm_name}-{short}")
 }
 
 /// The name of a cluster's security group.
@@ -576,39 +510,6 @@ async fn keep_one_named(client: &Client, cluster_id: &str, name: &str) -> Result
     Ok(Some(oldest.clone()))
 }
 
-/// What an EC2 failure means for the step: refused keys and requests that cannot succeed as
-/// asked are terminal; throttling, 5xx, network failures and eventual consistency are worth
-/// another attempt. Any other client error (4xx) is terminal.
-pub(super) fn ec2_failure<E>(operation: &str, err: &SdkError<E>) -> CloudError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-{
-    match err {
-        SdkError::ServiceError(failure) => {
-            let code = failure.err().code().unwrap_or("UnknownError");
-            let message = format!("EC2 {operation}: {code}: {}", failure.err().message().unwrap_or("no message"));
-            let status = failure.raw().status().as_u16();
-            if code == "InvalidParameterValue" && message.contains("iamInstanceProfile") {
-                // An instance profile just made is not visible to EC2 for some seconds.
-                CloudError::Retryable(format!("{message} (a new instance profile takes a few seconds to reach EC2)"))
-            } else if TERMINAL_CODES.contains(&code) {
-                CloudError::Terminal(message)
-            } else if aws::rejects(Some(code)) {
-                CloudError::Terminal(format!("EC2 refused the keys: {message}"))
-            } else if RETRYABLE_CODES.contains(&code) || code.ends_with(".NotFound") || status >= 500 {
-                CloudError::Retryable(message)
-            } else {
-                CloudError::Terminal(message)
-            }
-        }
-        // The request could not even be built (a bad endpoint, say): retrying cannot help.
-        SdkError::ConstructionFailure(_) => {
-            CloudError::terminal(&format!("EC2 {operation}: building the request"), err)
-        }
-        _ => CloudError::retryable(&format!("EC2 {operation}"), err),
-    }
-}
-
 #[async_trait]
 impl Cloud for AwsCloud {
     /// The cheapest read call: DescribeRegions, in the credential's own region. Refused keys are
@@ -656,7 +557,11 @@ impl Cloud for AwsCloud {
 
     /// The instance type's `ProcessorInfo.SupportedArchitectures` (DescribeInstanceTypes);
     /// `x86_64_mac`, `i386` and the like are left out (no Linux VM of ours runs them).
-    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::api_binary::Arch>, CloudError> {
+    async fn vm_architectures(
+        &self,
+        region: &str,
+        vm_type: &str,
+    ) -> Result<Vec<crate::hosting::binary::Arch>, CloudError> {
         self.check_region(region).await?;
         let types = self
             .client_in(region)
@@ -665,12 +570,12 @@ impl Cloud for AwsCloud {
             .send()
             .await
             .map_err(|err| ec2_failure("DescribeInstanceTypes", &err))?;
-        let mut arches: Vec<crate::api_binary::Arch> = types
+        let mut arches: Vec<crate::hosting::binary::Arch> = types
             .instance_types()
             .iter()
             .filter_map(|info| info.processor_info())
             .flat_map(|processor| processor.supported_architectures())
-            .filter_map(|arch| crate::api_binary::Arch::parse(arch.as_str()))
+            .filter_map(|arch| crate::hosting::binary::Arch::parse(arch.as_str()))
             .collect();
         arches.sort();
         arches.dedup();

@@ -11,7 +11,7 @@
 //!   it cannot launch a VM with any role, its own included.
 //!
 //! The SDK on the VM finds the role's keys through IMDSv2, so no key is ever in the VM's
-//! user-data, and the deployer's key never reaches the VM (`api_hosting_credential` hands the
+//! user-data, and the deployer's key never reaches the VM (`hosting::credential` hands the
 //! API a machine-identity credential). Every call tolerates "already exists" and "already gone",
 //! so a retried step finishes what an earlier attempt began. The condition keys and resource
 //! types are those of the Service Authorization Reference for Amazon EC2 (docs/hosting.md,

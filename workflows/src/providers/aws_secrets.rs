@@ -1,6 +1,6 @@
 //! A secret a hosted API's EC2 VM reads as itself, in AWS Secrets Manager: the deployer puts it
 //! there with the hosting credential's keys, the VM reads it with its instance profile (whose
-//! policy names each such secret, `aws_iam`). Used for the API's keys ([`crate::api_keys`]) and
+//! policy names each such secret, `aws_iam`). Used for the API's keys ([`crate::hosting::keys`]) and
 //! for the checkpoint bucket's key when the bucket is on another provider (docs/hosting.md,
 //! "Placement"). Every call tolerates "already exists"
 //! and "already gone", so a retried step finishes what an earlier attempt began.

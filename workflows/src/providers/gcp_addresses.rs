@@ -22,7 +22,8 @@ use google_cloud_compute_v1::client::{Addresses, RegionOperations};
 use google_cloud_compute_v1::model::{Address as GceAddress, Operation, address, operation};
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 
-use super::gcp_cloud::{check_operation, classify, cluster_prefix, reasons, request_id};
+use super::gcp_errors::{check_operation, classify, reasons};
+use super::gcp_names::{cluster_prefix, request_id};
 use crate::cloud::{Address, CloudError, Placement};
 
 /// How long one call waits for a region operation to finish.

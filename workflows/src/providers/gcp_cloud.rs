@@ -30,11 +30,14 @@ use google_cloud_compute_v1::model::{
 };
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 
-use super::{Verdict, gcp, gcp_addresses, gcp_iam, gcp_secrets};
+use super::gcp_errors::{check_operation, classify, not_google, reasons};
+use super::gcp_names::{cluster_prefix, request_id, valid_label_value, valid_name};
+use super::{gcp, gcp_addresses, gcp_iam, gcp_secrets};
+use crate::cloud::Verdict;
 use crate::cloud::{
     Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
 };
-use crate::cluster_network::{KUBE_API_PORT, Openings, WIREGUARD_PORT};
+use crate::cluster::network::{KUBE_API_PORT, Openings, WIREGUARD_PORT};
 use crate::db::credentials::PublicPart;
 
 /// The boot image of every VM: the Ubuntu 22.04 LTS family (its newest image at insert time).
@@ -60,9 +63,6 @@ const WAIT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(150);
 /// Instance states in which an instance serves (or is about to): `launch` returns such an instance
 /// rather than creating another.
 const LIVE_STATES: [&str; 5] = ["PROVISIONING", "STAGING", "RUNNING", "REPAIRING", "PENDING"];
-
-/// The namespace of the UUID v5 request ids this provider derives.
-const REQUEST_ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6f1e_2b7c_52a4_4c0e_9d38_4a0c_1f55_e7a1);
 
 /// A Compute Engine project, as the cluster workflows use it.
 pub struct GcpCloud {
@@ -489,7 +489,11 @@ impl Cloud for GcpCloud {
 
     /// The machine type's `architecture` (`X86_64`, `ARM64`) in the region's first zone, as
     /// [`Cloud::placement`] picks it; a type that names none (older ones) is x86_64.
-    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::api_binary::Arch>, CloudError> {
+    async fn vm_architectures(
+        &self,
+        region: &str,
+        vm_type: &str,
+    ) -> Result<Vec<crate::hosting::binary::Arch>, CloudError> {
         let placement = self.placement("architecture", region, vm_type).await?;
         let zone = placement.zone.unwrap_or_default();
         let machine = self
@@ -503,8 +507,8 @@ impl Cloud for GcpCloud {
             .map_err(|err| classify(&format!("reading machine type {vm_type} in {zone}"), &err))?;
         let name = machine.architecture.as_ref().and_then(|a| a.name()).map(str::to_owned);
         match name.as_deref().filter(|a| !a.is_empty() && *a != "ARCHITECTURE_UNSPECIFIED") {
-            None => Ok(vec![crate::api_binary::Arch::X86_64]),
-            Some(name) => crate::api_binary::Arch::parse(name).map(|arch| vec![arch]).ok_or_else(|| {
+            None => Ok(vec![crate::hosting::binary::Arch::X86_64]),
+            Some(name) => crate::hosting::binary::Arch::parse(name).map(|arch| vec![arch]).ok_or_else(|| {
                 CloudError::Terminal(format!(
                     "machine type {vm_type} runs {name}, which no anycloud binary is built for"
                 ))
@@ -797,22 +801,6 @@ impl GcpCloud {
     }
 }
 
-/// `ac-<first 12 alphanumerics of the cluster id, lowercased>`: the network tag, and the prefix of
-/// every resource name of the cluster.
-pub fn cluster_prefix(cluster_id: &str) -> Result<String, CloudError> {
-    let short: String =
-        cluster_id.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).take(12).collect();
-    if short.is_empty() {
-        return Err(CloudError::Terminal(format!("cluster id `{cluster_id}` gives no GCE name prefix")));
-    }
-    Ok(format!("ac-{short}"))
-}
-
-/// The GCE name of a VM of a cluster: `ac-<12 hex>-<vm name>`.
-pub fn instance_name(cluster_id: &str, vm_name: &str) -> Result<String, CloudError> {
-    Ok(format!("{}-{vm_name}", cluster_prefix(cluster_id)?))
-}
-
 /// The names of every firewall rule a cluster or a hosted API may have (`-https` is a hosted
 /// API's; `-ssh-api` was a cluster's before it opened only its own addresses).
 fn firewall_names(prefix: &str) -> [String; 5] {
@@ -825,131 +813,7 @@ const STORAGE_SCOPE: &str = "https://www.googleapis.com/auth/devstorage.read_wri
 /// scope); its service account's IAM, and the secret's binding, decide what it may do.
 const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
-/// A deterministic request id: UUID v5 of `key` and `what`.
-pub(super) fn request_id(key: &str, what: &str) -> String {
-    uuid::Uuid::new_v5(&REQUEST_ID_NAMESPACE, format!("{key}/{what}").as_bytes()).to_string()
-}
-
-/// Whether `name` is a GCE resource name: `[a-z]([-a-z0-9]{0,61}[a-z0-9])?`.
-fn valid_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes[0].is_ascii_lowercase()
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.last() != Some(&b'-')
-}
-
-/// Whether `value` is a GCE label value: `[a-z0-9_-]{0,63}` (ASCII only here).
-fn valid_label_value(value: &str) -> bool {
-    value.len() <= 63 && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-}
-
 /// The instance's status in GCE's words (`RUNNING`, ...).
 fn status_name(instance: &Instance) -> String {
     instance.status.as_ref().and_then(|s| s.name()).unwrap_or("UNKNOWN").to_owned()
-}
-
-/// The `reason`s of a service error (`alreadyExists`, `quotaExceeded`, ...), as text to search.
-/// The details are google-cloud-gax types, which this crate does not name.
-pub(super) fn reasons(err: &google_cloud_compute_v1::Error) -> String {
-    err.status().map(|status| format!("{:?}", status.details)).unwrap_or_default()
-}
-
-/// Retryable or terminal: 5xx, 429, rate limits, a resource busy with another operation, and
-/// transport failures are worth another attempt; quota, 400 and refusals are not.
-pub(super) fn classify(context: &str, err: &google_cloud_compute_v1::Error) -> CloudError {
-    if let Some(code) = err.http_status_code() {
-        let reasons = reasons(err);
-        let message = err.status().map_or_else(|| not_google(err), |s| s.message.clone());
-        let text = format!("{context}: Compute Engine answered HTTP {code}: {message}");
-        return if answer_is_retryable(code, &reasons, &message) {
-            CloudError::Retryable(text)
-        } else {
-            CloudError::Terminal(text)
-        };
-    }
-    if err.is_binding() || err.is_serialization() || err.is_authentication() {
-        return CloudError::terminal(context, err);
-    }
-    CloudError::retryable(context, err)
-}
-
-/// What is said of an HTTP error answer that is not a Google API error (its `status` did not
-/// parse): its size, never its body, which an endpoint override could fill with what it read
-/// from elsewhere.
-pub(super) fn not_google(err: &google_cloud_compute_v1::Error) -> String {
-    let bytes = err.http_payload().map_or(0, |payload| payload.len());
-    format!("an answer that is not a Google API error ({bytes} bytes, not shown)")
-}
-
-/// Whether an HTTP error answer of Compute Engine is worth another attempt: 5xx, a rate limit, a
-/// resource busy with another operation, but not a resource quota.
-///
-/// A rate limit is HTTP 429 (or 403 `rateLimitExceeded`), and its message speaks of a quota too
-/// ("Quota exceeded for quota metric 'Queries' and limit 'Queries per minute'"): it passes within
-/// the minute, so the word "quota" does not make it final. A resource quota (CPUs, addresses) is
-/// 403 `quotaExceeded`, or an operation's `QUOTA_EXCEEDED` ([`check_operation`]), and is final.
-fn answer_is_retryable(code: u16, reasons: &str, message: &str) -> bool {
-    let rate_limited = code == 429
-        || (code == 403 && (reasons.contains("rateLimitExceeded") || reasons.contains("RateLimitExceeded")));
-    if rate_limited {
-        return true;
-    }
-    let quota = reasons.contains("quotaExceeded") || message.to_ascii_lowercase().contains("quota");
-    !quota && (code >= 500 || (code == 400 && reasons.contains("resourceNotReady")))
-}
-
-/// The error a `DONE` operation carries, if any, as a [`CloudError`].
-pub(super) fn check_operation(context: &str, op: &Operation) -> Result<(), CloudError> {
-    let Some(error) = op.error.as_ref().filter(|e| !e.errors.is_empty()) else {
-        return Ok(());
-    };
-    let codes: Vec<&str> = error.errors.iter().filter_map(|e| e.code.as_deref()).collect();
-    let messages: Vec<&str> = error.errors.iter().filter_map(|e| e.message.as_deref()).collect();
-    let http = op.http_error_status_code.unwrap_or(0);
-    let text = format!("{context}: operation failed ({}): {}", codes.join(", "), messages.join("; "));
-    let quota = codes.iter().any(|c| c.contains("QUOTA")) || text.to_ascii_lowercase().contains("quota");
-    let stockout = codes.iter().any(|c| c.contains("RESOURCE_POOL_EXHAUSTED") || c.contains("RESOURCE_NOT_READY"));
-    if !quota && (stockout || http == 429 || http >= 500) {
-        Err(CloudError::Retryable(text))
-    } else {
-        Err(CloudError::Terminal(text))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names() {
-        let id = "3f2a9c1e-77b0-4d2e-9a8b-0c1d2e3f4a5b";
-        assert_eq!(cluster_prefix(id).ok().as_deref(), Some("ac-3f2a9c1e77b0"));
-        assert_eq!(instance_name(id, "w0").ok().as_deref(), Some("ac-3f2a9c1e77b0-w0"));
-        assert!(valid_name("ac-3f2a9c1e77b0-cp"));
-        assert!(!valid_name("ac-"));
-        assert!(!valid_name("1ac"));
-        assert!(!valid_name("Ac"));
-        assert!(valid_label_value(id));
-        assert_eq!(request_id(id, "x"), request_id(id, "x"));
-        assert_ne!(request_id(id, "x"), request_id(id, "y"));
-    }
-
-    /// The fault proxy's 429 (tests/tests/provider_faults.rs) was once final because its message,
-    /// as Compute Engine words a rate limit, says "Quota exceeded": a create unwound on a
-    /// throttled call.
-    #[test]
-    fn a_rate_limit_is_retried_and_a_resource_quota_is_not() {
-        let rate_limit = "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service \
-                          'compute.googleapis.com' for consumer 'project_number:1'.";
-        assert!(answer_is_retryable(429, "", rate_limit));
-        assert!(answer_is_retryable(403, "[ErrorInfo { reason: \"rateLimitExceeded\" }]", "Rate Limit Exceeded"));
-        assert!(answer_is_retryable(503, "", "Internal error. Please try again."));
-        assert!(answer_is_retryable(400, "resourceNotReady", "The resource is not ready"));
-        assert!(!answer_is_retryable(403, "quotaExceeded", "Quota 'CPUS' exceeded. Limit: 8.0 in region us-central1."));
-        assert!(!answer_is_retryable(503, "", "Quota 'CPUS' exceeded. Limit: 8.0 in region us-central1."));
-        assert!(!answer_is_retryable(400, "", "Invalid value for field 'resource.name'"));
-        assert!(!answer_is_retryable(403, "", "Required 'compute.instances.create' permission"));
-    }
 }

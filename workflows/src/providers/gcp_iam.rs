@@ -4,7 +4,7 @@
 //! narrowed by an IAM Condition to the resources anycloud names (`ac-...`) where Compute Engine
 //! supports conditions on the resource's name (instances, disks, firewall rules; docs/hosting.md,
 //! "The VM's service account", cites Google's pages). Its secrets are bound to it one by one
-//! ([`super::gcp_secrets`]), its bucket on the bucket itself (`api_bucket.rs`); nothing else.
+//! ([`super::gcp_secrets`]), its bucket on the bucket itself (`hosting/bucket.rs`); nothing else.
 //!
 //! | call                        | request                                                 | tolerated           |
 //! |-----------------------------|---------------------------------------------------------|---------------------|
@@ -42,7 +42,7 @@ const POLICY_CYCLES: u32 = 5;
 /// The policy version that carries conditional bindings.
 const POLICY_VERSION: i32 = 3;
 
-/// The prefix of every Compute Engine resource anycloud names (`gcp_cloud::cluster_prefix`).
+/// The prefix of every Compute Engine resource anycloud names (`gcp_names::cluster_prefix`).
 pub const RESOURCE_PREFIX: &str = "ac-";
 
 /// The roles the account holds on its checkpoint bucket, when the bucket is on GCS: its objects
@@ -327,7 +327,7 @@ fn condition_key(binding: &Binding) -> (String, String) {
 /// attempt; a refusal names the permissions the deploy needs.
 pub(super) fn classify(context: &str, err: &Error) -> CloudError {
     if let Some(code) = err.http_status_code() {
-        let message = err.status().map_or_else(|| super::gcp_cloud::not_google(err), |s| s.message.clone());
+        let message = err.status().map_or_else(|| super::gcp_errors::not_google(err), |s| s.message.clone());
         let text = format!("{context}: Google IAM answered HTTP {code}: {message}");
         return if code == 429 || code >= 500 || not_yet_known(code, &message) {
             CloudError::Retryable(text)

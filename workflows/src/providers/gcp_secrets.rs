@@ -4,7 +4,7 @@
 //! own, [`super::gcp_iam`]), and to no one else; the VM
 //! reads `versions/latest` with its metadata server's token (the `cloud-platform` scope). Older
 //! versions are destroyed once a new one is added. Used for the API's keys
-//! ([`crate::api_keys`]) and for the checkpoint bucket's key when the bucket is on another
+//! ([`crate::hosting::keys`]) and for the checkpoint bucket's key when the bucket is on another
 //! provider (docs/hosting.md, "Placement"). Every call tolerates "already exists" and "already gone", so a retried step
 //! finishes what an earlier attempt began.
 
@@ -45,7 +45,7 @@ pub async fn client(
 
 fn classify(context: &str, err: &Error) -> CloudError {
     if let Some(code) = err.http_status_code() {
-        let message = err.status().map_or_else(|| super::gcp_cloud::not_google(err), |s| s.message.clone());
+        let message = err.status().map_or_else(|| super::gcp_errors::not_google(err), |s| s.message.clone());
         let text = format!("{context}: Secret Manager answered HTTP {code}: {message}");
         // A service account just made may be unknown to Secret Manager for a few seconds.
         return if code == 429 || code >= 500 || super::gcp_iam::not_yet_known(code, &message) {

@@ -4,7 +4,7 @@
 use anycloud_engine::{
     EventKind, EventRecord, OnExhausted, Phase, RunDetail, RunRecord, RunStatus, StepLimits, StepShape,
 };
-use anycloud_workflows::api::{WorkflowDetail, WorkflowEvents};
+use anycloud_workflows::wire::{WorkflowDetail, WorkflowEvents};
 
 use super::follow::{next_steps, timeline};
 use crate::client::Client;

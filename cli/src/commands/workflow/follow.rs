@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use anycloud_engine::{EventRecord, Phase, RunStatus};
-use anycloud_workflows::api::{EventsQuery, WorkflowDetail, WorkflowEvents};
 use anycloud_workflows::operations::PAGE_LIMIT;
+use anycloud_workflows::wire::{EventsQuery, WorkflowDetail, WorkflowEvents};
 
 use super::event_line;
 use crate::client::Client;

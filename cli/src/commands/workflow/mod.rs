@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anycloud_engine::{EventRecord, Phase, RunDetail, RunStatus, StepError, StepStatus};
-use anycloud_workflows::api::{
+use anycloud_workflows::wire::{
     WorkflowActed, WorkflowAction, WorkflowDetail, WorkflowEvents, WorkflowList, WorkflowQuery,
 };
 

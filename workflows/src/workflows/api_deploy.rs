@@ -11,16 +11,16 @@
 //! bucket restores the same API), then the API's keys (its token, the key that seals its
 //! database's secrets, the CA its TLS certificate is issued from) are put in the hosting
 //! provider's secret store, never in the bucket beside the database they unseal
-//! ([`crate::api_keys`]). The VM reads them as itself (an instance profile, a service account),
+//! ([`crate::hosting::keys`]). The VM reads them as itself (an instance profile, a service account),
 //! so its user-data carries nothing secret. A bucket on another
 //! provider than the VM is reached with the storage credential's key, which the VM reads as
-//! itself from its own provider's secret store (`store_storage_secret`, [`crate::api_storage_key`]).
+//! itself from its own provider's secret store (`store_storage_secret`, [`crate::hosting::storage_key`]).
 //! The VM is reached at a reserved address (`reserve_address`: an Elastic IP, a static external
 //! address) that survives its stop, start and replacement; its certificate and URL name it.
 //! The binary the VM runs is checked against the machine type's architecture before anything is
 //! made (`pin_placement`); one the deploy ships is copied from where the deploying API staged it
 //! into the bucket (`ship_binary`, by its SHA-256), and the VM fetches it through a signed URL
-//! that expires after [`SIGNED_URL_TTL`] and grants that one GET ([`crate::api_binary`]).
+//! that expires after [`SIGNED_URL_TTL`] and grants that one GET ([`crate::hosting::binary`]).
 //! The last step waits until the API answers over HTTPS through the pinned CA. On a terminal
 //! failure or a cancel the undos run in reverse: the VM, the reserved address, the VM identity,
 //! the storage secret and the network rules go, and a bucket this run created is deleted with
@@ -34,19 +34,20 @@ use anycloud_checkpoint::provision::Made;
 use anycloud_engine::{Check, Effect, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
-use crate::api_binary::{self, BinarySource};
-use crate::api_bucket::{ApiBucket, step_error};
-use crate::api_identity::{CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
-use crate::api_keys::{self, ApiKeys};
-use crate::api_storage_key::{self, StorageKey};
-use crate::api_user_data::{self, Download, HostedApi as Script};
 use crate::cloud::{Address, Cloud, LaunchSpec, Network, Placement, Role, Vm};
 use crate::db::credentials;
 use crate::db::hosted_apis::{self, HostedApi, Phase};
-use crate::deps::{AccountError, Deps};
+use crate::hosting;
+use crate::hosting::binary::BinarySource;
+use crate::hosting::bucket::{ApiBucket, step_error};
+use crate::hosting::identity::{CA_CERT_FILE, CA_KEY_FILE, TOKEN_FILE};
+use crate::hosting::keys::ApiKeys;
+use crate::hosting::storage_key::StorageKey;
+use crate::hosting::user_data::{Download, HostedApi as Script};
 use crate::providers::endpoint::EndpointPolicy;
-use crate::retry;
 use crate::secrets::SEALING_KEY_FILE;
+use crate::workflows::deps::{AccountError, Deps};
+use crate::workflows::retry;
 
 /// The workflow, with what its steps need.
 pub struct DeployApi {
@@ -257,7 +258,7 @@ async fn check_architecture(api: &HostedApi, cloud: &dyn Cloud) -> Result<(), St
     if source.arches().iter().any(|arch| runs.contains(arch)) {
         return Ok(());
     }
-    let names = |arches: &[api_binary::Arch]| arches.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ");
+    let names = |arches: &[hosting::binary::Arch]| arches.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ");
     Err(StepError::terminal_msg(match source {
         BinarySource::Shipped { arch, .. } => format!(
             "machine type {} runs {} and the binary this deploy ships is built for {arch}: deploy with --binary FILE, \
@@ -286,7 +287,7 @@ fn binary(api: &HostedApi) -> Result<BinarySource, StepError> {
 /// The shipped binary's key in the bucket, under the API's prefix.
 fn binary_key(api: &HostedApi, sha256: &str) -> Result<String, StepError> {
     let url = anycloud_checkpoint::BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
-    Ok(api_binary::object_key(&url.prefix, sha256))
+    Ok(hosting::binary::object_key(&url.prefix, sha256))
 }
 
 /// Copies the binary the deploy ships from where the deploying API staged it into the bucket,
@@ -299,11 +300,11 @@ async fn ship_binary(ctx: StepCtx<DeployApi>) -> Result<Option<String>, StepErro
     let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
     let existing = bucket.objects().get(&key).await.map_err(step_error)?;
     if let Some((bytes, _)) = &existing
-        && api_binary::sha256_hex(bytes) == sha256
+        && hosting::binary::sha256_hex(bytes) == sha256
     {
         return Ok(Some(key));
     }
-    let path = api_binary::staged_path(&deps(&ctx).binaries, &sha256);
+    let path = hosting::binary::staged_path(&deps(&ctx).binaries, &sha256);
     let body = match tokio::fs::read(&path).await {
         Ok(body) => bytes::Bytes::from(body),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -315,7 +316,7 @@ async fn ship_binary(ctx: StepCtx<DeployApi>) -> Result<Option<String>, StepErro
         }
         Err(err) => return Err(StepError::retryable_msg(format!("reading {}: {err}", path.display()))),
     };
-    if api_binary::sha256_hex(&body) != sha256 {
+    if hosting::binary::sha256_hex(&body) != sha256 {
         return Err(StepError::terminal_msg(format!(
             "the staged binary {} does not have its SHA-256 {sha256} any more; run `anycloud api serve` again",
             path.display()
@@ -397,7 +398,7 @@ async fn store_keys(ctx: StepCtx<DeployApi>) -> Result<KeysStored, StepError> {
     let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
     let url = anycloud_checkpoint::BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
     let layout = Layout::new(&url.prefix);
-    let name = api_keys::secret_name(api.provider, &api.bucket);
+    let name = hosting::keys::secret_name(api.provider, &api.bucket);
     let keys = match cloud.read_vm_secret(&name).await? {
         Some(text) => ApiKeys::from_json(&text, &name).map_err(StepError::terminal_msg)?,
         None => match legacy_keys(&bucket, &layout).await? {
@@ -439,7 +440,7 @@ async fn legacy_keys(bucket: &ApiBucket, layout: &Layout) -> Result<Option<ApiKe
 async fn store_keys_undo(ctx: StepCtx<DeployApi>, _stored: Effect<KeysStored>) -> Result<(), StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
     if api.bucket_made.as_deref() == Some("created") {
-        cloud.delete_vm_secret(&api_keys::secret_name(api.provider, &api.bucket)).await?;
+        cloud.delete_vm_secret(&hosting::keys::secret_name(api.provider, &api.bucket)).await?;
     }
     hosted_apis::set_identity(&deps(&ctx).db, &api.id, None, None).await?;
     Ok(())
@@ -462,7 +463,7 @@ async fn ensure_network_undo(ctx: StepCtx<DeployApi>, _network: Effect<Network>)
 /// provider's secret store, readable by the VM's identity alone (created, or a new version).
 async fn store_storage_secret(ctx: StepCtx<DeployApi>) -> Result<Option<String>, StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
-    if !api_storage_key::travels(&api) {
+    if !hosting::storage_key::travels(&api) {
         return Ok(None);
     }
     let name = &api.storage_credential;
@@ -473,15 +474,15 @@ async fn store_storage_secret(ctx: StepCtx<DeployApi>) -> Result<Option<String>,
     };
     let key =
         StorageKey::of(credential.provider, &credential.public.identity, secret).map_err(StepError::terminal_msg)?;
-    let secret_name = api_storage_key::secret_name(api.provider, &api.owner());
+    let secret_name = hosting::storage_key::secret_name(api.provider, &api.owner());
     Ok(Some(cloud.store_vm_secret(&api.owner(), &secret_name, &key.to_json()).await?))
 }
 
 /// Deletes the secret (nothing there is success).
 async fn store_storage_secret_undo(ctx: StepCtx<DeployApi>, _stored: Effect<Option<String>>) -> Result<(), StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
-    if api_storage_key::travels(&api) {
-        cloud.delete_vm_secret(&api_storage_key::secret_name(api.provider, &api.owner())).await?;
+    if hosting::storage_key::travels(&api) {
+        cloud.delete_vm_secret(&hosting::storage_key::secret_name(api.provider, &api.owner())).await?;
     }
     Ok(())
 }
@@ -494,7 +495,7 @@ async fn ensure_vm_identity(ctx: StepCtx<DeployApi>) -> Result<String, StepError
     // On GCP the bucket names the API's service account in its own policy, set by the storage
     // credential that owns the bucket.
     if let Some(member) = cloud.bucket_member(&api.owner())
-        && !api_storage_key::travels(&api)
+        && !hosting::storage_key::travels(&api)
     {
         let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
         bucket.let_vm_use(&member).await.map_err(step_error)?;
@@ -515,7 +516,7 @@ async fn ensure_vm_identity_undo(ctx: StepCtx<DeployApi>, _identity: Effect<Stri
 /// is gone holds none).
 pub(crate) async fn forget_vm_identity(deps: &Deps, api: &HostedApi, cloud: &dyn Cloud) -> Result<(), StepError> {
     if let Some(member) = cloud.bucket_member(&api.owner())
-        && !api_storage_key::travels(api)
+        && !hosting::storage_key::travels(api)
     {
         let (bucket, _) = ApiBucket::open(deps, api).await?;
         bucket.forget_vm(&member).await.map_err(step_error)?;
@@ -554,12 +555,12 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         BinarySource::Shipped { sha256, arch } => {
             let key = ctx.output(SHIP_BINARY)?.unwrap_or(binary_key(&api, &sha256)?);
             let url = bucket.signed_get(&key, SIGNED_URL_TTL).await.map_err(step_error)?;
-            Download { url, sums: api_binary::Sums::from([(arch, sha256)]), https_only: false }
+            Download { url, sums: hosting::binary::Sums::from([(arch, sha256)]), https_only: false }
         }
         BinarySource::Hosted { url, sums } => Download { url, sums, https_only: true },
     };
     let owner = api.owner();
-    let script = api_user_data::hosted_api(&Script {
+    let script = hosting::user_data::hosted_api(&Script {
         id: &api.name,
         owner: &owner,
         provider: api.provider,
@@ -622,7 +623,7 @@ async fn wait_until_answers(ctx: StepCtx<DeployApi>) -> Result<Check<String>, St
     let address = deps(&ctx).hosted_api_address(&reserved.ip);
     let url = format!("https://{address}:{}", api.port);
     let ca_pem = ctx.output(STORE_KEYS)?.ca_pem;
-    match crate::api_identity::health(&url, &ca_pem).await {
+    match crate::hosting::identity::health(&url, &ca_pem).await {
         Ok(()) => Ok(Check::Ready(url)),
         Err(why) => Ok(Check::NotYet(format!(
             "VM {} ({}): the API does not answer at {url} yet: {why}",
@@ -637,7 +638,7 @@ async fn save_hosting_credential(ctx: StepCtx<DeployApi>) -> Result<Check<()>, S
     let api = record(&ctx).await?;
     let url = ctx.output(WAIT_UNTIL_ANSWERS)?;
     let ca_pem = ctx.output(STORE_KEYS)?.ca_pem;
-    crate::api_hosting_credential::hand_over(deps(&ctx), &api, &url, &ca_pem).await
+    crate::hosting::credential::hand_over(deps(&ctx), &api, &url, &ca_pem).await
 }
 
 async fn mark_ready(ctx: StepCtx<DeployApi>) -> Result<(), StepError> {

@@ -17,8 +17,9 @@ use base64::engine::general_purpose::STANDARD;
 use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
-use crate::api_identity::ApiIdentity;
-use crate::providers::{self, ProviderKind};
+use crate::cloud::ProviderKind;
+use crate::hosting::identity::ApiIdentity;
+use crate::providers;
 
 /// The keys, open.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,11 +20,11 @@ use anycloud_engine::{Check, Step, StepCtx, StepError, StepKey, Steps, Workflow}
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Placement, Role};
-use crate::cluster_sides::{Sides, every_vm_once};
+use crate::cluster::sides::{Sides, every_vm_once};
 use crate::db::clusters::{self, Phase};
 use crate::db::vms;
-use crate::deps::Deps;
-use crate::{kube_api, retry};
+use crate::workflows::deps::Deps;
+use crate::{kubernetes, workflows::retry};
 
 /// The workflow, with what its steps need.
 pub struct DeleteCluster {
@@ -138,10 +138,10 @@ async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemove
         None => return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("the cluster has no secrets".into()) }),
     };
     let endpoint = deps.kube_endpoint(sides.control_plane().cloud.as_ref(), cp);
-    let client = kube_api::client(&endpoint, &secrets).map_err(StepError::terminal)?;
+    let client = kubernetes::client::client(&endpoint, &secrets).map_err(StepError::terminal)?;
     // Best effort: the VMs go next, and every workload with them; a control plane that does
     // not answer must not keep the cluster alive.
-    match kube_api::delete_workloads(&client).await {
+    match kubernetes::client::delete_workloads(&client).await {
         Ok(deleted) => Ok(WorkloadsRemoved { deleted, skipped: None }),
         Err(err) => Ok(WorkloadsRemoved {
             deleted: 0,
@@ -223,7 +223,7 @@ async fn mark_deleted(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
 mod tests {
     #[test]
     fn every_step_is_documented_with_its_retry() {
-        let documented = include_str!("../../docs/workflows/cluster-delete.md");
+        let documented = include_str!("../../../docs/workflows/cluster-delete.md");
         for step in [
             "mark_deleting",
             "remove_workloads",

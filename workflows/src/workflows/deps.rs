@@ -5,12 +5,12 @@
 use anycloud_engine::StepError;
 
 use crate::cloud::{Cloud, CloudError, Placement, Vm};
-use crate::cluster_secrets::ClusterSecrets;
+use crate::cluster::secrets::ClusterSecrets;
 use crate::db::Db;
 use crate::db::clusters::{self, Cluster};
 use crate::db::credentials::{self, CredentialStatus, OpenError};
 use crate::db::vms;
-use crate::kube_api::KubeEndpoint;
+use crate::kubernetes::KubeEndpoint;
 use crate::providers::Clouds;
 use crate::seams::TestSeams;
 use crate::secrets::SecretBox;
@@ -94,7 +94,7 @@ pub struct Deps {
     /// APIs are open to every address (docs/hosting.md, "Cluster networks").
     pub api_address: Option<String>,
     /// Where binaries uploaded for hosted APIs wait until their deploy ships them to the
-    /// API's bucket (`DATA_DIR/binaries`, [`crate::api_binary::stage`]).
+    /// API's bucket (`DATA_DIR/binaries`, [`crate::hosting::binary::stage`]).
     pub binaries: std::path::PathBuf,
 }
 
@@ -137,15 +137,15 @@ impl Deps {
     pub async fn kube_client(&self, cluster: &Cluster) -> Result<kube::Client, StepError> {
         let endpoint = self.kube_endpoint_of(cluster).await?;
         let secrets = self.secrets(&cluster.id).await?;
-        crate::kube_api::client(&endpoint, &secrets).map_err(StepError::terminal)
+        crate::kubernetes::client::client(&endpoint, &secrets).map_err(StepError::terminal)
     }
 
     /// A client for the Kubernetes API of a cluster for its long streams (followed logs, exec),
-    /// without the read timeout of ordinary calls ([`crate::kube_api::stream_client`]).
+    /// without the read timeout of ordinary calls ([`crate::kubernetes::client::stream_client`]).
     pub async fn kube_stream_client(&self, cluster: &Cluster) -> Result<kube::Client, StepError> {
         let endpoint = self.kube_endpoint_of(cluster).await?;
         let secrets = self.secrets(&cluster.id).await?;
-        crate::kube_api::stream_client(&endpoint, &secrets).map_err(StepError::terminal)
+        crate::kubernetes::client::stream_client(&endpoint, &secrets).map_err(StepError::terminal)
     }
 
     /// Where the Kubernetes API of a cluster answers, from its control plane as last recorded.
@@ -234,7 +234,7 @@ impl Deps {
         &self,
         deployment: &str,
         uses: &[crate::db::secrets::SecretUse],
-    ) -> Result<Vec<crate::kube_secret::Opened>, StepError> {
+    ) -> Result<Vec<crate::kubernetes::secret::Opened>, StepError> {
         let mut opened = Vec::with_capacity(uses.len());
         for using in uses {
             let values = match crate::db::secrets::open(&self.db, &self.sealer, &using.name, using.version).await {
@@ -248,7 +248,7 @@ impl Deps {
                 Err(crate::db::credentials::OpenError::Store(err)) => return Err(err.into()),
                 Err(err) => return Err(StepError::terminal(err)),
             };
-            opened.push(crate::kube_secret::Opened { using: using.clone(), values });
+            opened.push(crate::kubernetes::secret::Opened { using: using.clone(), values });
         }
         Ok(opened)
     }
@@ -263,7 +263,7 @@ impl Deps {
 
     /// Terminates every VM with a hosted API's tag (it has no record in `vms`, a cluster's table)
     /// and succeeds once the provider lists none; until then it fails (retryably) with how many
-    /// are left. A cluster's VMs are swept by [`crate::cluster_sides::Sides::sweep`].
+    /// are left. A cluster's VMs are swept by [`crate::cluster::sides::Sides::sweep`].
     pub async fn sweep_unrecorded(&self, cloud: &dyn Cloud, placement: &Placement) -> Result<(), StepError> {
         let live = cloud.list_vms(placement).await?;
         if live.is_empty() {

@@ -7,7 +7,7 @@
 //!
 //! The `deploy_service` operation writes the deployment's record (`deploying`), its revision 1
 //! and this run in one transaction that holds the cluster's row. `apply` server-side applies the
-//! namespace, the Service and the Deployment (see [`crate::kube_service`]) and records the
+//! namespace, the Service and the Deployment (see [`crate::kubernetes::service`]) and records the
 //! ClusterIP; `wait_available` is a durable poll until the Deployment's controller has observed
 //! it and every desired replica is updated and available; `record_running` makes revision 1 the
 //! one that serves. A container that exits or crash-loops, or the progress deadline passing,
@@ -23,9 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::db::deployments::{self, Deployment, Status};
 use crate::db::revisions::{self, Revision, RevisionResult};
-use crate::deps::Deps;
-use crate::kube_service::{self, Rollout};
-use crate::{kube_job, now_ms, retry};
+use crate::kubernetes::service::Rollout;
+use crate::workflows::deps::Deps;
+use crate::{kubernetes, now_ms, workflows::retry};
 
 /// The workflow, with what its steps need.
 pub struct DeployService {
@@ -115,7 +115,7 @@ pub(crate) async fn revision(deps: &Deps, deployment: &Deployment, number: i64) 
 }
 
 /// A Kubernetes call that failed: the cluster may answer again (retryable).
-pub(crate) fn kube_failed(what: &str, err: &crate::kube_api::KubeError) -> StepError {
+pub(crate) fn kube_failed(what: &str, err: &crate::kubernetes::client::KubeError) -> StepError {
     StepError::retryable_msg(format!("{what}: {}", anycloud_engine::error_chain(err)))
 }
 
@@ -135,22 +135,22 @@ async fn apply(ctx: StepCtx<DeployService>) -> Result<Applied, StepError> {
     let first = revision(deps, &deployment, 1).await?;
     let secrets = deps.open_secrets(&deployment.name, &first.spec.secrets).await?;
     let applied = async {
-        let cluster_ip = kube_service::apply_service(&client, &deployment).await?;
-        kube_service::apply_deployment(&client, &deployment, &first, &secrets).await?;
-        Ok::<_, crate::kube_api::KubeError>(cluster_ip)
+        let cluster_ip = kubernetes::service::apply_service(&client, &deployment).await?;
+        kubernetes::service::apply_deployment(&client, &deployment, &first, &secrets).await?;
+        Ok::<_, crate::kubernetes::client::KubeError>(cluster_ip)
     }
     .await;
     let cluster_ip = match applied {
         Ok(cluster_ip) => cluster_ip,
         Err(err) => {
-            let Some(message) = kube_job::is_refusal(&err) else {
+            let Some(message) = kubernetes::job::is_refusal(&err) else {
                 return Err(kube_failed(
                     &format!("applying the Service and Deployment of `{}`", deployment.name),
                     &err,
                 ));
             };
             let reason = format!("the cluster refused the service's objects: {message}");
-            kube_service::delete(&client, &deployment)
+            kubernetes::service::delete(&client, &deployment)
                 .await
                 .map_err(|err| kube_failed("deleting what the cluster accepted", &err))?;
             let now = now_ms();
@@ -175,7 +175,7 @@ async fn apply(ctx: StepCtx<DeployService>) -> Result<Applied, StepError> {
 async fn apply_undo(ctx: StepCtx<DeployService>, _applied: Effect<Applied>) -> Result<(), StepError> {
     let deps = deps(&ctx);
     let (deployment, client) = service_and_client(deps, &ctx.input().deployment_id).await?;
-    let left = kube_service::delete(&client, &deployment)
+    let left = kubernetes::service::delete(&client, &deployment)
         .await
         .map_err(|err| kube_failed("deleting the service's Kubernetes objects", &err))?;
     if left > 0 {
@@ -241,7 +241,7 @@ pub(crate) async fn check_rollout(
     applied_at: i64,
     again: &str,
 ) -> Result<Check<()>, StepError> {
-    let rollout = match kube_service::rollout(client, deployment, revision, again).await {
+    let rollout = match kubernetes::service::rollout(client, deployment, revision, again).await {
         Ok(rollout) => rollout,
         Err(err) => return Ok(Check::NotYet(format!("asking Kubernetes: {}", anycloud_engine::error_chain(&err)))),
     };
@@ -293,7 +293,7 @@ mod tests {
 
     #[test]
     fn every_step_name_is_its_key() {
-        let documented = include_str!("../../docs/workflows/service-deploy.md");
+        let documented = include_str!("../../../docs/workflows/service-deploy.md");
         for key in [APPLY.name(), WAIT_AVAILABLE.name(), RECORD_RUNNING.name()] {
             assert!(
                 documented.contains(&format!("`{key}`")),

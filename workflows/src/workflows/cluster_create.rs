@@ -7,13 +7,13 @@
 //! ```
 //!
 //! A control plane apart from the capacity puts the cluster across networks
-//! ([`crate::cluster_network`]): its nodes advertise their public addresses, flannel runs
+//! ([`crate::cluster::network`]): its nodes advertise their public addresses, flannel runs
 //! WireGuard, and `open_node_paths` lets exactly the nodes' addresses through each side's rules.
 //!
 //! The `create_cluster` operation writes the cluster's record and this run in one transaction
 //! (durable intent first); `pin_placement` then asks the provider where the VMs go. The control
 //! plane runs on the hosted API's own credential when the record says so, else with the capacity
-//! (see [`crate::cluster_sides`]); the `*_control_plane*` steps then act on that account. Every cloud
+//! (see [`crate::cluster::sides`]); the `*_control_plane*` steps then act on that account. Every cloud
 //! call is idempotent (see [`crate::cloud`]). On a terminal failure or a cancel the undos run in
 //! reverse: they sweep every VM that carries the cluster's tag (so a half-finished launch is found
 //! too), wait until the provider reports them gone, release the control plane's reserved
@@ -30,13 +30,14 @@ use anycloud_engine::{Check, Effect, Step, StepCtx, StepError, StepKey, Steps, W
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Address, Cloud, LaunchSpec, Network, Placement, Role, Vm};
-use crate::cluster_network::{self, NodeAddresses, Openings, Reach};
-use crate::cluster_secrets::ClusterSecrets;
-use crate::cluster_sides::{Side, Sides};
+use crate::cluster;
+use crate::cluster::network::{NodeAddresses, Openings, Reach};
+use crate::cluster::secrets::ClusterSecrets;
+use crate::cluster::sides::{Side, Sides};
 use crate::db::clusters::{self, Cluster, Phase};
 use crate::db::vms;
-use crate::deps::Deps;
-use crate::{kube_api, retry, user_data};
+use crate::workflows::deps::Deps;
+use crate::{cluster::user_data, kubernetes, workflows::retry};
 
 /// The workflow, with what its steps need.
 pub struct CreateCluster {
@@ -266,7 +267,7 @@ async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepErro
     let network = cloud.ensure_network(placement).await?;
     let openings = match sides.reach() {
         Reach::OneNetwork => control_plane_openings(&ctx, Reach::OneNetwork, &NodeAddresses::default()),
-        Reach::AcrossNetworks => cluster_network::capacity_side(&NodeAddresses::default()),
+        Reach::AcrossNetworks => cluster::network::capacity_side(&NodeAddresses::default()),
     };
     cloud.open_network(placement, &openings).await?;
     let db = &deps(&ctx).db;
@@ -299,7 +300,7 @@ async fn ensure_control_plane_network(ctx: StepCtx<CreateCluster>) -> Result<Opt
 
 /// The control plane's side's openings for this API (its public address when hosted).
 fn control_plane_openings(ctx: &StepCtx<CreateCluster>, reach: Reach, nodes: &NodeAddresses<'_>) -> Openings {
-    cluster_network::control_plane_side(reach, deps(ctx).api_address.as_deref(), nodes)
+    cluster::network::control_plane_side(reach, deps(ctx).api_address.as_deref(), nodes)
 }
 
 async fn ensure_control_plane_network_undo(
@@ -410,9 +411,9 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
     vms::upsert(&deps(&ctx).db, &placement.cluster_id, &cp).await?;
     let address = reserved.ip.as_str();
     let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
-    let client =
-        kube_api::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets).map_err(StepError::terminal)?;
-    match kube_api::version(&client).await {
+    let client = kubernetes::client::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets)
+        .map_err(StepError::terminal)?;
+    match kubernetes::client::version(&client).await {
         Ok(version) => {
             let endpoint = format!("https://{address}:6443");
             clusters::set_endpoint(&deps(&ctx).db, &placement.cluster_id, Some(&endpoint)).await?;
@@ -502,7 +503,7 @@ async fn open_node_paths(ctx: StepCtx<CreateCluster>) -> Result<NodePaths, StepE
     cp_side.cloud.open_network(&cp_side.placement, &control_plane).await?;
     let capacity = match &sides.control_plane {
         Some(_) => {
-            let openings = cluster_network::capacity_side(&nodes);
+            let openings = cluster::network::capacity_side(&nodes);
             sides.capacity.cloud.open_network(&sides.capacity.placement, &openings).await?;
             Some(openings)
         }
@@ -522,8 +523,8 @@ async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, Ste
     let cp = live.iter().find(|vm| vm.provider_id == launched.provider_id).cloned().unwrap_or(launched);
     let secrets = deps(&ctx).secrets(&cluster.id).await?;
     let endpoint = deps(&ctx).kube_endpoint(sides.control_plane().cloud.as_ref(), &cp);
-    let client = kube_api::client(&endpoint, &secrets).map_err(StepError::terminal)?;
-    let nodes = match kube_api::nodes(&client).await {
+    let client = kubernetes::client::client(&endpoint, &secrets).map_err(StepError::terminal)?;
+    let nodes = match kubernetes::client::nodes(&client).await {
         Ok(nodes) => nodes,
         Err(err) => return Ok(Check::NotYet(format!("listing nodes: {}", anycloud_engine::error_chain(&err)))),
     };
@@ -573,7 +574,7 @@ mod tests {
             WAIT_FOR_NODES.name(),
             MARK_READY.name(),
         ];
-        let documented = include_str!("../../docs/workflows/cluster-create.md");
+        let documented = include_str!("../../../docs/workflows/cluster-create.md");
         for key in keys {
             assert!(
                 documented.contains(&format!("`{key}`")),

@@ -33,10 +33,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::db::deployments::{self, Status};
 use crate::db::revisions::{self, RevisionResult};
-use crate::deps::Deps;
-use crate::kube_service::{self, Rollout};
-use crate::service_deploy::{ROLLOUT_TIMEOUT, check_rollout, kube_failed, revision, say_why, service_and_client};
-use crate::{kube_job, now_ms, retry};
+use crate::kubernetes::service::Rollout;
+use crate::workflows::deps::Deps;
+use crate::workflows::service_deploy::{
+    ROLLOUT_TIMEOUT, check_rollout, kube_failed, revision, say_why, service_and_client,
+};
+use crate::{kubernetes, now_ms, workflows::retry};
 
 /// The workflow, with what its steps need.
 pub struct UpgradeService {
@@ -128,8 +130,8 @@ async fn apply(ctx: StepCtx<UpgradeService>) -> Result<UpgradeApplied, StepError
     deployments::set_status(&deps.db, &deployment.id, deployment.attempt, Status::Upgrading, Some(&rolling), now)
         .await?;
     let secrets = deps.open_secrets(&deployment.name, &next.spec.secrets).await?;
-    if let Err(err) = kube_service::apply_deployment(&client, &deployment, &next, &secrets).await {
-        let Some(message) = kube_job::is_refusal(&err) else {
+    if let Err(err) = kubernetes::service::apply_deployment(&client, &deployment, &next, &secrets).await {
+        let Some(message) = kubernetes::job::is_refusal(&err) else {
             return Err(kube_failed(&format!("applying revision {} of `{}`", next.number, deployment.name), &err));
         };
         let reason = format!("the cluster refused revision {}: {message}", next.number);
@@ -174,14 +176,14 @@ async fn roll_back(ctx: StepCtx<UpgradeService>, applied: Effect<UpgradeApplied>
             .await?;
     }
     let secrets = deps.open_secrets(&deployment.name, &previous.spec.secrets).await?;
-    kube_service::apply_deployment(&client, &deployment, &previous, &secrets)
+    kubernetes::service::apply_deployment(&client, &deployment, &previous, &secrets)
         .await
         .map_err(|err| kube_failed(&format!("re-applying revision {from} of `{}`", deployment.name), &err))?;
     let again = format!("`anycloud deployment upgrade {}`", deployment.name);
-    let rollout = kube_service::rollout(&client, &deployment, &previous, &again)
+    let rollout = kubernetes::service::rollout(&client, &deployment, &previous, &again)
         .await
         .map_err(|err| kube_failed("reading the rollback's progress", &err))?;
-    let left = kube_service::revision_pods(&client, &deployment, to)
+    let left = kubernetes::service::revision_pods(&client, &deployment, to)
         .await
         .map_err(|err| kube_failed("listing the new revision's Pods", &err))?;
     match rollout {
@@ -256,7 +258,7 @@ mod tests {
 
     #[test]
     fn every_step_name_is_its_key() {
-        let documented = include_str!("../../docs/workflows/service-upgrade.md");
+        let documented = include_str!("../../../docs/workflows/service-upgrade.md");
         for key in [APPLY.name(), WAIT_AVAILABLE.name(), RECORD_RUNNING.name(), "roll_back"] {
             assert!(
                 documented.contains(&format!("`{key}`")),

@@ -6,10 +6,10 @@ use anycloud_checkpoint::provision::Made;
 use anycloud_checkpoint::{Bucket, BucketError, BucketUrl, GcsBucket, S3Access, S3Bucket, StoreKind};
 use anycloud_engine::StepError;
 
+use crate::cloud::ProviderKind;
 use crate::db::credentials;
 use crate::db::hosted_apis::HostedApi;
-use crate::deps::{AccountError, Deps};
-use crate::providers::ProviderKind;
+use crate::workflows::deps::{AccountError, Deps};
 
 /// The bucket, with the client of its store.
 pub enum ApiBucket {

@@ -21,8 +21,8 @@
 //! It may run again (GCE runs a `startup-script` at every boot): each run rewrites the address,
 //! the binary and the unit, and restarts the service, which restores from the bucket.
 
-use crate::api_binary::{Arch, Sums};
-use crate::providers::ProviderKind;
+use crate::cloud::ProviderKind;
+use crate::hosting::binary::{Arch, Sums};
 
 /// Where the VM downloads its binary from, with the SHA-256 it must have.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +158,7 @@ pub fn hosted_api(api: &HostedApi<'_>) -> String {
     format!(
         r#"#!/bin/sh
 # anycloud API {id}: restored from {bucket} and served on port {port}.
-# What it does and why: workflows/src/api_user_data.rs.
+# What it does and why: workflows/src/hosting/user_data.rs.
 set -eu
 umask 077
 root="${{ANYCLOUD_ROOT:-}}"

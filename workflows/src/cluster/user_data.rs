@@ -46,9 +46,9 @@ use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
 
-use crate::cluster_network::Reach;
-use crate::cluster_secrets::ClusterSecrets;
-use crate::providers::ProviderKind;
+use crate::cloud::ProviderKind;
+use crate::cluster::network::Reach;
+use crate::cluster::secrets::ClusterSecrets;
 
 /// The k3s release the VMs install.
 pub const K3S_VERSION: &str = "v1.36.4+k3s1";
@@ -283,7 +283,7 @@ fn head(title: &str, provider: ProviderKind, public: PublicIp, downloads: &K3sDo
     format!(
         r#"#!/bin/sh
 # {title}
-# Runs once; what it does and why: workflows/src/user_data.rs.
+# Runs once; what it does and why: workflows/src/cluster/user_data.rs.
 set -eu
 umask 077
 root="${{ANYCLOUD_ROOT:-}}"
@@ -352,7 +352,7 @@ fn metadata_guard(provider: ProviderKind, unit: &str) -> String {
         r#"mkdir -p "$root/usr/local/bin" "{drop_in_dir}"
 cat > "$root{GUARD_PATH}" <<'ANYCLOUD_EOF'
 #!/bin/sh
-# anycloud: Pods may not reach the metadata service ({METADATA_ADDRESS}); why: workflows/src/user_data.rs.
+# anycloud: Pods may not reach the metadata service ({METADATA_ADDRESS}); why: workflows/src/cluster/user_data.rs.
 set -eu
 iptables -w -t raw -N {METADATA_CHAIN} 2>/dev/null || true
 rule() {{

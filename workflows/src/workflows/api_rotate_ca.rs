@@ -5,7 +5,7 @@
 //! store_new_ca -> serve_new_ca -> pin_new_ca
 //! ```
 //!
-//! `store_new_ca` makes a new CA ([`crate::api_identity::new_ca`]) and puts it in the API's keys
+//! `store_new_ca` makes a new CA ([`crate::hosting::identity::new_ca`]) and puts it in the API's keys
 //! secret as a new version (the older versions destroyed, as every `store_vm_secret` does); the
 //! token and the sealing key in the secret are kept as they are. The record's pin becomes a
 //! bundle of the CA the API may still serve from and the new one, and the sealed identity holds
@@ -25,13 +25,14 @@ use std::time::Duration;
 use anycloud_engine::{Check, Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
-use crate::api::TlsRenewed;
-use crate::api_identity::{self, ApiIdentity, trusting_only};
-use crate::api_keys::{self, ApiKeys};
 use crate::cloud::Cloud;
 use crate::db::hosted_apis::{self, HostedApi};
-use crate::deps::Deps;
-use crate::retry;
+use crate::hosting;
+use crate::hosting::identity::{ApiIdentity, trusting_only};
+use crate::hosting::keys::ApiKeys;
+use crate::wire::TlsRenewed;
+use crate::workflows::deps::Deps;
+use crate::workflows::retry;
 
 /// The workflow, with what its steps need.
 pub struct RotateApiCa {
@@ -107,7 +108,7 @@ async fn hosting(ctx: &StepCtx<RotateApiCa>) -> Result<(HostedApi, Box<dyn Cloud
 /// sealing key; seals it in the record and pins the bundle of what was pinned and the new CA.
 async fn store_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<String, StepError> {
     let (api, cloud) = hosting(&ctx).await?;
-    let name = api_keys::secret_name(api.provider, &api.bucket);
+    let name = hosting::keys::secret_name(api.provider, &api.bucket);
     let Some(text) = cloud.read_vm_secret(&name).await? else {
         return Err(StepError::terminal_msg(format!(
             "API `{}` has no keys secret {name} any more: nothing to rotate; deploy it again",
@@ -115,9 +116,9 @@ async fn store_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<String, StepError> {
         )));
     };
     let mut keys = ApiKeys::from_json(&text, &name).map_err(StepError::terminal_msg)?;
-    let started_from = api_identity::pem_blocks(&ctx.input().from_ca_pem);
-    if api_identity::pem_blocks(&keys.ca_cert_pem) == started_from {
-        let (cert, key) = api_identity::new_ca(&api.name).map_err(StepError::retryable)?;
+    let started_from = hosting::identity::pem_blocks(&ctx.input().from_ca_pem);
+    if hosting::identity::pem_blocks(&keys.ca_cert_pem) == started_from {
+        let (cert, key) = hosting::identity::new_ca(&api.name).map_err(StepError::retryable)?;
         keys = ApiKeys { ca_cert_pem: cert, ca_key_pem: key, ..keys };
         cloud.store_vm_secret(&api.owner(), &name, &keys.to_json()).await?;
     }
@@ -125,7 +126,7 @@ async fn store_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<String, StepError> {
     let opened = serde_json::to_vec(&identity).map_err(StepError::terminal)?;
     let sealed = deps(&ctx).sealer.seal(hosted_apis::IDENTITY.place(&api.id), &opened);
     let pinned = api.ca_pem.as_deref().unwrap_or(&ctx.input().from_ca_pem);
-    let during = api_identity::bundle(pinned, &keys.ca_cert_pem);
+    let during = hosting::identity::bundle(pinned, &keys.ca_cert_pem);
     hosted_apis::set_identity(&deps(&ctx).db, &api.id, Some(&sealed), Some(&during)).await?;
     Ok(keys.ca_cert_pem)
 }
@@ -138,7 +139,7 @@ async fn serve_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<Check<()>, StepError>
     let Some(url) = api.url.clone() else {
         return Err(StepError::terminal_msg(format!("API `{}` has no URL: it is {}", api.name, api.phase)));
     };
-    if api_identity::health(&url, &new_ca).await.is_ok() {
+    if hosting::identity::health(&url, &new_ca).await.is_ok() {
         return Ok(Check::Ready(()));
     }
     let token = identity(deps(&ctx), &api).await?.token;
@@ -161,7 +162,7 @@ async fn serve_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<Check<()>, StepError>
         });
     }
     let renewed: TlsRenewed = answer.json().await.map_err(|err| StepError::retryable_msg(err.to_string()))?;
-    if api_identity::pem_blocks(&renewed.ca_pem) != api_identity::pem_blocks(&new_ca) {
+    if hosting::identity::pem_blocks(&renewed.ca_pem) != hosting::identity::pem_blocks(&new_ca) {
         return Ok(Check::NotYet(format!(
             "the API at {url} read its keys secret and still serves from another CA (a secret version not yet \
              visible?)"
@@ -197,7 +198,7 @@ mod tests {
 
     #[test]
     fn every_step_is_documented() {
-        let documented = include_str!("../../docs/workflows/api-deploy.md");
+        let documented = include_str!("../../../docs/workflows/api-deploy.md");
         for key in [STORE_NEW_CA.name(), SERVE_NEW_CA.name(), PIN_NEW_CA.name()] {
             assert!(
                 documented.contains(&format!("| `{key}` |")),

@@ -8,7 +8,7 @@
 //! Everything is found by the API's owner tag or name, so a removal after a half-finished deploy
 //! finds what the deploy left. The secret holding the key of a bucket on another provider goes
 //! with the VM (its name derives from the API's owner id). The bucket, and with it the API's state
-//! and the secret holding the keys that state is sealed with ([`crate::api_keys`]), is kept unless
+//! and the secret holding the keys that state is sealed with ([`crate::hosting::keys`]), is kept unless
 //! the removal was asked to delete it (`--delete-bucket`): another deploy on the same bucket
 //! restores the same API. The VM's reserved address is released with the VM (a stop and a delete
 //! alike): an address kept while nothing runs would be billed and owned by no live record, and a
@@ -18,12 +18,12 @@
 use anycloud_engine::{Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
-use crate::api_bucket::{ApiBucket, step_error};
 use crate::cloud::{Cloud, Placement};
 use crate::db::hosted_apis::{self, HostedApi, Phase};
-use crate::deps::Deps;
-use crate::retry;
-use crate::{api_keys, api_storage_key};
+use crate::hosting;
+use crate::hosting::bucket::{ApiBucket, step_error};
+use crate::workflows::deps::Deps;
+use crate::workflows::retry;
 
 /// The workflow, with what its steps need.
 pub struct RemoveApi {
@@ -136,15 +136,15 @@ async fn delete_network(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
 
 async fn delete_vm_identity(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
-    crate::api_deploy::forget_vm_identity(deps(&ctx), &api, cloud.as_ref()).await?;
+    crate::workflows::api_deploy::forget_vm_identity(deps(&ctx), &api, cloud.as_ref()).await?;
     Ok(cloud.delete_vm_identity(&api.owner()).await?)
 }
 
 /// Deletes the secret holding the key of a bucket on another provider (gone is success).
 async fn delete_storage_secret(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
-    if api_storage_key::travels(&api) {
-        cloud.delete_vm_secret(&api_storage_key::secret_name(api.provider, &api.owner())).await?;
+    if hosting::storage_key::travels(&api) {
+        cloud.delete_vm_secret(&hosting::storage_key::secret_name(api.provider, &api.owner())).await?;
     }
     Ok(())
 }
@@ -161,7 +161,7 @@ async fn delete_bucket(ctx: StepCtx<RemoveApi>) -> Result<Option<usize>, StepErr
     let cloud = deps(&ctx).cloud(&api.credential, &api.region).await?;
     let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
     let deleted = bucket.destroy().await.map_err(step_error)?;
-    cloud.delete_vm_secret(&api_keys::secret_name(api.provider, &api.bucket)).await?;
+    cloud.delete_vm_secret(&hosting::keys::secret_name(api.provider, &api.bucket)).await?;
     Ok(Some(deleted))
 }
 

@@ -25,9 +25,9 @@ use k8s_openapi::api::core::v1::{Container, ContainerStatus, Event, Node, Pod, T
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams};
 
-use crate::kube_api::KubeError;
-use crate::kube_job::CONTAINER;
-use crate::kube_quantity;
+use crate::kubernetes;
+use crate::kubernetes::CONTAINER;
+use crate::kubernetes::client::KubeError;
 
 /// The workload whose Pod waits, as the words about it need it.
 #[derive(Debug, Clone)]
@@ -268,7 +268,7 @@ fn unschedulable(pod: &Pod, name: &str, events: &Events<'_>) -> String {
 }
 
 /// The Anycloud secrets behind the Pod's `imagePullSecrets`: a Kubernetes Secret Anycloud
-/// writes is named `{owner}.{secret}.v{version}` ([`crate::kube_secret::object_name`]); another
+/// writes is named `{owner}.{secret}.v{version}` ([`crate::kubernetes::secret::object_name`]); another
 /// keeps its own name.
 fn pull_secrets(pod: &Pod) -> Vec<String> {
     let listed = pod.spec.as_ref().and_then(|spec| spec.image_pull_secrets.as_deref()).unwrap_or_default();
@@ -436,7 +436,7 @@ pub fn beyond_every_node(pod: &Pod, nodes: &[Node]) -> Option<String> {
         spec.containers
             .iter()
             .filter_map(|container| container.resources.as_ref()?.requests.as_ref()?.get(resource))
-            .filter_map(|quantity| kube_quantity::parse(&quantity.0))
+            .filter_map(|quantity| kubernetes::quantity::parse(&quantity.0))
             .sum()
     };
     let largest = |resource: &str| -> Option<(f64, &str)> {
@@ -444,7 +444,7 @@ pub fn beyond_every_node(pod: &Pod, nodes: &[Node]) -> Option<String> {
             .iter()
             .filter_map(|node| {
                 let allocatable = node.status.as_ref()?.allocatable.as_ref()?.get(resource)?;
-                Some((kube_quantity::parse(&allocatable.0)?, node.metadata.name.as_deref().unwrap_or("?")))
+                Some((kubernetes::quantity::parse(&allocatable.0)?, node.metadata.name.as_deref().unwrap_or("?")))
             })
             .max_by(|a, b| a.0.total_cmp(&b.0))
     };
@@ -453,17 +453,17 @@ pub fn beyond_every_node(pod: &Pod, nodes: &[Node]) -> Option<String> {
     if let Some((most, node)) = largest("cpu").filter(|(most, _)| cpu > *most) {
         beyond.push(format!(
             "{} CPU(s) while the largest node offers {} (node {node}): ask for at most {} with --cpus",
-            kube_quantity::cores(cpu),
-            kube_quantity::cores(most),
-            kube_quantity::cores(most)
+            kubernetes::quantity::cores(cpu),
+            kubernetes::quantity::cores(most),
+            kubernetes::quantity::cores(most)
         ));
     }
     let memory = request("memory");
     if let Some((most, node)) = largest("memory").filter(|(most, _)| memory > *most) {
         beyond.push(format!(
             "{} of memory while the largest node offers {} (node {node}): ask for less with --memory",
-            kube_quantity::bytes(memory),
-            kube_quantity::bytes(most)
+            kubernetes::quantity::bytes(memory),
+            kubernetes::quantity::bytes(most)
         ));
     }
     if beyond.is_empty() {

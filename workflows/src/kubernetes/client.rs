@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, ListParams};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster_secrets::ClusterSecrets;
+use crate::cluster::secrets::ClusterSecrets;
+use crate::kubernetes::KubeEndpoint;
 
 /// The label every Kubernetes object Anycloud creates carries.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by=anycloud";
@@ -29,23 +30,6 @@ pub enum KubeError {
     /// The API did not answer as hoped.
     #[error("calling the Kubernetes API")]
     Call(#[from] kube::Error),
-}
-
-/// Where a cluster's Kubernetes API answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeEndpoint {
-    /// Its URL.
-    pub url: String,
-    /// The name its certificate is checked against, when it is not the URL's host (SNI, and
-    /// kubeconfig's `tls-server-name`).
-    pub tls_server_name: Option<String>,
-}
-
-impl KubeEndpoint {
-    /// The endpoint at `url`, whose certificate names the URL's host.
-    pub fn url(url: impl Into<String>) -> Self {
-        Self { url: url.into(), tls_server_name: None }
-    }
 }
 
 /// How long an ordinary call (a get, a list, an apply) may wait for the next bytes of its answer

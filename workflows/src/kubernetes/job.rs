@@ -17,19 +17,13 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::db::deployments::Deployment;
-use crate::kube_api::KubeError;
-use crate::kube_secret::{self, Opened};
-use crate::log_cursor::{self, LogCursor};
-use crate::pod_wait::{self, PodWait, Subject};
+use crate::kubernetes;
+use crate::kubernetes::client::KubeError;
+use crate::kubernetes::log_cursor::{self, LogCursor};
+use crate::kubernetes::pod_wait::{self, PodWait, Subject};
+use crate::kubernetes::secret::Opened;
+use crate::kubernetes::{CONTAINER, DEPLOYMENT, DEPLOYMENT_ID, FIELD_MANAGER};
 
-/// The field manager of every object Anycloud applies.
-pub const FIELD_MANAGER: &str = "anycloud";
-/// The name of a workload's one container.
-pub const CONTAINER: &str = "main";
-/// The label that ties an object to its deployment's id.
-pub const DEPLOYMENT_ID: &str = "anycloud.dev/deployment-id";
-/// The label that names the object's deployment.
-pub const DEPLOYMENT: &str = "anycloud.dev/deployment";
 /// The label of the attempt an object belongs to.
 pub const ATTEMPT: &str = "anycloud.dev/attempt";
 
@@ -49,14 +43,14 @@ fn attempt_selector(deployment: &Deployment) -> String {
 }
 
 /// What the Secrets of the deployment's current attempt are named after
-/// ([`kube_secret::object_name`]): `{name}.{attempt}`.
+/// ([`kubernetes::secret::object_name`]): `{name}.{attempt}`.
 fn secrets_prefix(deployment: &Deployment) -> String {
     format!("{}.{}", deployment.name, deployment.attempt)
 }
 
 /// The Job of the deployment's current attempt: one Pod, never restarted, no retries (a new
 /// attempt is a `resubmit`), requests equal to limits; its secrets by reference
-/// ([`kube_secret::references`]).
+/// ([`kubernetes::secret::references`]).
 pub fn job_object(deployment: &Deployment) -> serde_json::Value {
     let spec = &deployment.spec;
     let mut resources = serde_json::Map::new();
@@ -67,7 +61,7 @@ pub fn job_object(deployment: &Deployment) -> serde_json::Value {
         resources.insert("memory".into(), json!(memory));
     }
     let env: Vec<_> = spec.env.iter().map(|var| json!({ "name": var.name, "value": var.value })).collect();
-    let (env_from, pull_secrets) = kube_secret::references(&secrets_prefix(deployment), &spec.secrets);
+    let (env_from, pull_secrets) = kubernetes::secret::references(&secrets_prefix(deployment), &spec.secrets);
     let labels = labels(deployment);
     json!({
         "apiVersion": "batch/v1",
@@ -108,7 +102,7 @@ pub async fn apply_secrets(
         "metadata": { "name": deployment.namespace, "labels": { "app.kubernetes.io/managed-by": "anycloud" } },
     });
     namespaces.patch(&deployment.namespace, &params, &Patch::Apply(namespace)).await?;
-    kube_secret::apply(client, &deployment.namespace, secret_objects(deployment, secrets, None)).await
+    kubernetes::secret::apply(client, &deployment.namespace, secret_objects(deployment, secrets, None)).await
 }
 
 /// Server-side applies the current attempt's Job, then its Secrets again, now owned by the Job
@@ -119,8 +113,9 @@ pub async fn apply_job(client: &kube::Client, deployment: &Deployment, secrets: 
     let job = jobs.patch(&deployment.job_name(), &params, &Patch::Apply(job_object(deployment))).await?;
     if !secrets.is_empty() {
         let uid = job.metadata.uid.unwrap_or_default();
-        let owner = kube_secret::owner("batch/v1", "Job", &deployment.job_name(), &uid);
-        kube_secret::apply(client, &deployment.namespace, secret_objects(deployment, secrets, Some(&owner))).await?;
+        let owner = kubernetes::secret::owner("batch/v1", "Job", &deployment.job_name(), &uid);
+        kubernetes::secret::apply(client, &deployment.namespace, secret_objects(deployment, secrets, Some(&owner)))
+            .await?;
     }
     Ok(())
 }
@@ -134,7 +129,7 @@ fn secret_objects(
     let (prefix, labels) = (secrets_prefix(deployment), labels(deployment));
     secrets
         .iter()
-        .map(|opened| kube_secret::secret_object(&deployment.namespace, &prefix, &labels, opened, owner))
+        .map(|opened| kubernetes::secret::secret_object(&deployment.namespace, &prefix, &labels, opened, owner))
         .collect()
 }
 
@@ -328,7 +323,7 @@ const REOPEN_PATIENCE: Duration = Duration::from_secs(120);
 /// the container ends: a stream that Kubernetes (or anything on the way) drops while the
 /// container runs is opened again from where it was ([`LogCursor`]), and a silent one is checked
 /// every [`SILENCE_CHECK`]. `client` makes the short calls, `stream` (no read timeout,
-/// [`crate::kube_api::stream_client`]) reads the log.
+/// [`crate::kubernetes::client::stream_client`]) reads the log.
 pub async fn logs(
     client: &kube::Client,
     stream: &kube::Client,

@@ -15,10 +15,10 @@ use anycloud_engine::{Step, StepCtx, StepError, StepKey, Steps, Workflow};
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::CloudError;
+use crate::cloud::Verdict;
 use crate::db::credentials::{self, CredentialStatus, OpenError};
-use crate::deps::Deps;
-use crate::providers::Verdict;
-use crate::retry;
+use crate::workflows::deps::Deps;
+use crate::workflows::retry;
 
 /// The workflow, with what its steps need.
 pub struct VerifyCredential {
@@ -107,8 +107,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::cloud::ProviderKind;
     use crate::db::credentials::PublicPart;
-    use crate::providers::ProviderKind;
     use crate::test_support::{FakeAnswer, TestWorld};
 
     /// A world whose fake cloud answers `answer`, with a `sim` credential `fake` saved (`verifying`).

@@ -17,10 +17,12 @@ use serde_json::json;
 
 use crate::db::deployments::Deployment;
 use crate::db::revisions::Revision;
-use crate::kube_api::KubeError;
-use crate::kube_job::{CONTAINER, DEPLOYMENT, DEPLOYMENT_ID, FIELD_MANAGER, delete_listed};
-use crate::kube_secret::{self, Opened};
-use crate::pod_wait::{self, Subject, Verdict};
+use crate::kubernetes;
+use crate::kubernetes::client::KubeError;
+use crate::kubernetes::job::delete_listed;
+use crate::kubernetes::pod_wait::{self, Subject, Verdict};
+use crate::kubernetes::secret::Opened;
+use crate::kubernetes::{CONTAINER, DEPLOYMENT, DEPLOYMENT_ID, FIELD_MANAGER};
 
 /// The label of the revision a Pod template (and so a ReplicaSet and its Pods) belongs to.
 pub const REVISION: &str = "anycloud.dev/revision";
@@ -99,7 +101,7 @@ pub fn deployment_object(deployment: &Deployment, revision: &Revision) -> serde_
         .map(|var| json!({ "name": var.name, "value": var.value }))
         .collect();
     env.push(json!({ "name": "PORT", "value": port.to_string() }));
-    let (env_from, pull_secrets) = kube_secret::references(&deployment.name, &spec.secrets);
+    let (env_from, pull_secrets) = kubernetes::secret::references(&deployment.name, &spec.secrets);
     let labels = labels(deployment);
     let mut template_labels = labels.clone();
     template_labels.insert(REVISION.to_owned(), revision.number.to_string());
@@ -175,17 +177,18 @@ pub async fn apply_deployment(
     let mut secret_labels = labels(deployment);
     secret_labels.insert(REVISION.to_owned(), revision.number.to_string());
     let objects = |owner: Option<&serde_json::Value>| {
-        let object = |opened| kube_secret::secret_object(namespace, &deployment.name, &secret_labels, opened, owner);
+        let object =
+            |opened| kubernetes::secret::secret_object(namespace, &deployment.name, &secret_labels, opened, owner);
         secrets.iter().map(object).collect()
     };
-    kube_secret::apply(client, namespace, objects(None)).await?;
+    kubernetes::secret::apply(client, namespace, objects(None)).await?;
     let deployments: Api<KubeDeployment> = Api::namespaced(client.clone(), namespace);
     let object = deployment_object(deployment, revision);
     let applied = deployments.patch(&deployment.name, &params, &Patch::Apply(object)).await?;
     if !secrets.is_empty() {
         let uid = applied.metadata.uid.unwrap_or_default();
-        let owner = kube_secret::owner("apps/v1", "Deployment", &deployment.name, &uid);
-        kube_secret::apply(client, namespace, objects(Some(&owner))).await?;
+        let owner = kubernetes::secret::owner("apps/v1", "Deployment", &deployment.name, &uid);
+        kubernetes::secret::apply(client, namespace, objects(Some(&owner))).await?;
     }
     Ok(())
 }

@@ -7,13 +7,13 @@ use crate::test_support::{FakeAnswer, TestWorld};
 /// The page that documents each kind: one page may hold a family of workflows.
 fn page(kind: &str) -> Option<&'static str> {
     Some(match kind {
-        "credentials.verify" => include_str!("../../docs/workflows/credentials-verify.md"),
-        "cluster.create" => include_str!("../../docs/workflows/cluster-create.md"),
-        "cluster.delete" => include_str!("../../docs/workflows/cluster-delete.md"),
-        "job.run" => include_str!("../../docs/workflows/job-run.md"),
-        "service.deploy" | "service.terminate" => include_str!("../../docs/workflows/service-deploy.md"),
-        "service.upgrade" => include_str!("../../docs/workflows/service-upgrade.md"),
-        "api.deploy" | "api.remove" | "api.rotate_ca" => include_str!("../../docs/workflows/api-deploy.md"),
+        "credentials.verify" => include_str!("../../../docs/workflows/credentials-verify.md"),
+        "cluster.create" => include_str!("../../../docs/workflows/cluster-create.md"),
+        "cluster.delete" => include_str!("../../../docs/workflows/cluster-delete.md"),
+        "job.run" => include_str!("../../../docs/workflows/job-run.md"),
+        "service.deploy" | "service.terminate" => include_str!("../../../docs/workflows/service-deploy.md"),
+        "service.upgrade" => include_str!("../../../docs/workflows/service-upgrade.md"),
+        "api.deploy" | "api.remove" | "api.rotate_ca" => include_str!("../../../docs/workflows/api-deploy.md"),
         _ => return None,
     })
 }

@@ -1,7 +1,7 @@
 //! A hosted API's identity, made by `api.deploy` before its VM exists: the bearer token its
 //! users present, and the certificate authority its TLS certificate is issued from. Both reach
 //! the VM through its provider's secret store (never user-data, never the bucket,
-//! [`crate::api_keys`]); the deployer keeps the token sealed and the CA's certificate, which the
+//! [`crate::hosting::keys`]); the deployer keeps the token sealed and the CA's certificate, which the
 //! CLI config pins. The VM issues its own serving certificate from the CA at start, for the
 //! address it finds itself at, so a replacement VM on another address is trusted by the same pin.
 //!
@@ -9,7 +9,7 @@
 //!
 //! - the CA is valid [`CA_VALIDITY`] (5 years) from its making, long enough that no operator
 //!   meets its end by surprise in a project's life, short enough that a CA key copied once is
-//!   not a key for ever; `api rotate-ca` ([`crate::api_rotate_ca`]) replaces it any time;
+//!   not a key for ever; `api rotate-ca` ([`crate::workflows::api_rotate_ca`]) replaces it any time;
 //! - a serving certificate is valid [`SERVING_VALIDITY`] (90 days, what ACME CAs issue), and the
 //!   running API issues the next one when less than a third of its life is left
 //!   ([`renewal_due`]), with no restart;
@@ -57,7 +57,7 @@ impl ApiIdentity {
     /// A fresh token and a new CA named after the API.
     pub fn generate(api: &str) -> Result<Self, rcgen::Error> {
         let (ca_cert_pem, ca_key_pem) = new_ca(api)?;
-        Ok(Self { token: crate::cluster_secrets::random_hex(), ca_cert_pem, ca_key_pem })
+        Ok(Self { token: crate::cluster::secrets::random_hex(), ca_cert_pem, ca_key_pem })
     }
 }
 

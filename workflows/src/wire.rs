@@ -13,6 +13,7 @@ use crate::db::credentials::Credential;
 use crate::db::deployments::Deployment;
 use crate::db::revisions::Revision;
 use crate::db::secrets::Secret;
+use crate::db::spec::EnvVar;
 use crate::db::vms::VmRecord;
 use crate::providers::sim_settings::SimSettings;
 
@@ -357,16 +358,6 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
-/// One environment variable of a workload.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EnvVar {
-    /// Its name (`[A-Za-z_][A-Za-z0-9_]*`).
-    pub name: String,
-    /// Its value.
-    pub value: String,
-}
-
 /// `POST /v1/secrets` (a new secret) and `PUT /v1/secrets/{name}` (its next version): either
 /// `values` (an env secret) or `registry` (a registry secret), never both.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -618,7 +609,7 @@ pub struct LogsQuery {
     pub follow: bool,
     /// Start every line with the time the container runtime read it (RFC 3339 with nanoseconds)
     /// and a space, as Kubernetes' `timestamps=true` does: what a client needs to resume a
-    /// stream that broke ([`crate::log_cursor`]).
+    /// stream that broke ([`crate::kubernetes::log_cursor`]).
     #[serde(default)]
     pub timestamps: bool,
     /// Only the lines stamped at or after this time (Kubernetes' `sinceTime`, whole seconds).
@@ -719,7 +710,7 @@ pub struct VmTypeArchitectures {
     /// The machine type.
     pub vm_type: String,
     /// Its architectures, as the provider names them.
-    pub architectures: Vec<crate::api_binary::Arch>,
+    pub architectures: Vec<crate::hosting::binary::Arch>,
 }
 
 /// The query of [`VmTypeArchitectures`].

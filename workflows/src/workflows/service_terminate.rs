@@ -19,10 +19,10 @@ use anycloud_engine::{Check, Step, StepCtx, StepError, StepKey, Steps, Workflow}
 
 use crate::db::deployments::{self, Status};
 use crate::db::revisions;
-use crate::deps::Deps;
-use crate::kube_service;
-use crate::service_deploy::{ServiceInput, kube_failed, service_and_client};
-use crate::{now_ms, retry};
+use crate::kubernetes;
+use crate::workflows::deps::Deps;
+use crate::workflows::service_deploy::{ServiceInput, kube_failed, service_and_client};
+use crate::{now_ms, workflows::retry};
 
 /// The workflow, with what its steps need.
 pub struct TerminateService {
@@ -72,7 +72,7 @@ fn deps(ctx: &StepCtx<TerminateService>) -> &Deps {
 /// Asks Kubernetes to delete the Deployment, the Service and anything of them left.
 async fn delete(ctx: StepCtx<TerminateService>) -> Result<usize, StepError> {
     let (deployment, client) = service_and_client(deps(&ctx), &ctx.input().deployment_id).await?;
-    kube_service::delete(&client, &deployment)
+    kubernetes::service::delete(&client, &deployment)
         .await
         .map_err(|err| kube_failed(&format!("deleting the Deployment and Service of `{}`", deployment.name), &err))
 }
@@ -81,7 +81,7 @@ async fn delete(ctx: StepCtx<TerminateService>) -> Result<usize, StepError> {
 /// lists: a delete is idempotent).
 async fn wait_gone(ctx: StepCtx<TerminateService>) -> Result<Check<()>, StepError> {
     let (deployment, client) = service_and_client(deps(&ctx), &ctx.input().deployment_id).await?;
-    match kube_service::delete(&client, &deployment).await {
+    match kubernetes::service::delete(&client, &deployment).await {
         Ok(0) => Ok(Check::Ready(())),
         Ok(left) => Ok(Check::NotYet(format!("{left} object(s) of `{}` still listed", deployment.name))),
         Err(err) => Ok(Check::NotYet(format!("asking Kubernetes: {}", anycloud_engine::error_chain(&err)))),
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn every_step_name_is_its_key() {
-        let documented = include_str!("../../docs/workflows/service-deploy.md");
+        let documented = include_str!("../../../docs/workflows/service-deploy.md");
         for key in [DELETE.name(), WAIT_GONE.name(), RECORD_TERMINATED.name()] {
             assert!(
                 documented.contains(&format!("`{key}`")),

@@ -6,7 +6,7 @@
 //!
 //! The `submit_job` operation (and `resubmit_deployment`, for attempt 2 and later) writes the
 //! deployment's record and this run in one transaction that holds the cluster's row. `apply`
-//! server-side applies the namespace and the Job (see [`crate::kube_job`]); the waits are durable
+//! server-side applies the namespace and the Job (see [`crate::kubernetes::job`]); the waits are durable
 //! polls of the Job and its Pod, so nothing is held in memory across a restart. The record moves
 //! `queued -> starting -> running -> completed | errored`. A cluster that refuses the Job (400,
 //! 422) makes the job `invalid`. `anycloud terminate` cancels the run: the undo of `apply`, which
@@ -20,10 +20,11 @@ use anycloud_engine::{Check, Effect, Step, StepCtx, StepError, StepKey, Steps, W
 use serde::{Deserialize, Serialize};
 
 use crate::db::deployments::{self, Deployment, Status};
-use crate::deps::Deps;
-use crate::kube_job::{self, Outcome, Progress};
-use crate::pod_wait::{PodWait, Verdict};
-use crate::{now_ms, retry};
+use crate::kubernetes;
+use crate::kubernetes::job::{Outcome, Progress};
+use crate::kubernetes::pod_wait::{PodWait, Verdict};
+use crate::workflows::deps::Deps;
+use crate::{now_ms, workflows::retry};
 
 /// The workflow, with what its steps need.
 pub struct RunJob {
@@ -131,7 +132,7 @@ async fn record_and_client(ctx: &StepCtx<RunJob>) -> Result<(Deployment, kube::C
 }
 
 /// A Kubernetes call that failed: the cluster may answer again (retryable).
-fn kube_failed(what: &str, err: &crate::kube_api::KubeError) -> StepError {
+fn kube_failed(what: &str, err: &crate::kubernetes::client::KubeError) -> StepError {
     StepError::retryable_msg(format!("{what}: {}", anycloud_engine::error_chain(err)))
 }
 
@@ -141,19 +142,19 @@ fn kube_failed(what: &str, err: &crate::kube_api::KubeError) -> StepError {
 async fn apply(ctx: StepCtx<RunJob>) -> Result<Applied, StepError> {
     let result: Result<Applied, StepError> = async {
         let (deployment, client) = deployment_and_client(&ctx).await?;
-        kube_job::delete(&client, &deployment, Some(deployment.attempt))
+        kubernetes::job::delete(&client, &deployment, Some(deployment.attempt))
             .await
             .map_err(|err| kube_failed("deleting the Jobs of earlier attempts", &err))?;
         let secrets = deps(&ctx).open_secrets(&deployment.name, &deployment.spec.secrets).await?;
         let applied = async {
-            kube_job::apply_secrets(&client, &deployment, &secrets).await?;
+            kubernetes::job::apply_secrets(&client, &deployment, &secrets).await?;
             if !secrets.is_empty() {
                 deps(&ctx).in_secret_apply().await;
             }
-            kube_job::apply_job(&client, &deployment, &secrets).await
+            kubernetes::job::apply_job(&client, &deployment, &secrets).await
         };
         if let Err(err) = applied.await {
-            if let Some(message) = kube_job::is_refusal(&err) {
+            if let Some(message) = kubernetes::job::is_refusal(&err) {
                 let reason = format!("the cluster refused the Job: {message}");
                 deployments::end(
                     &deps(&ctx).db,
@@ -210,7 +211,7 @@ async fn apply_undo(ctx: StepCtx<RunJob>, _applied: Effect<Applied>) -> Result<(
     // object yet. This undo deletes this attempt's objects and earlier ones', never a later one's.
     let attempt = ctx.input().attempt;
     let (deployment, client) = record_and_client(&ctx).await?;
-    let left = kube_job::delete(&client, &deployment, Some(attempt + 1))
+    let left = kubernetes::job::delete(&client, &deployment, Some(attempt + 1))
         .await
         .map_err(|err| kube_failed("deleting the job's Kubernetes objects", &err))?;
     if left > 0 {
@@ -242,7 +243,7 @@ fn ended_reason(cancelled: bool, cause: Option<&str>, run: uuid::Uuid) -> (Statu
 /// Ready once the container has started (or already ended); marks the job `running`.
 async fn wait_for_pod(ctx: StepCtx<RunJob>) -> Result<Check<String>, StepError> {
     let (deployment, client) = deployment_and_client(&ctx).await?;
-    let progress = match kube_job::progress(&client, &deployment).await {
+    let progress = match kubernetes::job::progress(&client, &deployment).await {
         Ok(progress) => progress,
         Err(err) => return Ok(Check::NotYet(format!("asking Kubernetes: {}", anycloud_engine::error_chain(&err)))),
     };
@@ -271,7 +272,7 @@ fn gone(deployment: &Deployment) -> StepError {
 /// Ready once the Job has completed or failed, with the container's exit code.
 async fn wait_for_end(ctx: StepCtx<RunJob>) -> Result<Check<Outcome>, StepError> {
     let (deployment, client) = deployment_and_client(&ctx).await?;
-    let progress = match kube_job::progress(&client, &deployment).await {
+    let progress = match kubernetes::job::progress(&client, &deployment).await {
         Ok(progress) => progress,
         Err(err) => return Ok(Check::NotYet(format!("asking Kubernetes: {}", anycloud_engine::error_chain(&err)))),
     };
@@ -340,7 +341,7 @@ mod tests {
 
     #[test]
     fn every_step_name_is_its_key() {
-        let documented = include_str!("../../docs/workflows/job-run.md");
+        let documented = include_str!("../../../docs/workflows/job-run.md");
         for key in [APPLY.name(), WAIT_FOR_POD.name(), WAIT_FOR_END.name(), RECORD_OUTCOME.name()] {
             assert!(documented.contains(&format!("`{key}`")), "docs/workflows/job-run.md does not describe `{key}`");
         }

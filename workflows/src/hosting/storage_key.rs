@@ -13,8 +13,8 @@
 use anycloud_checkpoint::StoreKind;
 use serde::{Deserialize, Serialize};
 
+use crate::cloud::ProviderKind;
 use crate::db::hosted_apis::HostedApi;
-use crate::providers::ProviderKind;
 
 /// What the secret holds: the storage credential's key, as JSON.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,8 +20,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::db::secrets::{PASSWORD, SecretUse, USERNAME, Values};
-use crate::kube_api::KubeError;
-use crate::kube_job::FIELD_MANAGER;
+use crate::kubernetes::FIELD_MANAGER;
+use crate::kubernetes::client::KubeError;
 
 /// A secret a deployment takes, with its pinned version's values, opened.
 #[derive(Debug)]

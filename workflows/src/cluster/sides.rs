@@ -14,7 +14,7 @@ use anycloud_engine::StepError;
 use crate::cloud::{Cloud, CloudError, Placement, Vm};
 use crate::db::clusters::{Cluster, ControlPlanePlacement};
 use crate::db::vms;
-use crate::deps::Deps;
+use crate::workflows::deps::Deps;
 
 /// Where a hosted API places its clusters' control planes: its own hosting credential, region
 /// and machine type (`api serve --control-plane-credentials`, written by `api.deploy`).
@@ -72,9 +72,9 @@ impl Sides {
     }
 
     /// Whether the cluster's nodes share one network: not when the control plane runs apart
-    /// (another provider, account or region: [`crate::cluster_network`]).
-    pub fn reach(&self) -> crate::cluster_network::Reach {
-        crate::cluster_network::Reach::of(self.control_plane.is_some())
+    /// (another provider, account or region: [`crate::cluster::network`]).
+    pub fn reach(&self) -> crate::cluster::network::Reach {
+        crate::cluster::network::Reach::of(self.control_plane.is_some())
     }
 
     /// The side the control plane runs on.

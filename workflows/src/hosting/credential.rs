@@ -8,12 +8,12 @@
 
 use anycloud_engine::{Check, StepError};
 
-use crate::api::{CredentialShown, NewCredential};
-use crate::api_identity::{ApiIdentity, trusting_only};
+use crate::cloud::ProviderKind;
 use crate::db::credentials::{self, CredentialStatus};
 use crate::db::hosted_apis::{self, HostedApi};
-use crate::deps::{AccountError, Deps};
-use crate::providers::ProviderKind;
+use crate::hosting::identity::{ApiIdentity, trusting_only};
+use crate::wire::{CredentialShown, NewCredential};
+use crate::workflows::deps::{AccountError, Deps};
 
 /// Saves `api`'s hosting credential on the API at `url` unless it holds it, and says whether the
 /// API has verified it: ready once it is valid there; terminal if the API found it invalid (its
