@@ -1,53 +1,12 @@
-//! What a step sees: the run's input, earlier steps' outputs, its idempotency key.
-
-use std::collections::BTreeMap;
-use std::sync::Arc;
+//! What a step sees: the run's input, earlier steps' outputs, its idempotency key (the methods
+//! of [`StepCtx`], which `definition.rs` declares beside the [`Workflow`] whose steps take it).
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::definition::{StepKey, Workflow};
+use crate::definition::{StepCtx, StepKey, Workflow};
 use crate::error::StepError;
-use crate::store::Store;
-
-/// The context a step (or its undo) runs in. Cheap to clone.
-pub struct StepCtx<W: Workflow> {
-    pub(crate) workflow: Arc<W>,
-    pub(crate) input: Arc<W::Input>,
-    pub(crate) run: Arc<RunInfo>,
-    pub(crate) outputs: Arc<BTreeMap<&'static str, Value>>,
-    pub(crate) step: &'static str,
-    pub(crate) attempt: u32,
-    pub(crate) undoing: bool,
-    pub(crate) store: Store,
-}
-
-/// Facts about the run a step belongs to.
-#[derive(Debug)]
-pub(crate) struct RunInfo {
-    pub(crate) id: Uuid,
-    pub(crate) resource_key: Option<String>,
-    /// Why the run turned back, once it has.
-    pub(crate) unwind_reason: Option<String>,
-    /// An operator asked to cancel the run.
-    pub(crate) cancelled: bool,
-}
-
-impl<W: Workflow> Clone for StepCtx<W> {
-    fn clone(&self) -> Self {
-        Self {
-            workflow: self.workflow.clone(),
-            input: self.input.clone(),
-            run: self.run.clone(),
-            outputs: self.outputs.clone(),
-            step: self.step,
-            attempt: self.attempt,
-            undoing: self.undoing,
-            store: self.store.clone(),
-        }
-    }
-}
 
 impl<W: Workflow> StepCtx<W> {
     /// The registered workflow value, with its dependencies.

@@ -1,9 +1,12 @@
-//! Typed workflow definitions: a kind, a version, an input, an output, and named steps.
+//! Typed workflow definitions: a kind, a version, an input, an output, and named steps; and
+//! [`StepCtx`], the context those steps run in, declared here because a [`Workflow`] and its
+//! steps take it and it is typed by the workflow (what it offers a step is in `context.rs`).
 //!
 //! A step is named by a plain string, or by a [`StepKey`] that carries the type of its output:
 //! a workflow declares the key once and reads the output through it (`ctx.output(KEY)`), so that
 //! a misspelled name or a wrong type does not compile.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -13,10 +16,11 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use uuid::Uuid;
 
-use crate::context::StepCtx;
 use crate::error::StepError;
 use crate::retry::{OnExhausted, RetryPolicy};
+use crate::store::Store;
 
 /// A durable workflow: a stable kind, a definition version, typed input and output, and an
 /// ordered list of named steps.
@@ -38,6 +42,44 @@ pub trait Workflow: Send + Sync + Sized + 'static {
 
     /// Builds the output from the completed steps once the last one has succeeded.
     fn output(ctx: &StepCtx<Self>) -> Result<Self::Output, StepError>;
+}
+
+/// The context a step (or its undo) runs in. Cheap to clone. Its methods are in `context.rs`.
+pub struct StepCtx<W: Workflow> {
+    pub(crate) workflow: Arc<W>,
+    pub(crate) input: Arc<W::Input>,
+    pub(crate) run: Arc<RunInfo>,
+    pub(crate) outputs: Arc<BTreeMap<&'static str, Value>>,
+    pub(crate) step: &'static str,
+    pub(crate) attempt: u32,
+    pub(crate) undoing: bool,
+    pub(crate) store: Store,
+}
+
+/// Facts about the run a step belongs to.
+#[derive(Debug)]
+pub(crate) struct RunInfo {
+    pub(crate) id: Uuid,
+    pub(crate) resource_key: Option<String>,
+    /// Why the run turned back, once it has.
+    pub(crate) unwind_reason: Option<String>,
+    /// An operator asked to cancel the run.
+    pub(crate) cancelled: bool,
+}
+
+impl<W: Workflow> Clone for StepCtx<W> {
+    fn clone(&self) -> Self {
+        Self {
+            workflow: self.workflow.clone(),
+            input: self.input.clone(),
+            run: self.run.clone(),
+            outputs: self.outputs.clone(),
+            step: self.step,
+            attempt: self.attempt,
+            undoing: self.undoing,
+            store: self.store.clone(),
+        }
+    }
 }
 
 /// What a poll step found.

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, watch};
@@ -19,14 +19,15 @@ use tokio::task::AbortHandle;
 use tracing::{Instrument, debug, info, warn};
 use uuid::Uuid;
 
+use crate::clock::{after, now_ms};
 use crate::config::EngineConfig;
 use crate::definition::Workflow;
+use crate::engine_state::{DriverHandle, Inner};
 use crate::error::EngineError;
 use crate::registry::Registry;
 use crate::status::{RunStatus, StepLimits};
 use crate::store::{
-    ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, OwnerLock, RunFilter, RunRecord, StepRecord, Store,
-    Wake, WriteTx,
+    ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, RunFilter, RunRecord, StepRecord, Store, Wake, WriteTx,
 };
 use crate::worker;
 
@@ -34,34 +35,6 @@ use crate::worker;
 /// lapse, as a crash would.
 pub struct Engine {
     inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) store: Store,
-    pub(crate) registry: Registry,
-    pub(crate) config: EngineConfig,
-    /// The owner and this process, as the timeline names it.
-    label: String,
-    slots: Arc<Semaphore>,
-    wake: Notify,
-    stop: watch::Sender<bool>,
-    /// A run's driver here has stopped, with the run as committed if it ended; or (`None`) a
-    /// run was cancelled before it started.
-    finished: broadcast::Sender<(Uuid, Option<Arc<RunRecord>>)>,
-    drivers: Mutex<HashMap<Uuid, DriverHandle>>,
-    /// The last claim filled every free slot: more runs may be due, so a slot that frees up
-    /// should be used at once rather than at the next poll.
-    backlog: AtomicBool,
-    /// The claim loop and the heartbeat.
-    loops: Mutex<Vec<AbortHandle>>,
-    /// This engine's exclusive hold on its owner name, released when it stops.
-    owner_lock: Mutex<Option<OwnerLock>>,
-}
-
-/// A run this engine drives now: its task, and how to tell it that the run was cancelled.
-struct DriverHandle {
-    task: AbortHandle,
-    cancel: watch::Sender<bool>,
 }
 
 /// A run with everything `inspect` shows.
@@ -77,19 +50,6 @@ pub struct RunDetail {
     /// the run's version.
     #[serde(default)]
     pub limits: Option<StepLimits>,
-}
-
-pub(crate) fn now_ms() -> Millis {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as Millis)
-}
-
-pub(crate) fn after(now: Millis, delay: Duration) -> Millis {
-    now.saturating_add(delay.as_millis() as Millis)
-}
-
-/// How long ago `started` was at `now` (zero if the clock went back).
-pub(crate) fn since(started: Millis, now: Millis) -> Duration {
-    Duration::from_millis((now - started).max(0) as u64)
 }
 
 impl Engine {
@@ -385,32 +345,6 @@ impl Drop for Engine {
 }
 
 impl Inner {
-    pub(crate) fn stopping(&self) -> bool {
-        *self.stop.borrow()
-    }
-
-    /// Whether a driver of this engine is driving the run now.
-    fn drives(&self, id: Uuid) -> bool {
-        self.drivers.lock().is_ok_and(|drivers| drivers.contains_key(&id))
-    }
-
-    /// Tells the run's driver, if this engine has one, that the run was cancelled: a step in
-    /// flight is stopped.
-    fn tell_cancelled(&self, id: Uuid) {
-        if let Ok(drivers) = self.drivers.lock()
-            && let Some(driver) = drivers.get(&id)
-        {
-            driver.cancel.send_replace(true);
-        }
-    }
-
-    /// Gives up the owner name (the engine has stopped, cleanly or not).
-    fn release_owner(&self) {
-        if let Ok(mut lock) = self.owner_lock.lock() {
-            lock.take();
-        }
-    }
-
     fn spawn_driver(self: &Arc<Self>, claimed: Claimed, permit: OwnedSemaphorePermit) {
         let inner = self.clone();
         let id = claimed.run.id;
@@ -595,14 +529,5 @@ impl Inner {
             *slot = Some(lock);
         }
         true
-    }
-
-    /// Stops claiming and aborts every driver, as a crash would.
-    fn stop_where_it_stands(&self) {
-        self.stop.send_replace(true);
-        let drivers = self.drivers.lock().map(|mut d| std::mem::take(&mut *d)).unwrap_or_default();
-        for driver in drivers.into_values() {
-            driver.task.abort();
-        }
     }
 }

@@ -108,7 +108,7 @@ pub enum EngineError {
     #[error("workflow store: {fault}")]
     Storage {
         /// Which of the two.
-        fault: crate::store::StoreFault,
+        fault: crate::store::fault::StoreFault,
         /// What SQLite said.
         #[source]
         source: sqlx::Error,
@@ -154,7 +154,7 @@ pub enum EngineError {
 
 impl From<sqlx::Error> for EngineError {
     fn from(err: sqlx::Error) -> Self {
-        match crate::store::StoreFault::of_sqlx(&err) {
+        match crate::store::fault::StoreFault::of_sqlx(&err) {
             Some(fault) => Self::Storage { fault, source: err },
             None => Self::Store(err),
         }

@@ -80,10 +80,12 @@
 //!
 //! The model, the state diagram of a run and the guarantees are in `docs/engine.md`.
 
+mod clock;
 mod config;
 mod context;
 mod definition;
 mod engine;
+mod engine_state;
 mod error;
 mod registry;
 mod retry;
@@ -94,8 +96,7 @@ mod timeline;
 mod worker;
 
 pub use config::{BeforeAct, EngineConfig, Faults};
-pub use context::StepCtx;
-pub use definition::{Check, DEFAULT_ATTEMPT_TIMEOUT, Effect, Step, StepKey, StepName, Steps, Workflow};
+pub use definition::{Check, DEFAULT_ATTEMPT_TIMEOUT, Effect, Step, StepCtx, StepKey, StepName, Steps, Workflow};
 pub use engine::{Engine, RunDetail};
 pub use error::{EngineError, ErrorKind, StepError, error_chain};
 pub use registry::Registry;

@@ -8,8 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::context::{RunInfo, StepCtx};
-use crate::definition::{Body, Check, Steps, Workflow};
+use crate::definition::{Body, Check, RunInfo, StepCtx, Steps, Workflow};
 use crate::error::StepError;
 use crate::retry::RetryPolicy;
 use crate::status::{Phase, StepLimits, StepShape};

@@ -17,8 +17,9 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
 
+use crate::clock::{after, now_ms, since};
 use crate::definition::Check;
-use crate::engine::{Inner, after, now_ms, since};
+use crate::engine_state::Inner;
 use crate::error::{StepError, error_chain};
 use crate::registry::{Instance, Shape};
 use crate::retry::{OnExhausted, RetryPolicy};

@@ -1,6 +1,7 @@
-//! One account of the simulated cloud, behind the domain's [`Cloud`] trait: every call pays
-//! the account's latency and may meet its injected faults; launches find VMs by tag first and
-//! honour client tokens, as EC2's do.
+//! One account of the simulated cloud, opened by [`SimCloud::account`] (the domain opens it
+//! through `SimulatedCloud`), behind the domain's [`Cloud`] trait: every call pays the account's
+//! latency and may meet its injected faults; launches find VMs by tag first and honour client
+//! tokens, as EC2's do.
 
 use anycloud_engine::{execute, with_pool};
 use anycloud_workflows::cloud::Verdict;
@@ -11,6 +12,7 @@ use anycloud_workflows::cluster::network::Openings;
 use anycloud_workflows::kubernetes::KubeEndpoint;
 use anycloud_workflows::now_ms;
 use anycloud_workflows::providers::sim_settings::{REGIONS, SimSettings, VM_TYPES};
+use anycloud_workflows::providers::{SimulatedCloud, Verdict};
 use async_trait::async_trait;
 
 use crate::cloud::{SimCloud, SimError, Unavailable};
@@ -22,6 +24,20 @@ pub struct SimAccount {
     pub(crate) cloud: SimCloud,
     pub(crate) account: String,
     pub(crate) settings: SimSettings,
+}
+
+impl SimCloud {
+    /// One account of the simulated cloud.
+    pub fn account(&self, account: &str, settings: SimSettings) -> SimAccount {
+        SimAccount { cloud: self.clone(), account: account.to_owned(), settings }
+    }
+}
+
+/// How the domain opens an account of the simulated cloud (a `sim` credential).
+impl SimulatedCloud for SimCloud {
+    fn account(&self, identity: &str, settings: SimSettings) -> Result<Box<dyn Cloud>, CloudError> {
+        Ok(Box::new(SimCloud::account(self, identity, settings)))
+    }
 }
 
 impl SimAccount {

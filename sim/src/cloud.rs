@@ -4,15 +4,12 @@
 //! addresses are from TEST-NET-3 (203.0.113.0/24).
 
 use anycloud_engine::{Pool, with_pool};
-use anycloud_workflows::cloud::{Cloud, CloudError};
+use anycloud_workflows::cloud::CloudError;
 use anycloud_workflows::db::Db;
 use anycloud_workflows::kubernetes::KubeEndpoint;
 use anycloud_workflows::now_ms;
-use anycloud_workflows::providers::SimulatedCloud;
-use anycloud_workflows::providers::sim_settings::SimSettings;
 use anycloud_workflows::secrets::SecretBox;
 
-use crate::account::SimAccount;
 use crate::kube::{Machine, Machines};
 use crate::vms::{SELECT_VMS, SHUTDOWN_MS, SimVm, SimVmRow};
 
@@ -84,11 +81,6 @@ impl SimCloud {
         self.db.pool()
     }
 
-    /// One account of the simulated cloud.
-    pub fn account(&self, account: &str, settings: SimSettings) -> SimAccount {
-        SimAccount { cloud: self.clone(), account: account.to_owned(), settings }
-    }
-
     /// Serves its control planes' Kubernetes APIs over TLS at `base` (`https://127.0.0.1:PORT`,
     /// where [`crate::kube::tls::serve`] listens), as k3s does, rather than over the hosting API's
     /// plain HTTP.
@@ -153,12 +145,6 @@ impl SimCloud {
         with_pool!(self.pool(), |pool| {
             sqlx::query_scalar("SELECT COUNT(*) FROM sim_networks WHERE deleted_at IS NULL").fetch_one(pool).await
         })
-    }
-}
-
-impl SimulatedCloud for SimCloud {
-    fn account(&self, identity: &str, settings: SimSettings) -> Result<Box<dyn Cloud>, CloudError> {
-        Ok(Box::new(SimCloud::account(self, identity, settings)))
     }
 }
 

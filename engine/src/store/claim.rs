@@ -5,8 +5,9 @@ use serde_json::Value;
 use sqlx::{AssertSqlSafe, FromRow, Row};
 use uuid::Uuid;
 
-use super::Store;
 use super::events::{Entry, insert_event};
+use super::handle::Store;
+use super::pool::BeginWrite;
 use super::records::{Claimed, Millis, NewEvent, RUN_COLUMNS, RunRecord, RunRow, parse_json, parse_uuid};
 use crate::status::Phase;
 use crate::timeline::EventKind;
@@ -61,7 +62,7 @@ impl Store {
              WHERE seq = $4 RETURNING {RUN_COLUMNS}, events"
         );
         let runs = crate::with_pool!(&self.pool, |pool| {
-            let mut tx = super::connect::BeginWrite::begin_write(pool).await?;
+            let mut tx = BeginWrite::begin_write(pool).await?;
             let candidates: Vec<(i64, Option<String>, Option<String>)> =
                 sqlx::query_as(candidates_sql).bind(now).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
             let mut runs = Vec::with_capacity(candidates.len());

@@ -1,10 +1,23 @@
-//! A checkpoint's values, owned, so that it can be handed to the group-commit task, and the
-//! one place they are bound to the commit statement (same parameter numbers on both databases).
+//! A checkpoint's values: as a driver hands them to the store ([`Commit`]), owned so that they
+//! can be handed to the group-commit task ([`CommitArgs`]), and the one place they are bound to
+//! the commit statement (same parameter numbers on both databases).
 
-use super::commit::Commit;
-use super::records::{NEVER, to_json};
+use super::commit_sql::CommitShape;
+use super::records::{Millis, NEVER, NewEvent, RunRecord, StepRecord, to_json};
 use crate::status::Phase;
 use crate::timeline::{EventKind, StepStatus};
+
+/// A commit of a run's state at the end of an attempt, fenced by the claim's generation.
+pub(crate) struct Commit<'a> {
+    pub(crate) run: &'a RunRecord,
+    pub(crate) owner: &'a str,
+    pub(crate) now: Millis,
+    /// Give the run up (it waits, is parked, or has ended).
+    pub(crate) release: bool,
+    pub(crate) shape: CommitShape,
+    pub(crate) step: Option<&'a StepRecord>,
+    pub(crate) events: &'a [NewEvent],
+}
 
 /// Everything a commit statement binds: run state $1-$13 and $30, fence $14-$16, step $17-$26
 /// ($17: whether there is one), events $27, timeline entries $28-$29, and for a wait its

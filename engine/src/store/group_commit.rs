@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sqlx::SqlitePool;
 use tokio::sync::{mpsc, oneshot};
 
-use super::commit::{CommitShape, SQLITE_SELF_COMMIT};
 use super::commit_args::{CommitArgs, bind_commit};
-use super::connect::BeginWrite;
+use super::commit_sql::{CommitShape, SQLITE_SELF_COMMIT};
+use super::pool::BeginWrite;
 use super::self_commit::self_commit;
 
 /// Most checkpoints in one transaction.

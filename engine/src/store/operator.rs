@@ -5,9 +5,9 @@ use serde_json::Value;
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
-use super::Store;
-use super::connect::BeginWrite;
 use super::events::{Entry, insert_event};
+use super::handle::Store;
+use super::pool::BeginWrite;
 use super::records::{Millis, NewEvent, parse_status, to_json};
 use crate::status::{Phase, RunStatus};
 use crate::timeline::EventKind;

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection};
 
-use super::{Pool, Store};
+use super::handle::Store;
+use super::pool::Pool;
 use crate::error::EngineError;
 
 /// The first key of the PostgreSQL advisory locks on owner names ("AnyC").

@@ -5,9 +5,10 @@ use serde_json::Value;
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
+use super::handle::Store;
+use super::pool::WriteTx;
 use super::records::{EventRecord, EventRow, RUN_COLUMNS, RunFilter, RunRecord, RunRow, StepRecord, StepRow};
 use super::records::{parse_json, parse_status, parse_uuid};
-use super::{Store, WriteTx};
 use crate::status::RunStatus;
 
 impl Store {

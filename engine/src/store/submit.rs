@@ -7,9 +7,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::events::{Entry, insert_event};
+use super::handle::Store;
+use super::pool::{Pool, WriteTx};
 use super::records::{Lease, Millis, NewEvent, RUN_COLUMNS, RunRecord, RunRow, to_json};
 use super::self_commit::self_commit;
-use super::{Pool, Store, WriteTx};
 use crate::status::RunStatus;
 use crate::timeline::EventKind;
 

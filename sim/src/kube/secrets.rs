@@ -20,8 +20,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
-use super::status::ApiError;
-use super::validation::Cause;
+use super::status::{ApiError, Cause};
 
 /// The most a Secret's `data` may hold, decoded (`MaxSecretSize`).
 pub(crate) const MAX_SIZE: usize = 1024 * 1024;

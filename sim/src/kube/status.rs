@@ -8,6 +8,9 @@ use serde_json::{Value, json};
 
 use super::resources::Resource;
 
+/// One invalid field of a 422 Invalid, as a `StatusCause`: (field path, message, cause reason).
+pub(crate) type Cause = (String, String, &'static str);
+
 /// A failed request, answered as a `Status`.
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -63,7 +66,7 @@ impl ApiError {
     }
 
     /// 422 with one cause per invalid field (`field: message`).
-    pub(crate) fn invalid(resource: &Resource, name: &str, causes: &[(String, String, &str)]) -> Self {
+    pub(crate) fn invalid(resource: &Resource, name: &str, causes: &[Cause]) -> Self {
         let listed: Vec<String> = causes.iter().map(|(field, message, _)| format!("{field}: {message}")).collect();
         let summary = if listed.len() == 1 { listed[0].clone() } else { format!("[{}]", listed.join(", ")) };
         let group_kind = if resource.group.is_empty() {

@@ -10,9 +10,7 @@
 use serde_json::Value;
 
 use super::resources::Resource;
-
-/// One invalid field: (field path, message, cause reason).
-pub(crate) type Cause = (String, String, &'static str);
+use super::status::Cause;
 
 const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
      and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is \
