@@ -782,21 +782,60 @@ impl Drop for Api {
             let _ = child.kill();
             let _ = child.wait();
         }
-        for pid in processes_under(&self.data_dir()) {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        kill_all_under(self.dir.path());
+    }
+}
+
+/// Kills the process group of every process working under `dir` (the Pods and kube-proxies a
+/// simulated kubelet started there) or naming it on its command line (an API a test detached
+/// with `api serve --credentials sim`), but the test's own group; again until none is left or
+/// five seconds pass: a process an API forked as it was killed may only now reach its directory.
+/// A Pod's process works in its Pod's directory even once a test wiped it (`(deleted)` in
+/// `/proc`), still under `dir`.
+pub fn kill_all_under(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let me = rustix::process::getpgrp();
+    loop {
+        anycloud_sim::kube::kill_processes_under(dir);
+        let naming = dir.to_str().map(processes_with).unwrap_or_default();
+        for group in naming.into_iter().filter_map(process_group).filter(|group| *group != me) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+        // A killed process is gone once its parent reaps it: init, its API being dead, or this
+        // process's runtime for an in-process kubelet's (a zombie meanwhile, which has ended).
+        std::thread::sleep(Duration::from_millis(50));
+        let naming = dir.to_str().map(processes_with).unwrap_or_default();
+        let left = processes_under(dir).len()
+            + naming.into_iter().filter(|pid| !zombie(*pid) && process_group(*pid) != Some(me)).count();
+        if left == 0 || Instant::now() >= deadline {
+            return;
         }
     }
 }
 
-/// The processes whose working directory is under `dir` (a simulated kubelet runs each
-/// container in a scratch directory under the API's data directory).
+/// The process group of a pid (`/proc/{pid}/stat`, field 5).
+fn process_group(pid: u32) -> Option<rustix::process::Pid> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let group: i32 = stat[stat.rfind(')')? + 1..].split_whitespace().nth(2)?.parse().ok()?;
+    rustix::process::Pid::from_raw(group)
+}
+
+/// The live processes whose working directory is under `dir` (a simulated kubelet runs each
+/// container in a scratch directory under the API's data directory); a zombie has ended.
 pub fn processes_under(dir: &Path) -> Vec<u32> {
     let Ok(dir) = dir.canonicalize() else { return Vec::new() };
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir)))
+        .filter(|pid| !zombie(*pid))
         .collect()
+}
+
+/// Whether the process has ended but for its parent's wait (`/proc/{pid}/stat`'s state `Z`).
+fn zombie(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')').and_then(|end| stat[end + 1..].split_whitespace().next()).is_none_or(|state| state == "Z")
 }
 
 /// The processes whose command line contains `needle`.

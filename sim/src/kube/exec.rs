@@ -151,17 +151,20 @@ async fn prepare(
 async fn session(kube: Arc<Kube>, mut socket: WebSocket, pod: Value, env: Vec<(String, String)>, request: ExecRequest) {
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
     let piped = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
-    let spawned = tokio::process::Command::new(&request.argv[0])
-        .args(&request.argv[1..])
-        .current_dir(kube.kubelet.pod_dir(uid))
-        .env_clear()
-        .envs(env)
-        .stdin(piped(request.stdin))
-        .stdout(piped(request.stdout))
-        .stderr(piped(request.stderr))
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn();
+    let pod_dir = kube.kubelet.pod_dir(uid);
+    let spawned = super::process::start_unless_closed(&pod_dir, || {
+        tokio::process::Command::new(&request.argv[0])
+            .args(&request.argv[1..])
+            .current_dir(&pod_dir)
+            .env_clear()
+            .envs(env)
+            .stdin(piped(request.stdin))
+            .stdout(piped(request.stdout))
+            .stderr(piped(request.stderr))
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+    });
     let mut child = match spawned {
         Ok(child) => child,
         Err(err) => {

@@ -303,7 +303,13 @@ async fn start(
     let now = time::now();
     let command = argv.first().map(String::as_str).unwrap_or_default();
     let files = kube.kubelet.files(uid, name);
-    let cannot = match std::fs::create_dir_all(pod_dir) {
+    // A closed directory (its owner ended) gets no new Pod directory: the spawn below refuses too.
+    let made = if process::closed(pod_dir) {
+        Err(std::io::Error::other("the simulated Kubernetes that owns it has ended"))
+    } else {
+        std::fs::create_dir_all(pod_dir)
+    };
+    let cannot = match made {
         Err(err) => Some(format!("creating the Pod's directory {}: {err}", pod_dir.display())),
         Ok(()) => process::cannot_start(pod_dir, command, path),
     };

@@ -13,11 +13,16 @@
 //!
 //! Those files live in `{pod dir}/.sim/`, beside the container's log (`{container}.log`, its
 //! stdout and stderr).
+//!
+//! A kubelet directory whose owner ends (a temporary storage, a test's harness) is closed with
+//! [`kill_processes_under`]: its processes are killed and none starts under it again in this
+//! process, whatever a reconcile loop still running tries ([`start_unless_closed`]).
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rustix::process::{Pid, Signal, kill_process_group};
 
@@ -33,6 +38,33 @@ echo $code > "$0.exit.tmp" && /bin/mv -f "$0.exit.tmp" "$0.exit""#;
 
 /// The PATH of a container that sets none (an image's usual one).
 pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The directories closed by [`kill_processes_under`], as given and canonical. Held while a
+/// process starts and while a directory is closed, so that a start never falls between a
+/// close's kill and its end (a Pod's process started again after its test killed them all).
+static CLOSED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn closed_dirs() -> MutexGuard<'static, Vec<PathBuf>> {
+    CLOSED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether `cwd` is under a closed directory: nothing may start or be made there.
+pub(crate) fn closed(cwd: &Path) -> bool {
+    closed_dirs().iter().any(|dir| cwd.starts_with(dir))
+}
+
+/// Runs `start`, which starts a process working in `cwd`, unless `cwd` is under a closed
+/// directory (then an error, and nothing runs).
+pub(crate) fn start_unless_closed<T>(cwd: &Path, start: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    let closed = closed_dirs();
+    if closed.iter().any(|dir| cwd.starts_with(dir)) {
+        return Err(io::Error::other(format!(
+            "{} is closed: the simulated Kubernetes that owns it has ended",
+            cwd.display()
+        )));
+    }
+    start()
+}
 
 /// The files the kubelet keeps for one container.
 pub(crate) struct ContainerFiles {
@@ -128,21 +160,23 @@ pub(crate) fn spawn(
     argv: &[String],
     env: &[(String, String)],
 ) -> io::Result<ProcessRecord> {
-    std::fs::create_dir_all(pod_dir.join(".sim"))?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(files.log())?;
-    let mut child = tokio::process::Command::new("/bin/sh")
-        .arg("-c")
-        .arg(WRAPPER)
-        .arg(&files.prefix)
-        .args(argv)
-        .current_dir(pod_dir)
-        .env_clear()
-        .envs(env.iter().map(|(name, value)| (name, value)))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()?;
+    let mut child = start_unless_closed(pod_dir, || {
+        std::fs::create_dir_all(pod_dir.join(".sim"))?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(files.log())?;
+        tokio::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(WRAPPER)
+            .arg(&files.prefix)
+            .args(argv)
+            .current_dir(pod_dir)
+            .env_clear()
+            .envs(env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+    })?;
     let pid = child.id().and_then(|pid| i32::try_from(pid).ok()).ok_or_else(|| io::Error::other("no pid"))?;
     let start_ticks = stat(pid).map(|(_, ticks)| ticks).unwrap_or(0);
     // Reap it when it exits, so that it leaves no zombie while this API lives.
@@ -179,16 +213,32 @@ pub(crate) fn signal_group(record: ProcessRecord, kill: bool) {
     }
 }
 
-/// Kills (SIGKILL) the process group of every process whose working directory is under `dir`:
-/// the containers and kube-proxies of the simulated clusters whose kubelet directory it is. For
-/// storage that ends with its owner (a temporary one, a test's), never for an API's own: Pods
-/// outlive their API.
+/// Closes `dir` for good and kills (SIGKILL) the process group of every process whose working
+/// directory is under it: the containers and kube-proxies of the simulated clusters whose kubelet
+/// directory it is. From then on no process starts under `dir` in this process, so a reconcile
+/// loop still running cannot start a Pod again after the kill. For storage that ends with its
+/// owner (a temporary one, a test's), never for an API's own: Pods outlive their API.
 pub fn kill_processes_under(dir: &Path) {
-    let Ok(dir) = dir.canonicalize() else { return };
+    let mut closed = closed_dirs();
+    let canonical = dir.canonicalize().ok();
+    for path in [Some(dir.to_path_buf()), canonical.clone()].into_iter().flatten() {
+        if !closed.contains(&path) {
+            closed.push(path);
+        }
+    }
+    let Some(dir) = canonical else { return };
+    kill_groups_under(&dir);
+    // Held to the end: no start falls between the close and the kill.
+    drop(closed);
+}
+
+/// Kills (SIGKILL) the process group of every process working under `dir` (canonical), but this
+/// process's own.
+fn kill_groups_under(dir: &Path) {
     let Ok(entries) = std::fs::read_dir("/proc") else { return };
     let me = rustix::process::getpgrp();
     for pid in entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
-        let under = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir));
+        let under = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir));
         if under && let Some(group) = group(pid).and_then(Pid::from_raw).filter(|group| *group != me) {
             let _ = kill_process_group(group, Signal::KILL);
         }

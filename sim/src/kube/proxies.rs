@@ -52,6 +52,10 @@ impl Proxies {
     /// Has the cluster's proxy serve exactly `wanted` (each `clusterIP:port` with its ready
     /// endpoints); nothing at all stops it.
     pub(crate) fn serve(&self, cluster: &str, wanted: &HashMap<SocketAddr, Vec<SocketAddr>>) {
+        if super::process::closed(&self.dir) {
+            // Its owner ended and killed its processes: nothing starts or is written here again.
+            return;
+        }
         if wanted.is_empty() {
             self.stop(cluster);
             return;
@@ -108,16 +112,18 @@ impl Proxies {
         }
         drop(lock);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(routes.with_extension("log"))?;
-        let mut child = tokio::process::Command::new(&self.command.program)
-            .args(&self.command.args)
-            .arg(&routes)
-            .current_dir(&self.dir)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()?;
+        let mut child = super::process::start_unless_closed(&self.dir, || {
+            tokio::process::Command::new(&self.command.program)
+                .args(&self.command.args)
+                .arg(&routes)
+                .current_dir(&self.dir)
+                .env_clear()
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .process_group(0)
+                .spawn()
+        })?;
         // Reap it when it exits, so that it leaves no zombie while this API lives.
         tokio::spawn(async move {
             let _ = child.wait().await;
