@@ -14,7 +14,11 @@
 //! - `actions_succeed_idempotently`: with every step run twice (the first output thrown away, as a
 //!   crash before the checkpoint would) the run still succeeds, and the provider holds exactly
 //!   N + 1 = 3 live VMs (`cp`, `w0`, `w1`, each once) and exactly one network; and `cluster.delete`
-//!   of such a cluster, every step run twice, still ends it `deleted` with nothing left.
+//!   of such a cluster, every step run twice, still ends it `deleted` with nothing left;
+//! - both unwinding helpers on `cluster.delete`, which only goes forward (no undo): failed or
+//!   cancelled at each step, it did exactly the work of the steps that ran (the VMs, network rules
+//!   and address the later steps remove are still there, the record `deleting`), and a new delete
+//!   then leaves nothing (see "cluster.delete stopped at every step" below).
 //!
 //! What the provider holds is read outside anycloud: the simulated cloud's tables directly, moto
 //! through a raw aws-sdk-ec2 client. moto ignores EC2 `ClientToken`, so on AWS it is the
@@ -26,9 +30,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind};
-use anycloud_engine::{Engine, EngineConfig, Pool, Registry, RunStatus, Store};
+use anycloud_engine::{Engine, EngineConfig, Pool, Registry, RunStatus, Store, Workflow};
 use anycloud_sim::SimCloud;
 use anycloud_tests::e2e::{self, Moto};
+use anycloud_tests::provider_state::{self, Holdings};
 use anycloud_tests::simulated_kube::{MotoMachines, SimulatedKube};
 use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::cloud::{CLUSTER_TAG, NAME_TAG, ROLE_TAG};
@@ -515,4 +520,173 @@ async fn aws_every_step_twice_still_makes_one_cluster() {
     assert_eq!(phase, "ready");
     assert!(secrets.is_some(), "a ready cluster keeps its sealed secrets");
     eprintln!("aws twice-run took {:?}", started.elapsed());
+}
+
+// ---------------------------------------------------------------------------------------------
+// cluster.delete stopped at every step (failed, cancelled in flight)
+//
+// A delete only goes forward: no step has an undo (workflows/src/cluster_delete.rs), so "clean"
+// after a delete that failed or was cancelled at a step is what the workflow promises instead:
+// the steps before it (and, cancelled in flight, that step itself) did their work and nothing
+// further happened at the provider; the record says `deleting` (it keeps `ready` when the
+// failure is injected in `mark_deleting`, which then runs no code; `deleted` when a cancel
+// reaches `mark_deleted` in flight, whose work then stands); and deleting the cluster again, a
+// new run, ends it `deleted` with nothing left. `check_clean` proves all three, then creates the
+// cluster again (same id: `pin_placement` sets the record back to `creating`) so that the next
+// step's run has a whole cluster to delete.
+
+/// What a harness's provider holds is read from: the simulated cloud's tables, or moto (boto3).
+enum Reader<'a> {
+    Sim,
+    Moto(&'a Moto),
+}
+
+impl Harness {
+    /// What the provider holds of the cluster, asked of the provider itself.
+    async fn holdings(&self, reader: &Reader<'_>) -> Holdings {
+        match reader {
+            Reader::Sim => {
+                let addresses: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM sim_addresses WHERE owner = $1 AND released_at IS NULL")
+                        .bind(self.cluster_id())
+                        .fetch_one(sqlite(&self.store))
+                        .await
+                        .unwrap();
+                Holdings {
+                    vm_names: self.sim_live_vms().await.into_iter().map(|(_, name, _)| name).collect(),
+                    rules: self.sim_live_networks().await.len(),
+                    addresses: usize::try_from(addresses).unwrap(),
+                    ..Holdings::default()
+                }
+            }
+            Reader::Moto(moto) => provider_state::at_moto(moto, self.cluster_id()),
+        }
+    }
+
+    /// Runs `input` through `workflow` with the real engine and no fault; `Err` unless it succeeds.
+    async fn run_to_end<W: Workflow>(&self, workflow: Arc<W>, input: &W::Input) -> Result<(), String> {
+        let name = format!("cluster-steps-{}", uuid::Uuid::new_v4().simple());
+        let config = EngineConfig { poll_interval: Duration::from_millis(20), ..EngineConfig::named(name) };
+        let engine = Engine::start(self.store.clone(), Registry::new().with(workflow), config).await.unwrap();
+        let id = engine.submit::<W>(input, None).await.unwrap();
+        let run = engine.wait(id, Duration::from_secs(180)).await;
+        engine.shutdown(Duration::from_secs(5)).await;
+        let run = run.map_err(|err| format!("{} did not end: {err}", W::KIND))?;
+        if run.status != RunStatus::Succeeded {
+            return Err(format!("{} ended {}: {}", W::KIND, run.status, run.status_reason.unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    /// Creates the cluster (again) and requires the provider to hold all of it: `cp`, `w0`, `w1`
+    /// live, one network, one reserved address.
+    async fn created(&self, reader: &Reader<'_>) -> Result<(), String> {
+        self.run_to_end(self.workflow.clone(), &self.input).await?;
+        let held = self.holdings(reader).await;
+        if held.sorted_names() != expected_names() || held.rules != 1 || held.addresses != 1 {
+            return Err(format!("after a create the provider holds {held:?}"));
+        }
+        let (phase, secrets) = self.record().await;
+        if phase != Phase::Ready.as_str() || secrets.is_none() {
+            return Err(format!("after a create the record is `{phase}`, sealed secrets: {}", secrets.is_some()));
+        }
+        Ok(())
+    }
+
+    fn delete(&self) -> (Arc<DeleteCluster>, DeleteInput) {
+        let delete = Arc::new(DeleteCluster { deps: self.workflow.deps.clone() });
+        (delete, DeleteInput { cluster_id: self.cluster_id().to_owned(), name: self.input.name.clone() })
+    }
+
+    /// What a delete run that stopped at `step` (failed there, or `cancelled` while it ran) left:
+    /// exactly the work of the steps that ran, at the provider and in the record.
+    async fn delete_stopped_at(&self, reader: &Reader<'_>, step: &str, cancelled: bool) -> Result<(), String> {
+        let (delete, _) = self.delete();
+        let steps =
+            Registry::new().with(delete).step_names(DeleteCluster::KIND, DeleteCluster::VERSION).unwrap_or_default();
+        let at = steps.iter().position(|s| *s == step).ok_or_else(|| format!("`{step}` is no step of {steps:?}"))?;
+        let done = |name: &str| {
+            let index = steps.iter().position(|s| *s == name).unwrap_or_else(|| panic!("no step `{name}`"));
+            index < at || (cancelled && index == at)
+        };
+        let (phase, _) = self.record().await;
+        let want = if done("mark_deleted") {
+            Phase::Deleted
+        } else if done("mark_deleting") {
+            Phase::Deleting
+        } else {
+            Phase::Ready
+        };
+        if phase != want.as_str() {
+            return Err(format!("the cluster record is in phase `{phase}`, not `{want}`"));
+        }
+        let held = self.holdings(reader).await;
+        let vms = if done("terminate_vms") { Vec::new() } else { expected_names() };
+        let rules = usize::from(!done("delete_network"));
+        let addresses = usize::from(!done("release_address"));
+        if held.sorted_names() != vms || held.rules != rules || held.addresses != addresses {
+            return Err(format!(
+                "the provider holds {held:?}; the steps that ran leave VMs {vms:?}, {rules} network(s), \
+                 {addresses} address(es)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// `check_clean` of the delete matrices: what the stopped run left ([`Self::delete_stopped_at`]),
+    /// then a new delete run deletes everything; then the cluster is created again for the next step.
+    async fn delete_stopped_then_deleted_again(
+        &self,
+        reader: &Reader<'_>,
+        step: &str,
+        cancelled: bool,
+    ) -> Result<(), String> {
+        self.delete_stopped_at(reader, step, cancelled).await?;
+        let (delete, input) = self.delete();
+        self.run_to_end(delete, &input).await.map_err(|err| format!("deleting again: {err}"))?;
+        let held = self.holdings(reader).await;
+        if !held.is_empty() {
+            return Err(format!("deleted again, the provider still holds {held:?}"));
+        }
+        self.record_is(Phase::Deleted).await.map_err(|err| format!("deleted again: {err}"))?;
+        self.created(reader).await.map_err(|err| format!("creating again for the next step: {err}"))
+    }
+}
+
+/// Both delete matrices on one harness: a failure, then a cancel in flight, at every step.
+async fn delete_matrices(h: &Harness, reader: &Reader<'_>) {
+    let started = Instant::now();
+    h.created(reader).await.unwrap();
+    let (delete, input) = h.delete();
+    let failed = |step: &'static str| async move {
+        h.delete_stopped_then_deleted_again(reader, step, false).await?;
+        eprintln!("delete failing at `{step}`: as promised after {:?}", started.elapsed());
+        Ok(())
+    };
+    action_failure_can_unwind(&h.store, delete.clone(), &input, failed).await.unwrap();
+    let cancelled = |step: &'static str| async move {
+        h.delete_stopped_then_deleted_again(reader, step, true).await?;
+        eprintln!("delete cancelled in `{step}`: as promised after {:?}", started.elapsed());
+        Ok(())
+    };
+    cancel_in_flight_can_unwind(&h.store, delete.clone(), &input, cancelled).await.unwrap();
+    // The last check created the cluster again: delete it, leaving nothing.
+    h.run_to_end(delete, &input).await.unwrap();
+    assert!(h.holdings(reader).await.is_empty());
+    eprintln!("delete matrices took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_delete_failed_or_cancelled_at_every_step_stops_there_and_deletes_again() {
+    let h = Harness::new(Provider::Sim, &uuid::Uuid::new_v4().to_string()).await;
+    delete_matrices(&h, &Reader::Sim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_delete_failed_or_cancelled_at_every_step_stops_there_and_deletes_again() {
+    let moto = Moto::start();
+    let cluster_id = uuid::Uuid::new_v4().to_string();
+    let kube = SimulatedKube::start(MotoMachines::new(&moto.endpoint, AWS_REGION));
+    let h = Harness::new(Provider::Aws { moto: &moto, kube: &kube }, &cluster_id).await;
+    delete_matrices(&h, &Reader::Moto(&moto)).await;
 }

@@ -11,7 +11,10 @@
 //!   template is revision 1 again, no Pod of revision 2 is left, revision 1 is available and the
 //!   record serves it, `running`;
 //! - `cancel_in_flight_can_unwind`: the same, when a cancel arrives while each step runs and the
-//!   process "dies" before its checkpoint.
+//!   process "dies" before its checkpoint;
+//! - both unwinding helpers on `service.terminate`, which only goes forward (no undo): failed or
+//!   cancelled at each step, it did exactly the work of the steps that ran (the record stays
+//!   `running` until `record_terminated`), and a new terminate then leaves nothing.
 //!
 //! What is left is read outside Anycloud's records: the objects through the Kubernetes API (by the
 //! deployment's label), and the processes running in the kubelet's directory from `/proc`.
@@ -21,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind};
-use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Store};
+use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Store, Workflow};
 use anycloud_sim::SimCloud;
 use anycloud_tests::e2e;
 use anycloud_workflows::cloud::ProviderKind;
@@ -325,4 +328,146 @@ async fn every_terminate_step_run_twice_still_terminates_once() {
     let record = deployments::get(&harness.deps.db, &harness.id).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Terminated, "{record:?}");
     harness.nothing_left("terminate").await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// service.terminate stopped at every step (failed, cancelled in flight)
+//
+// A terminate only goes forward: no step has an undo (workflows/src/service_terminate.rs), so
+// "clean" after a terminate that failed or was cancelled at a step is what the workflow promises
+// instead: the steps before it (and, cancelled in flight, that step itself) did their work and no
+// more; the record is never `terminated` before `record_terminated` ran (it stays `running`); and
+// terminating again, a new run, ends it `terminated` with no object and no process left. The
+// check then deploys the service again (its record and revision 1 written anew under the same id,
+// as `deploy_service` writes them) so that the next step's run has a service to terminate.
+
+/// The steps of `service.terminate`, in order.
+const TERMINATE_STEPS: [&str; 3] = ["delete", "wait_gone", "record_terminated"];
+
+impl Harness {
+    /// Runs `input` through `workflow` with the real engine and no fault; `Err` unless it succeeds.
+    async fn run_to_end<W: Workflow>(&self, workflow: Arc<W>, input: &W::Input) -> Result<(), String> {
+        let name = format!("service-steps-{}", uuid::Uuid::new_v4().simple());
+        let config = EngineConfig { poll_interval: Duration::from_millis(20), ..EngineConfig::named(name) };
+        let engine = Engine::start(self.store.clone(), Registry::new().with(workflow), config).await.unwrap();
+        let id = engine.submit::<W>(input, None).await.unwrap();
+        let run = engine.wait(id, Duration::from_secs(120)).await;
+        engine.shutdown(Duration::from_secs(5)).await;
+        let run = run.map_err(|err| format!("{} did not end: {err}", W::KIND))?;
+        if run.status != RunStatus::Succeeded {
+            return Err(format!("{} ended {}: {}", W::KIND, run.status, run.status_reason.unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    /// The service's record and revision 1 written anew (as `deploy_service` writes them), then
+    /// deployed with the real engine: one of each object, its replica serving, the record `running`.
+    async fn deployed_again(&self) -> Result<(), String> {
+        let pool = match self.store.pool() {
+            anycloud_engine::Pool::Sqlite(pool) => pool,
+            anycloud_engine::Pool::Postgres(_) => unreachable!("these tests run on SQLite"),
+        };
+        for table in ["deployment_revisions WHERE deployment_id", "deployments WHERE id"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} = $1")))
+                .bind(&self.id)
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        let mut tx = self.store.begin_write().await.unwrap();
+        let first = spec("v1");
+        let new = NewDeployment {
+            id: &self.id,
+            name: "web",
+            kind: DeploymentKind::Service,
+            spec: &first,
+            workflow_id: "none",
+        };
+        let shape = ServiceShape { port: 8080, replicas: 1, progress_deadline_s: 20 };
+        deployments::add_service_in(&mut tx, &self.cluster.name, new, shape, anycloud_workflows::now_ms())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        self.run_to_end(Arc::new(DeployService { deps: self.deps.clone() }), &self.input()).await?;
+        self.serving().await
+    }
+
+    /// The service is whole: one Deployment, Service, ReplicaSet and Pod, a replica's process, the
+    /// record `running`.
+    async fn serving(&self) -> Result<(), String> {
+        let objects = self.objects().await;
+        let processes = e2e::processes_under(&self.kubelet_dir);
+        let record = deployments::get(&self.deps.db, &self.id).await.unwrap().unwrap();
+        if objects != [1, 1, 1, 1] || processes.is_empty() || record.status != Status::Running {
+            return Err(format!(
+                "[deployments, services, sets, pods] {objects:?}, processes {processes:?}, the record {:?}",
+                record.status
+            ));
+        }
+        Ok(())
+    }
+
+    /// What a terminate run that stopped at `step` (failed there, or `cancelled` while it ran)
+    /// left: exactly the work of the steps that ran.
+    async fn terminate_stopped_at(&self, step: &str, cancelled: bool) -> Result<(), String> {
+        let at = TERMINATE_STEPS.iter().position(|s| *s == step).ok_or_else(|| format!("no step `{step}`"))?;
+        let done = |name: &str| {
+            let index = TERMINATE_STEPS.iter().position(|s| *s == name).unwrap();
+            index < at || (cancelled && index == at)
+        };
+        if !done("delete") {
+            return self.serving().await.map_err(|err| format!("nothing was asked to go, yet: {err}"));
+        }
+        // The delete was asked for: Kubernetes lets everything go, whether or not the run waited.
+        let mut objects = self.objects().await;
+        for _ in 0..100 {
+            if objects == [0, 0, 0, 0] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            objects = self.objects().await;
+        }
+        self.nothing_left(step).await?;
+        let record = deployments::get(&self.deps.db, &self.id).await.unwrap().unwrap();
+        let want = if done("record_terminated") { Status::Terminated } else { Status::Running };
+        if record.status != want {
+            return Err(format!("the record is {:?}, not {want:?}", record.status));
+        }
+        Ok(())
+    }
+
+    /// `check_clean` of the terminate matrices: what the stopped run left, then a new terminate
+    /// run ends the service `terminated` with nothing left; then the service is deployed again.
+    async fn terminate_stopped_then_terminated_again(&self, step: &str, cancelled: bool) -> Result<(), String> {
+        self.terminate_stopped_at(step, cancelled).await?;
+        let terminate = Arc::new(TerminateService { deps: self.deps.clone() });
+        self.run_to_end(terminate, &self.input()).await.map_err(|err| format!("terminating again: {err}"))?;
+        let record = deployments::get(&self.deps.db, &self.id).await.unwrap().unwrap();
+        if record.status != Status::Terminated {
+            return Err(format!("terminated again, the record is {:?}", record.status));
+        }
+        self.nothing_left("terminating again").await?;
+        self.deployed_again().await.map_err(|err| format!("deploying again for the next step: {err}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminate_failed_or_cancelled_at_every_step_stops_there_and_terminates_again() {
+    let harness = Harness::new().await;
+    harness.deployed_again().await.unwrap();
+    let workflow = Arc::new(TerminateService { deps: harness.deps.clone() });
+    let steps = Registry::new().with(workflow.clone()).step_names(TerminateService::KIND, TerminateService::VERSION);
+    assert_eq!(steps.as_deref(), Some(&TERMINATE_STEPS[..]), "the matrices' list of steps is the workflow's");
+    let failed = |step| {
+        let harness = &harness;
+        async move { harness.terminate_stopped_then_terminated_again(step, false).await }
+    };
+    action_failure_can_unwind(&harness.store, workflow.clone(), &harness.input(), failed).await.unwrap();
+    let cancelled = |step| {
+        let harness = &harness;
+        async move { harness.terminate_stopped_then_terminated_again(step, true).await }
+    };
+    cancel_in_flight_can_unwind(&harness.store, workflow.clone(), &harness.input(), cancelled).await.unwrap();
+    harness.run_to_end(workflow, &harness.input()).await.unwrap();
+    harness.nothing_left("the last terminate").await.unwrap();
 }

@@ -436,12 +436,16 @@ async fn legacy_keys(bucket: &ApiBucket, layout: &Layout) -> Result<Option<ApiKe
 }
 
 /// Forgets the sealed identity, and deletes the keys' secret with a bucket this run created (an
-/// adopted bucket's database is sealed with them: they stay).
+/// adopted bucket's database is sealed with them: they stay). Deletes the VM's identity too: on
+/// GCP storing a secret made the API's service account (the secret's one reader), and an unwind
+/// that stops short of `ensure_vm_identity`'s undo would leave it (found by `tests/api_steps.rs`);
+/// a later deploy makes it again and binds the kept secret to it.
 async fn store_keys_undo(ctx: StepCtx<DeployApi>, _stored: Effect<KeysStored>) -> Result<(), StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
     if api.bucket_made.as_deref() == Some("created") {
         cloud.delete_vm_secret(&hosting::keys::secret_name(api.provider, &api.bucket)).await?;
     }
+    cloud.delete_vm_identity(&api.owner()).await?;
     hosted_apis::set_identity(&deps(&ctx).db, &api.id, None, None).await?;
     Ok(())
 }
