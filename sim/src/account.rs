@@ -11,8 +11,8 @@ use anycloud_workflows::cloud::{
 use anycloud_workflows::cluster::network::Openings;
 use anycloud_workflows::kubernetes::KubeEndpoint;
 use anycloud_workflows::now_ms;
+use anycloud_workflows::providers::SimulatedCloud;
 use anycloud_workflows::providers::sim_settings::{REGIONS, SimSettings, VM_TYPES};
-use anycloud_workflows::providers::{SimulatedCloud, Verdict};
 use async_trait::async_trait;
 
 use crate::cloud::{SimCloud, SimError, Unavailable};

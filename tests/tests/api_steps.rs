@@ -37,18 +37,20 @@ use anycloud_tests::fake_google::FakeGoogle;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use anycloud_tests::simulated_kube::{GceMachines, MotoMachines};
 use anycloud_tests::vm_runner::{Launcher, VmRunner, gce_service_account};
-use anycloud_workflows::api_binary::{self, Arch, Sums};
-use anycloud_workflows::api_deploy::{DeployApi, DeployInput};
-use anycloud_workflows::api_remove::{RemoveApi, RemoveInput};
+use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::cloud::ROLE_TAG;
 use anycloud_workflows::db::Db;
 use anycloud_workflows::db::credentials::{self, CredentialStatus, NewRecord, PublicPart};
 use anycloud_workflows::db::hosted_apis::{self, HostedApi, Phase};
-use anycloud_workflows::deps::Deps;
+use anycloud_workflows::hosting;
+use anycloud_workflows::hosting::binary::{Arch, Sums};
+use anycloud_workflows::providers::Clouds;
 use anycloud_workflows::providers::endpoint::EndpointPolicy;
-use anycloud_workflows::providers::{Clouds, ProviderKind};
 use anycloud_workflows::seams::TestSeams;
 use anycloud_workflows::secrets::SecretBox;
+use anycloud_workflows::workflows::api_deploy::{DeployApi, DeployInput};
+use anycloud_workflows::workflows::api_remove::{RemoveApi, RemoveInput};
+use anycloud_workflows::workflows::deps::Deps;
 use serde::Deserialize;
 
 const REGION: &str = "us-east-1";
@@ -211,10 +213,10 @@ impl Harness {
             storage_credential: HOSTING.to_owned(),
             region: region.to_owned(),
             vm_type: vm_type.to_owned(),
-            binary_url: format!("{bucket}{}", api_binary::object_key("", &sha256)),
+            binary_url: format!("{bucket}{}", hosting::binary::object_key("", &sha256)),
             bucket,
             port: i64::from(e2e::free_port()),
-            binary_sha256: Some(api_binary::format_sums(&Sums::from([(Arch::X86_64, sha256)]))),
+            binary_sha256: Some(hosting::binary::format_sums(&Sums::from([(Arch::X86_64, sha256)]))),
             phase: Phase::Deploying,
             reason: None,
             url: None,
@@ -390,8 +392,8 @@ fn on_gcp(dir: &Path) -> (Peer, NewRecord, VmRunner) {
 fn stage_binary(binaries: &Path) -> String {
     std::fs::create_dir_all(binaries).unwrap();
     let launcher = format!("#!/bin/sh\nexec '{}' \"$@\"\n", e2e::anycloud_bin().display());
-    let sha256 = api_binary::sha256_hex(launcher.as_bytes());
-    std::fs::write(api_binary::staged_path(binaries, &sha256), launcher).unwrap();
+    let sha256 = hosting::binary::sha256_hex(launcher.as_bytes());
+    std::fs::write(hosting::binary::staged_path(binaries, &sha256), launcher).unwrap();
     sha256
 }
 
@@ -454,7 +456,7 @@ async fn deploy_failed_or_cancelled_at_every_step_leaves_nothing(gcp: bool) {
 // ---------------------------------------------------------------------------------------------
 // api.remove
 //
-// A removal only goes forward: no step has an undo (workflows/src/api_remove.rs), so "clean"
+// A removal only goes forward: no step has an undo (workflows/src/workflows/api_remove.rs), so "clean"
 // after a removal that failed or was cancelled at a step is what the workflow promises instead:
 // the steps before it (and, cancelled in flight, that step itself) removed what each removes and
 // nothing else went; the record is not `removed` before `mark_removed` ran (it keeps `ready`:

@@ -525,7 +525,7 @@ async fn aws_every_step_twice_still_makes_one_cluster() {
 // ---------------------------------------------------------------------------------------------
 // cluster.delete stopped at every step (failed, cancelled in flight)
 //
-// A delete only goes forward: no step has an undo (workflows/src/cluster_delete.rs), so "clean"
+// A delete only goes forward: no step has an undo (workflows/src/workflows/cluster_delete.rs), so "clean"
 // after a delete that failed or was cancelled at a step is what the workflow promises instead:
 // the steps before it (and, cancelled in flight, that step itself) did their work and nothing
 // further happened at the provider; the record says `deleting` (it keeps `ready` when the

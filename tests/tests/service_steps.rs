@@ -333,7 +333,7 @@ async fn every_terminate_step_run_twice_still_terminates_once() {
 // ---------------------------------------------------------------------------------------------
 // service.terminate stopped at every step (failed, cancelled in flight)
 //
-// A terminate only goes forward: no step has an undo (workflows/src/service_terminate.rs), so
+// A terminate only goes forward: no step has an undo (workflows/src/workflows/service_terminate.rs), so
 // "clean" after a terminate that failed or was cancelled at a step is what the workflow promises
 // instead: the steps before it (and, cancelled in flight, that step itself) did their work and no
 // more; the record is never `terminated` before `record_terminated` ran (it stays `running`); and
