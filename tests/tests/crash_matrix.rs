@@ -862,8 +862,20 @@ fn api_round(cell: &mut Cell, delays: &mut Delays, windows: &Windows, credential
         "--port",
         &port,
     ]);
-    // The binary is shipped before the run is submitted: the kill's delay counts from the run.
+    // The CLI ships the 200 MB binary to the API before the run is submitted, and `ship_binary`
+    // copies it into the bucket again after every restart: counted from the run's start, the
+    // kills would all land there. The first kill's delay counts from the run's first step past
+    // the copy, where the provider's resources are made.
     wait_until(END, "the api.deploy run", || (cell.runs_of(kind) > seen).then_some(()));
+    let sql = "SELECT status || '|' || COALESCE(current_step, '') FROM engine_runs WHERE kind = 'api.deploy' \
+               ORDER BY seq DESC LIMIT 1";
+    wait_until(END, "api.deploy past ship_binary", || {
+        let state = cell.api.query_strings(sql).pop()?;
+        let (status, step) = state.split_once('|')?;
+        let copying = ["", "pin_placement", "ensure_bucket", "ship_binary"].contains(&step);
+        let ended = ["succeeded", "failed", "cancelled"].contains(&status);
+        (ended || !copying).then_some(())
+    });
     cell.kill(kind, delay);
     cell.kill_in_recovery(kind, again);
     let ended = cell.run_end(kind);
@@ -976,11 +988,11 @@ impl Windows {
                 cancel: 1800,
                 unwind: 700,
                 terminate: 600,
-                api_deploy: 12000,
+                api_deploy: 8000,
                 api_remove: 2000,
                 ..sim
             },
-            _ => Self { verify: 250, api_deploy: 12000, api_remove: 2000, ..sim },
+            _ => Self { verify: 250, api_deploy: 8000, api_remove: 2000, ..sim },
         }
     }
 }
