@@ -4,7 +4,7 @@
 //! its end, and the provider's own state ([`provider_state`], never anycloud's record) is
 //! compared with what that end says.
 //!
-//! One round kills the API seven times, once in each of, in turn:
+//! One round kills the API once in each of, in turn:
 //!
 //! 1. `credentials.verify` of a new credential: it ends `valid`;
 //! 2. `cluster.create` (one worker): `ready` with exactly `cp` and `w0` live at the provider, each
@@ -17,17 +17,32 @@
 //!    `v1`, one server process;
 //! 5. `service.upgrade` to `v2`: `running` on the revision it ends on (2, or 1 if rolled back), the
 //!    ClusterIP answers that revision's version, one server process;
-//! 6. `cluster.delete` (after the service is terminated): `deleted`, nothing of it live;
-//! 7. the unwind of a cancelled `cluster.create` (the cancel at a random moment of the create, the
+//! 6. `service.terminate` of that service: the run `succeeded`, the service `terminated`, none of
+//!    its server processes left;
+//! 7. `cluster.delete`: `deleted`, nothing of it live;
+//! 8. the unwind of a cancelled `cluster.create` (the cancel at a random moment of the create, the
 //!    kill at a random moment after it): `cancelled`, the cluster `failed` and nothing of it live
-//!    (or `ready` and exact, when the create ended before the cancel).
+//!    (or `ready` and exact, when the create ended before the cancel);
+//! 9. at moto and the fake Google only (the simulated cloud hosts an API as a local process, not
+//!    through `api.deploy`): `api.deploy` of an API on the round's credential, its VM served by
+//!    the tests' [`VmRunner`]: the run `succeeded`, the CLI's `api serve` ends 0, and the provider
+//!    holds exactly one VM (launched once), its reserved address, its network rule, the bucket,
+//!    one VM identity (an IAM role and instance profile; a service account) and one keys' secret;
+//! 10. at moto and the fake Google only: `api.remove` of it with its bucket (`api delete
+//!    --delete-bucket`): the run `succeeded` and none of the above is left.
+//!
+//! Every kind but `credentials.verify` (whose run is over in tens of milliseconds) is killed a
+//! second time during the recovery of the first kill: the API restarts, and at a random moment of
+//! its recovery it is SIGKILLed again and restarted again; the end is checked once, after both.
+//! The second kill is its own line, `KIND (2nd kill, in recovery)`.
 //!
 //! Where each kill landed is read from the database after the kill (the run's phase and step, or
 //! "after end"), and printed as a `soak-kill` line; `scripts/soak` tallies them into the table of
 //! docs/reliability.md ("Kills at every workflow"). The kill moments come from a seeded RNG, one
 //! stream per (seed, provider and store, round), so a round replays alone:
 //!
-//! - `ANYCLOUD_SOAK_ROUNDS` rounds per test (1 by default: 7 kills per test, 42 in all);
+//! - `ANYCLOUD_SOAK_ROUNDS` rounds per test (1 by default: 15 kills at the simulated cloud, 19 at
+//!   moto and at the fake Google, 106 in all);
 //! - `ANYCLOUD_SOAK_SEED` the seed (20261204 by default);
 //! - `ANYCLOUD_SOAK_ROUND` only that round;
 //! - `ANYCLOUD_SOAK_ONLY` only that provider and store (`sim-sqlite`, `aws-postgres`, ...).
@@ -38,14 +53,14 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anycloud_tests::e2e::{self, Api, ApiOptions, Moto, PgDatabase, wait_until};
-use anycloud_tests::fake_gce::FakeGce;
-use anycloud_tests::gcp_test_key::{PROJECT, service_account_json};
+use anycloud_tests::fake_google::FakeGoogle;
+use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
 use anycloud_tests::provider_state::{self, Holdings};
 use anycloud_tests::simulated_kube::{GceMachines, MotoMachines, SimulatedKube};
+use anycloud_tests::vm_runner::{Launcher, VmRunner, gce_service_account};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -98,8 +113,11 @@ enum Kind {
     Job,
     Deploy,
     Upgrade,
+    Terminate,
     Delete,
     Unwind,
+    ApiDeploy,
+    ApiRemove,
 }
 
 impl Kind {
@@ -111,7 +129,10 @@ impl Kind {
             Self::Job => "job.run",
             Self::Deploy => "service.deploy",
             Self::Upgrade => "service.upgrade",
+            Self::Terminate => "service.terminate",
             Self::Delete => "cluster.delete",
+            Self::ApiDeploy => "api.deploy",
+            Self::ApiRemove => "api.remove",
         }
     }
 
@@ -127,7 +148,7 @@ impl Kind {
 enum Provider {
     Sim,
     Aws { moto: Moto, _kube: SimulatedKube },
-    Gcp { fake: Arc<FakeGce>, _kube: SimulatedKube },
+    Gcp { google: FakeGoogle, _kube: SimulatedKube },
 }
 
 impl Provider {
@@ -140,9 +161,9 @@ impl Provider {
                 Self::Aws { moto, _kube: kube }
             }
             "gcp" => {
-                let fake = Arc::new(FakeGce::start());
-                let kube = SimulatedKube::start(GceMachines::new(fake.clone(), PROJECT));
-                Self::Gcp { fake, _kube: kube }
+                let google = FakeGoogle::start();
+                let kube = SimulatedKube::start(GceMachines::new(google.gce().clone(), PROJECT));
+                Self::Gcp { google, _kube: kube }
             }
             other => panic!("no provider {other}"),
         }
@@ -155,6 +176,8 @@ impl Provider {
         let mut env = vec![
             ("ANYCLOUD_TEST_PAUSE_AFTER_LAUNCH_MS".to_owned(), PAUSE_AFTER_LAUNCH_MS.to_owned()),
             ("ANYCLOUD_TEST_PAUSE_IN_SECRET_APPLY_MS".to_owned(), PAUSE_IN_SECRET_APPLY_MS.to_string()),
+            // Where the tests' VM runner serves the APIs this one deploys.
+            ("ANYCLOUD_TEST_HOSTED_API_ADDRESS".to_owned(), anycloud_tests::vm_runner::ADDRESS.to_owned()),
         ];
         if let Self::Aws { _kube: kube, .. } | Self::Gcp { _kube: kube, .. } = self {
             env.push(("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url()));
@@ -182,7 +205,7 @@ impl Provider {
         match self {
             Self::Sim => provider_state::at_sim(api, cluster_id),
             Self::Aws { moto, .. } => provider_state::at_moto(moto, cluster_id),
-            Self::Gcp { fake, .. } => provider_state::at_fake_compute(fake, PROJECT, cluster_id),
+            Self::Gcp { google, .. } => provider_state::at_fake_compute(google.gce(), PROJECT, cluster_id),
         }
     }
 
@@ -208,7 +231,7 @@ impl Provider {
                     ("AWS_SECRET_ACCESS_KEY", "moto-soak-secret-access-key"),
                 ],
             ),
-            Self::Gcp { fake, .. } => {
+            Self::Gcp { google, .. } => {
                 let key_file = api.scratch().join("service-account.json");
                 std::fs::write(&key_file, service_account_json()).unwrap();
                 api.cli(&[
@@ -221,11 +244,111 @@ impl Provider {
                     "--service-account-file",
                     key_file.to_str().unwrap(),
                     "--endpoint",
-                    &fake.url(),
+                    &google.endpoint(),
                 ])
             }
         };
         out.expect_code(0);
+    }
+
+    /// The tests' stand-in for the VMs of the APIs this cell deploys (none at the simulated
+    /// cloud): it boots the shipped binary of each running instance whose user-data is a hosted
+    /// API's boot script, and kills it once its instance is gone.
+    fn vm_runner(&self, api: &Api) -> Option<VmRunner> {
+        let scratch = api.scratch().join("vms");
+        match self {
+            Self::Sim => None,
+            Self::Aws { moto, _kube: kube } => Some(VmRunner::start(
+                MotoMachines::new(&moto.endpoint, "us-east-1"),
+                Launcher {
+                    env: vec![
+                        ("AWS_ACCESS_KEY_ID".into(), "AKIAANYCLOUDSOAKVM01".into()),
+                        ("AWS_SECRET_ACCESS_KEY".into(), "stands-in-for-the-instance-profile".into()),
+                        ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+                        ("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url()),
+                        ("NO_PROXY".into(), "127.0.0.1,localhost".into()),
+                    ],
+                    scratch,
+                    identity: None,
+                },
+            )),
+            Self::Gcp { google, _kube: kube } => Some(VmRunner::start(
+                GceMachines::new(google.gce().clone(), PROJECT),
+                Launcher {
+                    env: vec![
+                        ("ANYCLOUD_TEST_SIMULATED_KUBE".into(), kube.base_url()),
+                        ("NO_PROXY".into(), "127.0.0.1,localhost".into()),
+                    ],
+                    scratch,
+                    identity: Some(gce_service_account(google.gce().clone(), PROJECT, api.scratch().join("vm-keys"))),
+                },
+            )),
+        }
+    }
+
+    /// What the provider holds of a hosted API (`api-ID` is what its resources are tagged or
+    /// named with), asked of the provider.
+    fn api_holdings(&self, api_id: &str, bucket: &str) -> ApiHoldings {
+        let tag = format!("api-{api_id}");
+        match self {
+            Self::Sim => panic!("the simulated cloud deploys no API"),
+            Self::Aws { moto, .. } => {
+                const SCRIPT: &str = r#"
+import json, os
+import boto3
+from botocore.exceptions import ClientError
+kw = dict(endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1")
+s3, iam, sm = boto3.client("s3", **kw), boto3.client("iam", **kw), boto3.client("secretsmanager", **kw)
+try:
+    s3.head_bucket(Bucket=os.environ["BUCKET"])
+    bucket = True
+except ClientError:
+    bucket = False
+roles = [r["RoleName"] for r in iam.list_roles()["Roles"] if r["RoleName"].startswith("anycloud-")]
+profiles = [p["InstanceProfileName"] for p in iam.list_instance_profiles()["InstanceProfiles"]]
+secrets = [s["Name"] for s in sm.list_secrets()["SecretList"] if s["Name"].startswith("anycloud/keys-")]
+print(json.dumps({"bucket": bucket, "identities": len(roles) + len(profiles), "secrets": len(secrets)}))
+"#;
+                let held: Value = serde_json::from_str(moto.python(SCRIPT, &[("BUCKET", bucket)]).trim()).unwrap();
+                let count = |key: &str| usize::try_from(held[key].as_u64().unwrap()).unwrap();
+                ApiHoldings {
+                    vm: provider_state::at_moto(moto, &tag),
+                    bucket: held["bucket"] == true,
+                    identities: count("identities"),
+                    secrets: count("secrets"),
+                }
+            }
+            Self::Gcp { google, .. } => ApiHoldings {
+                vm: provider_state::at_fake_compute(google.gce(), PROJECT, &tag),
+                bucket: google.gcs().bucket_exists(bucket),
+                identities: google.iam().accounts(PROJECT).iter().filter(|a| *a != CLIENT_EMAIL).count(),
+                secrets: google.secrets().names().len(),
+            },
+        }
+    }
+}
+
+/// What a provider holds of a hosted API.
+#[derive(Debug)]
+struct ApiHoldings {
+    /// Its VM, reserved address and network rule.
+    vm: Holdings,
+    /// Its bucket exists.
+    bucket: bool,
+    /// Its VM identity: at AWS an IAM role and an instance profile (two), at GCP a service account.
+    identities: usize,
+    /// Its keys' secret.
+    secrets: usize,
+}
+
+impl ApiHoldings {
+    /// Resources held beyond `expected` (the provider's identities of one API).
+    fn beyond(&self, identities: usize) -> usize {
+        self.vm.vm_names.len().saturating_sub(1)
+            + self.vm.rules.saturating_sub(1)
+            + self.vm.addresses.saturating_sub(1)
+            + self.identities.saturating_sub(identities)
+            + self.secrets.saturating_sub(1)
     }
 }
 
@@ -237,34 +360,54 @@ struct Kill {
     duplicates: usize,
 }
 
+/// A kill whose workflow has not been judged yet.
+struct Pending {
+    /// The workflow, and for a second kill that it came during the recovery of the first.
+    label: String,
+    delay_ms: u64,
+    landed: String,
+}
+
 /// One cell of the matrix running: its API, provider and the kills so far.
 struct Cell {
     name: String,
     provider: Provider,
     api: Api,
+    /// The VMs of the APIs this cell deploys (at moto and the fake Google).
+    runner: Option<VmRunner>,
     kills: Vec<Kill>,
+    /// The kills of the workflow under way, printed once its end is judged.
+    pending: Vec<Pending>,
     /// The kill under way, for a failure's message: the workflow and the kill's delay.
     at: String,
 }
 
 impl Cell {
     /// Sleeps `delay_ms`, SIGKILLs the API, reads where the newest run of `kind` was, restarts.
-    fn kill(&mut self, kind: Kind, delay_ms: u64) -> String {
+    fn kill(&mut self, kind: Kind, delay_ms: u64) {
         self.at = format!("the kill {delay_ms} ms into {}", kind.name());
         std::thread::sleep(Duration::from_millis(delay_ms));
-        self.kill_now(kind)
+        self.kill_now(kind.name().to_owned(), kind, delay_ms);
+    }
+
+    /// Once the API has restarted from a kill: sleeps `delay_ms` of its recovery, SIGKILLs it
+    /// again, reads where the run was, restarts it again.
+    fn kill_in_recovery(&mut self, kind: Kind, delay_ms: u64) {
+        self.at = format!("{}, then the second kill {delay_ms} ms into its recovery", self.at);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        self.kill_now(format!("{} (2nd kill, in recovery)", kind.name()), kind, delay_ms);
     }
 
     /// Waits until the API has logged `needle` once more than the `seen` times before, sleeps
     /// `delay_ms`, then kills as [`Cell::kill`] does.
-    fn kill_after_log(&mut self, kind: Kind, needle: &str, seen: usize, delay_ms: u64) -> String {
+    fn kill_after_log(&mut self, kind: Kind, needle: &str, seen: usize, delay_ms: u64) {
         self.at = format!("the kill {delay_ms} ms after `{needle}` in {}", kind.name());
         wait_until(END, needle, || (self.api.logs().matches(needle).count() > seen).then_some(()));
         std::thread::sleep(Duration::from_millis(delay_ms));
-        self.kill_now(kind)
+        self.kill_now(kind.name().to_owned(), kind, delay_ms);
     }
 
-    fn kill_now(&mut self, kind: Kind) -> String {
+    fn kill_now(&mut self, label: String, kind: Kind, delay_ms: u64) {
         self.api.kill();
         let state = self
             .api
@@ -280,26 +423,41 @@ impl Cell {
         self.api.restart();
         let mut parts = state.splitn(3, '|');
         let (status, phase, step) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
-        if ["succeeded", "failed", "cancelled"].contains(&status) {
+        let landed = if ["succeeded", "failed", "cancelled"].contains(&status) {
             "after end".to_owned()
         } else if step.is_empty() {
             format!("{phase}: {status}")
         } else {
             format!("{phase}: {step}")
-        }
+        };
+        self.pending.push(Pending { label, delay_ms, landed });
     }
 
-    /// Prints the kill's table line, then fails the test if the provider's state is not what
-    /// the workflow's end says.
-    fn record(&mut self, kind: Kind, delay_ms: u64, landed: String, outcome: &str, verdict: Verdict) {
-        eprintln!(
-            "soak-kill | {} | {} | {delay_ms} ms | {landed} | {outcome} | {} | {} |",
-            self.name,
-            kind.name(),
-            verdict.orphans,
-            verdict.duplicates
-        );
-        self.kills.push(Kill { landed, orphans: verdict.orphans, duplicates: verdict.duplicates });
+    /// Waits until the newest run of `kind` has ended; its status.
+    fn run_end(&self, kind: Kind) -> String {
+        let sql =
+            format!("SELECT status FROM engine_runs WHERE kind = '{}' ORDER BY seq DESC LIMIT 1", kind.run_kind());
+        wait_until(END, &format!("the {} run to end", kind.name()), || {
+            let status = self.api.query_strings(&sql).pop()?;
+            ["succeeded", "failed", "cancelled"].contains(&status.as_str()).then_some(status)
+        })
+    }
+
+    /// How many runs of `kind` there are.
+    fn runs_of(&self, kind: Kind) -> usize {
+        self.api.query_strings(&format!("SELECT id FROM engine_runs WHERE kind = '{}'", kind.run_kind())).len()
+    }
+
+    /// Prints a table line for each kill of the workflow just ended (each with the verdict of that
+    /// end), then fails the test if the provider's state is not what the workflow's end says.
+    fn record(&mut self, outcome: &str, verdict: Verdict) {
+        for kill in std::mem::take(&mut self.pending) {
+            eprintln!(
+                "soak-kill | {} | {} | {} ms | {} | {outcome} | {} | {} |",
+                self.name, kill.label, kill.delay_ms, kill.landed, verdict.orphans, verdict.duplicates
+            );
+            self.kills.push(Kill { landed: kill.landed, orphans: verdict.orphans, duplicates: verdict.duplicates });
+        }
         if let Some(failure) = verdict.failure {
             panic!("{failure}");
         }
@@ -373,6 +531,41 @@ impl Cell {
         Verdict { failure: Some(failure), ..verdict }
     }
 
+    /// A deployed API holds exactly its VM (launched once), reserved address, network rule,
+    /// bucket, VM identity and keys' secret at the provider.
+    fn api_deployed(&self, api_id: &str, bucket: &str) -> Verdict {
+        let held = self.provider.api_holdings(api_id, bucket);
+        let identities = if matches!(self.provider, Provider::Aws { .. }) { 2 } else { 1 };
+        let exact = held.vm.sorted_names() == ["api"]
+            && held.vm.rules == 1
+            && held.vm.addresses == 1
+            && held.bucket
+            && held.identities == identities
+            && held.secrets == 1;
+        let failure = (!exact || held.vm.relaunched() > 0).then(|| {
+            format!("API {api_id} is ready; the provider should hold exactly its one VM (launched once), address, rule, bucket, identity and secret: {held:?}")
+        });
+        Verdict { orphans: held.beyond(identities), duplicates: held.vm.duplicates() + held.vm.relaunched(), failure }
+    }
+
+    /// Nothing of a removed API (removed with its bucket) may be left at the provider.
+    fn api_removed(&self, api_id: &str, bucket: &str) -> Verdict {
+        let held = self.provider.api_holdings(api_id, bucket);
+        let empty = held.vm.is_empty() && !held.bucket && held.identities == 0 && held.secrets == 0;
+        let failure = (!empty || held.vm.relaunched() > 0)
+            .then(|| format!("nothing of API {api_id} may be left at the provider, its VM launched once: {held:?}"));
+        Verdict {
+            orphans: held.vm.vm_names.len()
+                + held.vm.rules
+                + held.vm.addresses
+                + usize::from(held.bucket)
+                + held.identities
+                + held.secrets,
+            duplicates: held.vm.relaunched(),
+            failure,
+        }
+    }
+
     /// Nothing of the cluster may be live at the provider, and no VM was launched twice.
     fn nothing_left(&self, name: &str, cluster_id: &str) -> Verdict {
         let held = self.provider.holdings(&self.api, cluster_id);
@@ -441,7 +634,7 @@ impl Delays {
     }
 }
 
-/// One round: seven kills, one per workflow kind.
+/// One round: a kill in each workflow kind, and a second one during the recovery of most.
 fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
     let provider_name = cell.name.split('-').next().unwrap().to_owned();
     let windows = Windows::of(&provider_name);
@@ -456,26 +649,27 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
     let delay = delays.within(windows.verify);
     let kind = Kind::Verify;
     cell.provider.new_credential(&cell.api, &credential);
-    let landed = cell.kill(kind, delay);
+    cell.kill(kind, delay);
     let verdict = wait_until(END, "the credential's verdict", || {
         let found = cell.api.credential(&credential);
         (found["status"] != "verifying").then_some(found)
     });
     assert_eq!(verdict["status"], "valid", "{verdict:#}");
-    cell.record(kind, delay, landed, "valid", Verdict::default());
+    cell.record("valid", Verdict::default());
 
     // 2. cluster.create.
-    let delay = delays.within(windows.create);
+    let (delay, again) = (delays.within(windows.create), delays.within(windows.create));
     let kind = Kind::Create;
     let (cluster_id, _) = cell.create_cluster(&cluster, &credential);
-    let landed = cell.kill(kind, delay);
+    cell.kill(kind, delay);
+    cell.kill_in_recovery(kind, again);
     assert_eq!(cell.wait(&format!("cluster/{cluster}")), 0, "{cluster} did not end ready");
     let verdict = cell.ready_and_exact(&cluster, &cluster_id);
-    cell.record(kind, delay, landed, "ready", verdict);
+    cell.record("ready", verdict);
 
     // 3. job.run: the job takes a secret, writes a line to a file once, and prints two; the kill
     // lands inside the secret's apply.
-    let delay = delays.within(PAUSE_IN_SECRET_APPLY_MS);
+    let (delay, again) = (delays.within(PAUSE_IN_SECRET_APPLY_MS), delays.within(windows.job));
     let kind = Kind::Job;
     let ran = cell.api.scratch().join(format!("{job}.ran"));
     let script = format!("echo start $TOKEN; sleep 0.5; echo ran >> {}; echo end", ran.display());
@@ -500,7 +694,8 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
             &job_marker,
         ])
         .expect_code(0);
-    let landed = cell.kill_after_log(kind, IN_SECRET_APPLY, seen, delay);
+    cell.kill_after_log(kind, IN_SECRET_APPLY, seen, delay);
+    cell.kill_in_recovery(kind, again);
     assert_eq!(cell.wait(&format!("deployment/{job}")), 0, "{job} did not complete");
     let detail = cell.status(&job);
     assert_eq!(detail["state"], "completed", "{detail:#}");
@@ -508,10 +703,10 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
     assert_eq!(cell.api.cli(&["logs", &job]).stdout, format!("start t{round}\nend\n"), "{job}'s logs");
     let runs = std::fs::read_to_string(&ran).unwrap_or_default().lines().count();
     assert_eq!(runs, 1, "{job}'s command ran {runs} times");
-    cell.record(kind, delay, landed, "completed", Verdict::default());
+    cell.record("completed", Verdict::default());
 
     // 4. service.deploy: one replica serving v1.
-    let delay = delays.within(windows.deploy);
+    let (delay, again) = (delays.within(windows.deploy), delays.within(windows.deploy));
     let kind = Kind::Deploy;
     let web_marker = format!("{marker}-web");
     cell.api
@@ -535,20 +730,22 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
             &web_marker,
         ])
         .expect_code(0);
-    let landed = cell.kill(kind, delay);
+    cell.kill(kind, delay);
+    cell.kill_in_recovery(kind, again);
     assert_eq!(cell.wait(&format!("deployment/{service}")), 0, "{service} did not end running");
     let detail = cell.status(&service);
     assert_eq!((detail["state"].as_str(), detail["deployment"]["revision"].as_i64()), (Some("running"), Some(1)));
     let addr = format!("{}:{}", detail["address"]["cluster_ip"].as_str().unwrap(), detail["address"]["port"]);
     wait_until(END, "the service to answer v1", || (get(&addr).ok()? == "v1").then_some(()));
     let verdict = one_server(&web_marker);
-    cell.record(kind, delay, landed, "running r1", verdict);
+    cell.record("running r1", verdict);
 
     // 5. service.upgrade to v2.
-    let delay = delays.within(windows.upgrade);
+    let (delay, again) = (delays.within(windows.upgrade), delays.within(windows.upgrade));
     let kind = Kind::Upgrade;
     cell.api.cli(&["deployment", "upgrade", &service, "-e", "VERSION=v2"]).expect_code(0);
-    let landed = cell.kill(kind, delay);
+    cell.kill(kind, delay);
+    cell.kill_in_recovery(kind, again);
     // `status` reads the deployment and its revisions one after the other, not in one snapshot,
     // so the upgrade has settled once both say so: revision 2 ended and the deployment on it, or
     // revision 2 failed and the deployment back on revision 1.
@@ -569,32 +766,44 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
     wait_until(END, "the service to answer its revision", || (get(&addr).ok()? == version).then_some(()));
     let verdict = one_server(&web_marker);
     let outcome = if serving == 2 { "running r2" } else { "rolled back to r1" };
-    cell.record(kind, delay, landed, outcome, verdict);
+    cell.record(outcome, verdict);
 
-    // The job and service end (not killed), so that the cluster may go.
-    cell.api.cli(&["terminate", &service, "--wait"]).expect_code(0);
-    wait_until(END, "the service's processes to go", || servers(&web_marker).is_empty().then_some(()));
+    // 6. service.terminate: the service ends, its processes go, so that the cluster may go.
+    let (delay, again) = (delays.within(windows.terminate), delays.within(windows.terminate));
+    let kind = Kind::Terminate;
+    cell.api.cli(&["terminate", &service]).expect_code(0);
+    cell.kill(kind, delay);
+    cell.kill_in_recovery(kind, again);
+    let ended = cell.run_end(kind);
+    assert_eq!(ended, "succeeded", "{service}'s terminate");
+    let detail = cell.status(&service);
+    assert_eq!(detail["state"], "terminated", "{detail:#}");
+    let verdict = no_server(&web_marker);
+    cell.record("terminated", verdict);
 
-    // 6. cluster.delete.
-    let delay = delays.within(windows.delete);
+    // 7. cluster.delete.
+    let (delay, again) = (delays.within(windows.delete), delays.within(windows.delete));
     let kind = Kind::Delete;
     cell.api.cli(&["cluster", "delete", &cluster]).expect_code(0);
-    let landed = cell.kill(kind, delay);
+    cell.kill(kind, delay);
+    cell.kill_in_recovery(kind, again);
     cell.wait(&format!("cluster/{cluster}"));
     let status = cell.cluster_status(&cluster);
     assert_eq!(status["cluster"]["phase"], "deleted", "{status:#}");
     let verdict = cell.nothing_left(&cluster, &cluster_id);
-    cell.record(kind, delay, landed, "deleted", verdict);
+    cell.record("deleted", verdict);
 
-    // 7. A cancelled create's unwind: the cancel at a random moment of the create, the kill at
+    // 8. A cancelled create's unwind: the cancel at a random moment of the create, the kill at
     // a random moment after it.
     let cancel_delay = delays.within(windows.cancel);
-    let delay = delays.within(windows.unwind);
+    let (delay, again) = (delays.within(windows.unwind), delays.within(windows.unwind));
     let kind = Kind::Unwind;
     let (doomed_id, run) = cell.create_cluster(&doomed, &credential);
     std::thread::sleep(Duration::from_millis(cancel_delay));
     let cancel = cell.api.cli(&["workflow", "cancel", &run]);
-    let landed = cell.kill(kind, delay);
+    cell.kill(kind, delay);
+    cell.pending[0].landed.push_str(&format!(" (cancel at {cancel_delay} ms)"));
+    cell.kill_in_recovery(kind, again);
     let ended = wait_until(END, "the cancelled create to end", || {
         let detail = cell.api.inspect(&run, false);
         let status = detail["run"]["status"].as_str()?.to_owned();
@@ -612,11 +821,88 @@ fn round(cell: &mut Cell, delays: &mut Delays, round: u64) {
         assert_eq!(status["cluster"]["phase"], "failed", "{status:#}");
         ("unwound", cell.nothing_left(&doomed, &doomed_id))
     };
-    cell.record(kind, delay, format!("{landed} (cancel at {cancel_delay} ms)"), outcome, verdict);
+    cell.record(outcome, verdict);
     cell.api.cli(&["cluster", "delete", &doomed, "--wait"]).expect_code(0);
     if let Some(failure) = cell.nothing_left(&doomed, &doomed_id).failure {
         panic!("after the delete: {failure}");
     }
+
+    // 9 and 10. api.deploy and api.remove, where a provider hosts an API on a VM.
+    if cell.runner.is_some() {
+        api_round(cell, delays, &windows, &credential, round);
+    }
+}
+
+/// `api.deploy` of an API on the round's credential, then `api.remove` of it with its bucket,
+/// each killed twice.
+fn api_round(cell: &mut Cell, delays: &mut Delays, windows: &Windows, credential: &str, round: u64) {
+    let name = format!("api{round}");
+    let bucket = format!("anycloud-soak-{round}-{}", std::process::id());
+    let port = e2e::free_port().to_string();
+    let (region, vm_type) = cell.provider.placement();
+
+    let (delay, again) = (delays.within(windows.api_deploy), delays.within(windows.api_deploy));
+    let kind = Kind::ApiDeploy;
+    let seen = cell.runs_of(kind);
+    // The seamed CLI ships its own binary: the VM needs the seams too.
+    let deploying = cell.api.spawn_cli_seamed(&[
+        "--json",
+        "api",
+        "serve",
+        "--id",
+        &name,
+        "--credentials",
+        credential,
+        "--vm-type",
+        vm_type,
+        "--region",
+        region,
+        "--checkpoint-bucket",
+        &bucket,
+        "--port",
+        &port,
+    ]);
+    // The CLI ships the 200 MB binary to the API before the run is submitted, and `ship_binary`
+    // copies it into the bucket again after every restart: counted from the run's start, the
+    // kills would all land there. The first kill's delay counts from the run's first step past
+    // the copy, where the provider's resources are made.
+    wait_until(END, "the api.deploy run", || (cell.runs_of(kind) > seen).then_some(()));
+    let sql = "SELECT status || '|' || COALESCE(current_step, '') FROM engine_runs WHERE kind = 'api.deploy' \
+               ORDER BY seq DESC LIMIT 1";
+    wait_until(END, "api.deploy past ship_binary", || {
+        let state = cell.api.query_strings(sql).pop()?;
+        let (status, step) = state.split_once('|')?;
+        let copying = ["", "pin_placement", "ensure_bucket", "ship_binary"].contains(&step);
+        let ended = ["succeeded", "failed", "cancelled"].contains(&status);
+        (ended || !copying).then_some(())
+    });
+    cell.kill(kind, delay);
+    cell.kill_in_recovery(kind, again);
+    let ended = cell.run_end(kind);
+    let out = deploying.wait(END);
+    assert_eq!(ended, "succeeded", "{name}'s deploy; `api serve`: {out}");
+    out.expect_code(0);
+    let api_id = cell
+        .api
+        .query_strings(&format!("SELECT id FROM hosted_apis WHERE name = '{name}' AND phase = 'ready'"))
+        .pop()
+        .unwrap_or_else(|| panic!("no ready record of {name}"));
+    let verdict = cell.api_deployed(&api_id, &bucket);
+    cell.record("ready", verdict);
+
+    let (delay, again) = (delays.within(windows.api_remove), delays.within(windows.api_remove));
+    let kind = Kind::ApiRemove;
+    let seen = cell.runs_of(kind);
+    let removing = cell.api.spawn_cli(&["api", "delete", &name, "--delete-bucket"]);
+    wait_until(END, "the api.remove run", || (cell.runs_of(kind) > seen).then_some(()));
+    cell.kill(kind, delay);
+    cell.kill_in_recovery(kind, again);
+    let ended = cell.run_end(kind);
+    let out = removing.wait(END);
+    assert_eq!(ended, "succeeded", "{name}'s removal; `api delete`: {out}");
+    out.expect_code(0);
+    let verdict = cell.api_removed(&api_id, &bucket);
+    cell.record("removed", verdict);
 }
 
 /// One server process of the service runs once its old ones have gone (within a minute); more
@@ -639,37 +925,74 @@ fn one_server(marker: &str) -> Verdict {
     }
 }
 
+/// None of the service's server processes is left (within a minute); each one left is an orphan.
+fn no_server(marker: &str) -> Verdict {
+    let settled = Instant::now() + Duration::from_secs(60);
+    loop {
+        let running = servers(marker);
+        if running.is_empty() {
+            return Verdict::default();
+        }
+        if Instant::now() >= settled {
+            return Verdict {
+                orphans: running.len(),
+                duplicates: 0,
+                failure: Some(format!("the service is terminated, yet its server processes run: {running:?}")),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// How long after a request its kill may come, per workflow, in ms: about as long as the
 /// workflow takes uncut on that provider (while six cells share two cores), so that kills spread
 /// over its steps; `cancel` is how long after a create its cancel may come.
 struct Windows {
     verify: u64,
     create: u64,
+    /// How long into a job's recovery its second kill may come.
+    job: u64,
     deploy: u64,
     upgrade: u64,
+    terminate: u64,
     delete: u64,
     cancel: u64,
     unwind: u64,
+    api_deploy: u64,
+    api_remove: u64,
 }
 
 impl Windows {
     fn of(provider: &str) -> Self {
+        let sim = Self {
+            verify: 50,
+            create: 3300,
+            job: 1500,
+            deploy: 1500,
+            upgrade: 1500,
+            terminate: 1000,
+            delete: 1200,
+            cancel: 2000,
+            unwind: 1000,
+            api_deploy: 0,
+            api_remove: 0,
+        };
         match provider {
-            "sim" => {
-                Self { verify: 50, create: 3300, deploy: 1500, upgrade: 1500, delete: 1200, cancel: 2000, unwind: 1000 }
-            }
-            "aws" => {
-                Self { verify: 250, create: 2600, deploy: 1200, upgrade: 1200, delete: 600, cancel: 1800, unwind: 700 }
-            }
-            _ => Self {
+            "sim" => sim,
+            "aws" => Self {
                 verify: 250,
-                create: 3300,
-                deploy: 1500,
-                upgrade: 1500,
-                delete: 1200,
-                cancel: 2000,
-                unwind: 1000,
+                create: 2600,
+                deploy: 1200,
+                upgrade: 1200,
+                delete: 600,
+                cancel: 1800,
+                unwind: 700,
+                terminate: 600,
+                api_deploy: 8000,
+                api_remove: 2000,
+                ..sim
             },
+            _ => Self { verify: 250, api_deploy: 8000, api_remove: 2000, ..sim },
         }
     }
 }
@@ -692,7 +1015,16 @@ fn cell(provider: &str, store: &str) {
         env: provider_state.api_env(),
         ..ApiOptions::default()
     });
-    let mut cell = Cell { name: name.clone(), provider: provider_state, api, kills: Vec::new(), at: String::new() };
+    let runner = provider_state.vm_runner(&api);
+    let mut cell = Cell {
+        name: name.clone(),
+        provider: provider_state,
+        api,
+        runner,
+        kills: Vec::new(),
+        pending: Vec::new(),
+        at: String::new(),
+    };
     for number in settings.rounds() {
         let mut delays = Delays::of(settings.seed, &name, number);
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| round(&mut cell, &mut delays, number)));
