@@ -382,5 +382,18 @@ fn spawn(launcher: &Launcher, instance: &str, binary: &Path, args: &[String], lo
     for (name, value) in launcher.identity.as_ref().map(|identity| identity(instance)).unwrap_or_default() {
         command.env(name, value);
     }
-    command.spawn().expect("starting the hosted API")
+    // The binary was just written by this process, whose other threads fork children of their
+    // own: one forked while the write's descriptor was open holds a copy of it until its exec,
+    // and Linux refuses to run a file open for writing (ETXTBSY) until then. A moment later the
+    // copy is gone, so a busy file is tried again, as Go's os/exec and cargo do.
+    let mut busy = 0;
+    loop {
+        match command.spawn() {
+            Err(err) if err.kind() == std::io::ErrorKind::ExecutableFileBusy && busy < 100 => {
+                busy += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            started => return started.expect("starting the hosted API"),
+        }
+    }
 }
