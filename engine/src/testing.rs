@@ -6,7 +6,8 @@
 //!   twice) to leave the world as it was, as the author's `check_clean` sees it;
 //! - [`cancel_in_flight_can_unwind`] lets each step do its work, then acts as if a cancel
 //!   arrived while it ran and the process died before its checkpoint: the step's undo, told
-//!   that its effect is unknown, must clean up after it as well as after the completed steps.
+//!   that its effect is unknown, must clean up after it as well as after the completed steps;
+//! - [`run_to_end`] runs a workflow once with no fault, as a test's own setup between its checks.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -120,6 +121,25 @@ where
         check_clean(step)
             .await
             .map_err(|dirt| format!("{} {done} `{step}` left the world unclean: {dirt}", W::KIND))?;
+    }
+    Ok(())
+}
+
+/// Runs `input` through `workflow` once with no fault; `Err` unless the run succeeds within
+/// `timeout`. What a test runs between its checks: the world made again for the next step.
+pub async fn run_to_end<W: Workflow>(
+    store: &Store,
+    workflow: Arc<W>,
+    input: &W::Input,
+    timeout: Duration,
+) -> Result<(), String> {
+    let engine = engine_with(store, workflow, Faults::default()).await?;
+    let id = engine.submit::<W>(input, None).await.map_err(|err| error_chain(&err))?;
+    let run = engine.wait(id, timeout).await;
+    engine.shutdown(Duration::from_secs(5)).await;
+    let run = run.map_err(|err| format!("{} did not end: {}", W::KIND, error_chain(&err)))?;
+    if run.status != RunStatus::Succeeded {
+        return Err(format!("{} ended {}: {}", W::KIND, run.status, run.status_reason.unwrap_or_default()));
     }
     Ok(())
 }

@@ -30,8 +30,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind};
-use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Store, Workflow};
+use anycloud_engine::testing::{
+    action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind, run_to_end,
+};
+use anycloud_engine::{Registry, Store, Workflow};
 use anycloud_tests::e2e::{self, Moto};
 use anycloud_tests::fake_google::FakeGoogle;
 use anycloud_tests::gcp_test_key::{CLIENT_EMAIL, PROJECT, service_account_json};
@@ -52,6 +54,9 @@ use anycloud_workflows::workflows::api_deploy::{DeployApi, DeployInput};
 use anycloud_workflows::workflows::api_remove::{RemoveApi, RemoveInput};
 use anycloud_workflows::workflows::deps::Deps;
 use serde::Deserialize;
+
+/// How long a run between two checks may take.
+const RUN_END: Duration = Duration::from_secs(180);
 
 const REGION: &str = "us-east-1";
 const GCP_REGION: &str = "us-central1";
@@ -275,21 +280,6 @@ impl Harness {
                 want.as_str(),
                 record.reason
             ));
-        }
-        Ok(())
-    }
-
-    /// Runs `input` through `workflow` with the real engine and no fault; `Err` unless it succeeds.
-    async fn run_to_end<W: Workflow>(&self, workflow: Arc<W>, input: &W::Input) -> Result<(), String> {
-        let name = format!("api-steps-{}", uuid::Uuid::new_v4().simple());
-        let config = EngineConfig { poll_interval: Duration::from_millis(20), ..EngineConfig::named(name) };
-        let engine = Engine::start(self.store.clone(), Registry::new().with(workflow), config).await.unwrap();
-        let id = engine.submit::<W>(input, None).await.unwrap();
-        let run = engine.wait(id, Duration::from_secs(180)).await;
-        engine.shutdown(Duration::from_secs(5)).await;
-        let run = run.map_err(|err| format!("{} did not end: {err}", W::KIND))?;
-        if run.status != RunStatus::Succeeded {
-            return Err(format!("{} ended {}: {}", W::KIND, run.status, run.status_reason.unwrap_or_default()));
         }
         Ok(())
     }
@@ -518,7 +508,7 @@ impl Harness {
     async fn remove_stopped_then_removed_again(&self, step: &str, cancelled: bool) -> Result<(), String> {
         self.remove_stopped_at(step, cancelled).await?;
         let (remove, input) = self.remove();
-        self.run_to_end(remove, &input).await.map_err(|err| format!("removing again: {err}"))?;
+        run_to_end(&self.store, remove, &input, RUN_END).await.map_err(|err| format!("removing again: {err}"))?;
         self.removed().await.map_err(|err| format!("removed again: {err}"))?;
         self.deployed_again().await.map_err(|err| format!("deploying again for the next step: {err}"))
     }
@@ -526,7 +516,7 @@ impl Harness {
     /// Deploys the API (again) with the real engine: one of everything at moto.
     async fn deployed_again(&self) -> Result<(), String> {
         let (deploy, input) = self.deploy();
-        self.run_to_end(deploy, &input).await?;
+        run_to_end(&self.store, deploy, &input, RUN_END).await?;
         let held = self.peer.held();
         if !held.one_api() {
             return Err(format!("after a deploy the provider holds {held:?}"));
@@ -572,7 +562,7 @@ async fn remove_failed_or_cancelled_at_every_step_stops_there_and_removes_again(
     };
     cancel_in_flight_can_unwind(&h.store, remove.clone(), &input, cancelled).await.unwrap();
     // The last check deployed the API again: remove it, leaving nothing.
-    h.run_to_end(remove, &input).await.unwrap();
+    run_to_end(&h.store, remove, &input, RUN_END).await.unwrap();
     h.removed().await.unwrap();
     eprintln!("{} remove matrices took {:?}", provider(gcp), started.elapsed());
 }

@@ -29,7 +29,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind};
+use anycloud_engine::testing::{
+    action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind, run_to_end,
+};
 use anycloud_engine::{Engine, EngineConfig, Pool, Registry, RunStatus, Store, Workflow};
 use anycloud_sim::SimCloud;
 use anycloud_tests::e2e::{self, Moto};
@@ -49,6 +51,9 @@ use anycloud_workflows::workflows::cluster_create::{CreateCluster, CreateInput};
 use anycloud_workflows::workflows::cluster_delete::{DeleteCluster, DeleteInput};
 use anycloud_workflows::workflows::deps::Deps;
 use aws_sdk_ec2::types::{Filter, Instance};
+
+/// How long a run between two checks may take.
+const RUN_END: Duration = Duration::from_secs(180);
 
 /// Capacity VMs of every cluster here (N); the provider then holds N + 1 VMs.
 const WORKERS: i64 = 2;
@@ -563,25 +568,10 @@ impl Harness {
         }
     }
 
-    /// Runs `input` through `workflow` with the real engine and no fault; `Err` unless it succeeds.
-    async fn run_to_end<W: Workflow>(&self, workflow: Arc<W>, input: &W::Input) -> Result<(), String> {
-        let name = format!("cluster-steps-{}", uuid::Uuid::new_v4().simple());
-        let config = EngineConfig { poll_interval: Duration::from_millis(20), ..EngineConfig::named(name) };
-        let engine = Engine::start(self.store.clone(), Registry::new().with(workflow), config).await.unwrap();
-        let id = engine.submit::<W>(input, None).await.unwrap();
-        let run = engine.wait(id, Duration::from_secs(180)).await;
-        engine.shutdown(Duration::from_secs(5)).await;
-        let run = run.map_err(|err| format!("{} did not end: {err}", W::KIND))?;
-        if run.status != RunStatus::Succeeded {
-            return Err(format!("{} ended {}: {}", W::KIND, run.status, run.status_reason.unwrap_or_default()));
-        }
-        Ok(())
-    }
-
     /// Creates the cluster (again) and requires the provider to hold all of it: `cp`, `w0`, `w1`
     /// live, one network, one reserved address.
     async fn created(&self, reader: &Reader<'_>) -> Result<(), String> {
-        self.run_to_end(self.workflow.clone(), &self.input).await?;
+        run_to_end(&self.store, self.workflow.clone(), &self.input, RUN_END).await?;
         let held = self.holdings(reader).await;
         if held.sorted_names() != expected_names() || held.rules != 1 || held.addresses != 1 {
             return Err(format!("after a create the provider holds {held:?}"));
@@ -643,7 +633,7 @@ impl Harness {
     ) -> Result<(), String> {
         self.delete_stopped_at(reader, step, cancelled).await?;
         let (delete, input) = self.delete();
-        self.run_to_end(delete, &input).await.map_err(|err| format!("deleting again: {err}"))?;
+        run_to_end(&self.store, delete, &input, RUN_END).await.map_err(|err| format!("deleting again: {err}"))?;
         let held = self.holdings(reader).await;
         if !held.is_empty() {
             return Err(format!("deleted again, the provider still holds {held:?}"));
@@ -671,7 +661,7 @@ async fn delete_matrices(h: &Harness, reader: &Reader<'_>) {
     };
     cancel_in_flight_can_unwind(&h.store, delete.clone(), &input, cancelled).await.unwrap();
     // The last check created the cluster again: delete it, leaving nothing.
-    h.run_to_end(delete, &input).await.unwrap();
+    run_to_end(&h.store, delete, &input, RUN_END).await.unwrap();
     assert!(h.holdings(reader).await.is_empty());
     eprintln!("delete matrices took {:?}", started.elapsed());
 }

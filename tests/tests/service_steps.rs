@@ -23,7 +23,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anycloud_engine::testing::{action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind};
+use anycloud_engine::testing::{
+    action_failure_can_unwind, actions_succeed_idempotently, cancel_in_flight_can_unwind, run_to_end,
+};
 use anycloud_engine::{Engine, EngineConfig, Registry, RunStatus, Store, Workflow};
 use anycloud_sim::SimCloud;
 use anycloud_tests::e2e;
@@ -48,6 +50,9 @@ use anycloud_workflows::workflows::service_upgrade::{UpgradeInput, UpgradeServic
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams};
+
+/// How long a run between two checks may take.
+const RUN_END: Duration = Duration::from_secs(120);
 
 const CREDENTIAL: &str = "capacity";
 
@@ -345,21 +350,6 @@ async fn every_terminate_step_run_twice_still_terminates_once() {
 const TERMINATE_STEPS: [&str; 3] = ["delete", "wait_gone", "record_terminated"];
 
 impl Harness {
-    /// Runs `input` through `workflow` with the real engine and no fault; `Err` unless it succeeds.
-    async fn run_to_end<W: Workflow>(&self, workflow: Arc<W>, input: &W::Input) -> Result<(), String> {
-        let name = format!("service-steps-{}", uuid::Uuid::new_v4().simple());
-        let config = EngineConfig { poll_interval: Duration::from_millis(20), ..EngineConfig::named(name) };
-        let engine = Engine::start(self.store.clone(), Registry::new().with(workflow), config).await.unwrap();
-        let id = engine.submit::<W>(input, None).await.unwrap();
-        let run = engine.wait(id, Duration::from_secs(120)).await;
-        engine.shutdown(Duration::from_secs(5)).await;
-        let run = run.map_err(|err| format!("{} did not end: {err}", W::KIND))?;
-        if run.status != RunStatus::Succeeded {
-            return Err(format!("{} ended {}: {}", W::KIND, run.status, run.status_reason.unwrap_or_default()));
-        }
-        Ok(())
-    }
-
     /// The service's record and revision 1 written anew (as `deploy_service` writes them), then
     /// deployed with the real engine: one of each object, its replica serving, the record `running`.
     async fn deployed_again(&self) -> Result<(), String> {
@@ -388,7 +378,7 @@ impl Harness {
             .await
             .unwrap();
         tx.commit().await.unwrap();
-        self.run_to_end(Arc::new(DeployService { deps: self.deps.clone() }), &self.input()).await?;
+        run_to_end(&self.store, Arc::new(DeployService { deps: self.deps.clone() }), &self.input(), RUN_END).await?;
         self.serving().await
     }
 
@@ -441,7 +431,9 @@ impl Harness {
     async fn terminate_stopped_then_terminated_again(&self, step: &str, cancelled: bool) -> Result<(), String> {
         self.terminate_stopped_at(step, cancelled).await?;
         let terminate = Arc::new(TerminateService { deps: self.deps.clone() });
-        self.run_to_end(terminate, &self.input()).await.map_err(|err| format!("terminating again: {err}"))?;
+        run_to_end(&self.store, terminate, &self.input(), RUN_END)
+            .await
+            .map_err(|err| format!("terminating again: {err}"))?;
         let record = deployments::get(&self.deps.db, &self.id).await.unwrap().unwrap();
         if record.status != Status::Terminated {
             return Err(format!("terminated again, the record is {:?}", record.status));
@@ -468,6 +460,6 @@ async fn a_terminate_failed_or_cancelled_at_every_step_stops_there_and_terminate
         async move { harness.terminate_stopped_then_terminated_again(step, true).await }
     };
     cancel_in_flight_can_unwind(&harness.store, workflow.clone(), &harness.input(), cancelled).await.unwrap();
-    harness.run_to_end(workflow, &harness.input()).await.unwrap();
+    run_to_end(&harness.store, workflow, &harness.input(), RUN_END).await.unwrap();
     harness.nothing_left("the last terminate").await.unwrap();
 }
