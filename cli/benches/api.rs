@@ -432,10 +432,6 @@ fn step_output(step: &str, rng: &mut StdRng) -> String {
 // ---------------------------------------------------------------------------------------------
 // Databases
 
-fn postgres_url() -> String {
-    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 /// `url` with its database name replaced by `name`.
 fn with_database(url: &str, name: &str) -> String {
     let (base, query) = match url.split_once('?') {
@@ -1060,12 +1056,12 @@ async fn bench_store(kind: Kind, bin: &Path, options: &Options) -> Res<Vec<Line>
     let mut database = None;
     if kind == Kind::Postgres {
         let name = format!("bench_api_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&postgres_url()).await?;
+        let mut admin = PgConnection::connect(&anycloud_engine::testing::postgres_url()).await?;
         sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await?;
         admin.close().await?;
         database = Some(name);
     }
-    let database_url = database.as_deref().map(|name| with_database(&postgres_url(), name));
+    let database_url = database.as_deref().map(|name| with_database(&anycloud_engine::testing::postgres_url(), name));
     let result = bench_on(kind, bin, options, &data_dir, database_url.as_deref(), &log).await;
     if options.keep {
         let kept = dir.keep();
@@ -1073,7 +1069,7 @@ async fn bench_store(kind: Kind, bin: &Path, options: &Options) -> Res<Vec<Line>
         return result;
     }
     if let Some(name) = database {
-        let mut admin = PgConnection::connect(&postgres_url()).await?;
+        let mut admin = PgConnection::connect(&anycloud_engine::testing::postgres_url()).await?;
         sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
             .execute(&mut admin)
             .await?;

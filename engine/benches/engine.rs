@@ -293,10 +293,6 @@ impl Options {
 // ---------------------------------------------------------------------------------------------
 // Databases
 
-fn postgres_url() -> String {
-    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 /// A fresh database: a SQLite file in a temporary directory, or a fresh PostgreSQL schema.
 struct Db {
     store: Store,
@@ -315,7 +311,7 @@ impl Db {
                 Ok(Self { store, dir: Some(dir), schema: None })
             }
             Kind::Postgres => {
-                let url = postgres_url();
+                let url = anycloud_engine::testing::postgres_url();
                 let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
                 let mut conn = sqlx::PgConnection::connect(&url).await?;
                 sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await?;
@@ -330,7 +326,7 @@ impl Db {
     async fn close(self) -> Res<()> {
         self.store.close().await;
         if let Some(schema) = &self.schema {
-            let mut conn = sqlx::PgConnection::connect(&postgres_url()).await?;
+            let mut conn = sqlx::PgConnection::connect(&anycloud_engine::testing::postgres_url()).await?;
             sqlx::query(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut conn).await?;
             conn.close().await?;
         }

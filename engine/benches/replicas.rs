@@ -120,12 +120,8 @@ impl Options {
     }
 }
 
-fn postgres_url() -> String {
-    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 fn schema_options(schema: &str) -> Res<PgConnectOptions> {
-    Ok(PgConnectOptions::from_str(&postgres_url())?.options([("search_path", schema)]))
+    Ok(PgConnectOptions::from_str(&anycloud_engine::testing::postgres_url())?.options([("search_path", schema)]))
 }
 
 /// Latencies (µs) of the workflows that ended inside one window.
@@ -361,7 +357,7 @@ async fn level(n: usize, schema: &str, pool: &sqlx::PgPool, options: &Options) -
 }
 
 async fn parent(options: &Options) -> Res<()> {
-    let url = postgres_url();
+    let url = anycloud_engine::testing::postgres_url();
     let schema = format!("bench_replicas_{}", now_ms());
     let mut conn = sqlx::PgConnection::connect(&url).await?;
     sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await?;

@@ -7,7 +7,8 @@
 //! - [`cancel_in_flight_can_unwind`] lets each step do its work, then acts as if a cancel
 //!   arrived while it ran and the process died before its checkpoint: the step's undo, told
 //!   that its effect is unknown, must clean up after it as well as after the completed steps;
-//! - [`run_to_end`] runs a workflow once with no fault, as a test's own setup between its checks.
+//! - [`run_to_end`] runs a workflow once with no fault, as a test's own setup between its checks;
+//! - [`postgres_url`] names the PostgreSQL server the tests and benchmarks use.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,6 +23,12 @@ use crate::error::error_chain;
 use crate::registry::Registry;
 use crate::status::RunStatus;
 use crate::store::Store;
+
+/// The PostgreSQL server of the tests and benchmarks: `ANYCLOUD_TEST_DATABASE_URL`, or the local
+/// server `scripts/lib/postgres.sh` ensures.
+pub fn postgres_url() -> String {
+    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
 
 /// How long a helper waits for one run.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);

@@ -182,9 +182,7 @@ pub fn moto_venv() -> PathBuf {
 }
 
 /// The PostgreSQL database the tests may create databases from.
-pub fn postgres_url() -> String {
-    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+pub use anycloud_engine::testing::postgres_url;
 
 /// Runs a future to completion on a fresh single-threaded runtime (the tests are synchronous:
 /// they drive processes).

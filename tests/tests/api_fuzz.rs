@@ -86,7 +86,7 @@ const ROUTES: &[(&str, &str)] = &[
 /// logs answer `CLUSTER_UNREACHABLE`.
 const UNAVAILABLE: &[&str] = &["DATABASE_UNAVAILABLE", "CLUSTER_UNREACHABLE", "PROVIDER_UNAVAILABLE"];
 
-/// Field names of the routes' bodies and query strings (`workflows/src/wire.rs`), so that shaped
+/// Field names of the routes' bodies and query strings (`workflows/src/wire/`), so that shaped
 /// bodies and queries reach the checks behind deserialization.
 const FIELDS: &[&str] = &[
     "name",

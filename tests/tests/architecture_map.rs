@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The crates of the workspace, by folder.
-const CRATES: [&str; 6] = ["engine", "checkpoint", "workflows", "sim", "cli", "tests"];
+const CRATES: [&str; 7] = ["engine", "checkpoint", "providers", "workflows", "sim", "cli", "tests"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()

@@ -119,8 +119,7 @@ async fn sqlite_restart_takes_back_the_crashed_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restart_takes_back_the_crashed_run() {
-    let url = std::env::var("ANYCLOUD_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = anycloud_engine::testing::postgres_url();
     let schema = format!("restart_{}", Uuid::new_v4().simple());
     let mut conn = sqlx::PgConnection::connect(&url)
         .await

@@ -15,19 +15,18 @@
 //! - [`kubernetes`]: what the workflows ask of a cluster's Kubernetes API, and the objects they apply.
 //! - [`hosting`]: a hosted API: its binary, bucket, identity, keys and boot script.
 //! - [`db`]: the domain's tables and every SQL statement on them.
-//! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP; the simulated cloud is its own
+//! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP), re-exported from their own crate,
+//!   `anycloud-providers`, the only one that names a cloud SDK (the simulated cloud is its own
 //!   crate and plugs in through [`providers::SimulatedCloud`]).
 //! - Beside them: [`secrets`] (what is sealed at rest), [`workload`] (checking a workload's
 //!   spec), [`names`], [`refusal`] and [`seams`] (what tests may reach, never a release binary).
 
-pub mod cloud;
 pub mod cluster;
 pub mod db;
 pub mod hosting;
 pub mod kubernetes;
 pub mod names;
 pub mod operations;
-pub mod providers;
 pub mod refusal;
 pub mod seams;
 pub mod secrets;
@@ -38,6 +37,10 @@ pub mod workload;
 #[cfg(test)]
 mod test_support;
 
+/// The clouds behind [`cloud::Cloud`], from their own crate (`anycloud-providers`, the only one
+/// that names a cloud SDK).
+pub use anycloud_providers as providers;
+pub use anycloud_providers::cloud;
 pub use workflows::registry;
 
 /// Milliseconds since the Unix epoch.

@@ -313,7 +313,7 @@ fn state_line(detail: &DeploymentDetail) -> String {
 
 /// What runs: a job's attempt, or the revision of a service that serves, and never a revision
 /// that does not (a service that deploys, or has ended, serves nothing).
-pub(crate) fn standing(deployment: &anycloud_workflows::db::deployments::Deployment) -> String {
+pub(crate) fn standing(deployment: &anycloud_workflows::wire::DeploymentView) -> String {
     if !deployment.is_service() {
         return format!("attempt {}", deployment.attempt);
     }
@@ -394,7 +394,7 @@ fn print_detail(detail: &DeploymentDetail, verbose: bool) {
 }
 
 /// A service's revisions, as a table.
-fn print_revisions(revisions: &[anycloud_workflows::db::revisions::Revision]) {
+fn print_revisions(revisions: &[anycloud_workflows::wire::RevisionView]) {
     if revisions.is_empty() {
         return;
     }

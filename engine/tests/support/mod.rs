@@ -85,9 +85,7 @@ impl TestDb {
     }
 }
 
-pub fn postgres_url() -> String {
-    std::env::var("ANYCLOUD_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+pub use anycloud_engine::testing::postgres_url;
 
 /// Engine settings for tests: quick polls, short leases.
 pub fn config(owner: &str) -> EngineConfig {

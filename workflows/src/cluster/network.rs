@@ -19,10 +19,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The port of the Kubernetes API (k3s's supervisor and API server).
-pub const KUBE_API_PORT: u16 = 6443;
-/// The port flannel's `wireguard-native` backend uses for IPv4 (k3s's inbound rules).
-pub const WIREGUARD_PORT: u16 = 51820;
+pub use anycloud_providers::cloud::{KUBE_API_PORT, Openings, WIREGUARD_PORT};
+
 /// Every IPv4 address: the Kubernetes API's source when the API that manages the cluster has no
 /// address a cloud can name (an API on an operator's own machine).
 pub const ANYWHERE: &str = "0.0.0.0/0";
@@ -41,25 +39,6 @@ impl Reach {
     /// The reach of a cluster whose control plane runs apart from its capacity, or not.
     pub fn of(control_plane_apart: bool) -> Self {
         if control_plane_apart { Self::AcrossNetworks } else { Self::OneNetwork }
-    }
-}
-
-/// What one side's rules let in from outside the side's own VMs: source CIDRs per port. The
-/// lists are sorted and hold each source once; an empty list opens nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Openings {
-    /// Sources of TCP [`KUBE_API_PORT`].
-    pub kube_api: Vec<String>,
-    /// Sources of UDP [`WIREGUARD_PORT`].
-    pub wireguard: Vec<String>,
-}
-
-impl Openings {
-    /// Every (protocol, port, source) the openings allow, in a stable order.
-    pub fn rules(&self) -> Vec<(&'static str, u16, &str)> {
-        let tcp = self.kube_api.iter().map(|source| ("tcp", KUBE_API_PORT, source.as_str()));
-        let udp = self.wireguard.iter().map(|source| ("udp", WIREGUARD_PORT, source.as_str()));
-        tcp.chain(udp).collect()
     }
 }
 

@@ -126,16 +126,30 @@ pub struct ControlPlanePlacement {
     pub vm_type: String,
 }
 
+impl ControlPlanePlacement {
+    /// The placement its five columns hold (credential, provider, region, zone, machine type),
+    /// when the control plane runs apart: every one but the zone is set then.
+    pub fn from_columns([credential, provider, region, zone, vm_type]: [&Option<String>; 5]) -> Option<Self> {
+        Some(Self {
+            credential: credential.clone()?,
+            provider: provider.as_deref()?.parse().ok()?,
+            region: region.clone()?,
+            zone: zone.clone(),
+            vm_type: vm_type.clone()?,
+        })
+    }
+}
+
 impl Cluster {
     /// Where the control plane runs, when not with the capacity.
     pub fn control_plane(&self) -> Option<ControlPlanePlacement> {
-        Some(ControlPlanePlacement {
-            credential: self.control_plane_credential.clone()?,
-            provider: self.control_plane_provider.as_deref()?.parse().ok()?,
-            region: self.control_plane_region.clone()?,
-            zone: self.control_plane_zone.clone(),
-            vm_type: self.control_plane_vm_type.clone()?,
-        })
+        ControlPlanePlacement::from_columns([
+            &self.control_plane_credential,
+            &self.control_plane_provider,
+            &self.control_plane_region,
+            &self.control_plane_zone,
+            &self.control_plane_vm_type,
+        ])
     }
 
     /// The resource key every workflow on this cluster runs under, so that they run one at a time.

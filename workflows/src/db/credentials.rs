@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{Db, SealedColumn};
 use crate::cloud::ProviderKind;
-use crate::providers::sim_settings::SimSettings;
 use crate::secrets::SecretBox;
 
 /// Where a credential's secret is sealed: its `secret`, keyed by its name.
@@ -43,32 +42,7 @@ impl CredentialStatus {
     }
 }
 
-/// The identity a machine-identity credential shows ([`PublicPart::machine`]): it holds no key.
-pub const MACHINE_IDENTITY: &str = "machine";
-
-/// The parts of a credential that are safe to show.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PublicPart {
-    /// AWS access key id, GCP client e-mail, or the sim account name.
-    pub identity: String,
-    /// GCP project.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// Region for the verification call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub region: Option<String>,
-    /// Endpoint override.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<String>,
-    /// sim: fault injection.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sim: Option<SimSettings>,
-    /// The credential holds no key: the API acts as the machine it runs on (on AWS its
-    /// instance profile, on GCP its service account), as a deployed API does with its hosting
-    /// credential (docs/hosting.md, "Least privilege").
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub machine: bool,
-}
+pub use anycloud_providers::credential::{CredentialRef, MACHINE_IDENTITY, PublicPart};
 
 /// A stored credential, without its secret.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -89,6 +63,13 @@ pub struct Credential {
     pub created_at: i64,
     /// Changed at.
     pub updated_at: i64,
+}
+
+impl Credential {
+    /// What [`crate::providers::Clouds`] reads of it to open its account.
+    pub fn cloud_ref(&self) -> CredentialRef<'_> {
+        CredentialRef { name: &self.name, provider: self.provider, public: &self.public }
+    }
 }
 
 /// A credential to store: checked, and split into what is shown and what is sealed.

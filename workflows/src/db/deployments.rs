@@ -195,14 +195,20 @@ impl Deployment {
     /// The revision that serves now: a service's recorded revision while it runs, upgrades or
     /// rolls back; none while it deploys or once it has ended (nothing serves then).
     pub fn serving_revision(&self) -> Option<i64> {
-        let serves = matches!(self.status, Status::Running | Status::Upgrading | Status::RollingBack);
-        self.revision.filter(|_| self.is_service() && serves)
+        serving_revision(self.kind, self.status, self.revision)
     }
 
     /// The name of its current attempt's Kubernetes Job.
     pub fn job_name(&self) -> String {
         job_name(&self.name, self.attempt)
     }
+}
+
+/// The revision that serves a deployment of `kind` in `status` whose recorded revision is
+/// `revision`: a service's while it runs, upgrades or rolls back; none otherwise.
+pub fn serving_revision(kind: DeploymentKind, status: Status, revision: Option<i64>) -> Option<i64> {
+    let serves = matches!(status, Status::Running | Status::Upgrading | Status::RollingBack);
+    revision.filter(|_| kind == DeploymentKind::Service && serves)
 }
 
 /// The Kubernetes Job of attempt `attempt` of the deployment `name`: `{name}-{attempt}`.

@@ -47,7 +47,7 @@ impl ApiBucket {
             Err(err) => return Err(AccountError::Unreadable(name.clone(), err).into()),
         };
         let url = BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
-        deps.clouds.check_endpoint(&credential)?;
+        deps.clouds.check_endpoint(credential.cloud_ref())?;
         let endpoint = credential.public.endpoint.clone();
         match (credential.provider, url.store) {
             (ProviderKind::Aws, StoreKind::S3) => {

@@ -26,19 +26,4 @@ pub const DEPLOYMENT_ID: &str = "anycloud.dev/deployment-id";
 /// The label that names the object's deployment.
 pub const DEPLOYMENT: &str = "anycloud.dev/deployment";
 
-/// Where a cluster's Kubernetes API answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeEndpoint {
-    /// Its URL.
-    pub url: String,
-    /// The name its certificate is checked against, when it is not the URL's host (SNI, and
-    /// kubeconfig's `tls-server-name`).
-    pub tls_server_name: Option<String>,
-}
-
-impl KubeEndpoint {
-    /// The endpoint at `url`, whose certificate names the URL's host.
-    pub fn url(url: impl Into<String>) -> Self {
-        Self { url: url.into(), tls_server_name: None }
-    }
-}
+pub use anycloud_providers::cloud::KubeEndpoint;

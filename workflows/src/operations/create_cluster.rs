@@ -108,7 +108,7 @@ impl Operations {
         }
         tx.commit().await?;
         self.engine.wake_up();
-        Ok(ClusterCreated { cluster, workflow_id: run })
+        Ok(ClusterCreated { cluster: cluster.into(), workflow_id: run })
     }
 }
 

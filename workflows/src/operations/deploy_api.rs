@@ -95,7 +95,7 @@ impl Operations {
         }
         tx.commit().await?;
         self.engine.wake_up();
-        Ok(HostedApiStarted { api, workflow_id: run })
+        Ok(HostedApiStarted { api: api.into(), workflow_id: run })
     }
 }
 

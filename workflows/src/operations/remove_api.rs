@@ -28,7 +28,7 @@ impl Operations {
         {
             if api.phase == Phase::Removing {
                 drop(tx);
-                return Ok(HostedApiStarted { api, workflow_id: run });
+                return Ok(HostedApiStarted { api: api.into(), workflow_id: run });
             }
             if kind == <crate::workflows::api_rotate_ca::RotateApiCa as anycloud_engine::Workflow>::KIND {
                 return Err(Refusal::new(
@@ -59,6 +59,6 @@ impl Operations {
         tx.commit().await?;
         self.engine.wake_up();
         let api = hosted_apis::get(&self.deps.db, &api.id).await?.ok_or_else(|| api_not_found(name))?;
-        Ok(HostedApiStarted { api, workflow_id: run })
+        Ok(HostedApiStarted { api: api.into(), workflow_id: run })
     }
 }

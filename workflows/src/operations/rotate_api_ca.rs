@@ -47,7 +47,7 @@ impl Operations {
                 && !matches!(run.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled)
             {
                 drop(tx);
-                return Ok(HostedApiStarted { api, workflow_id: id });
+                return Ok(HostedApiStarted { api: api.into(), workflow_id: id });
             }
         }
         let input = RotateInput { api_id: api.id.clone(), name: name.to_owned(), from_ca_pem: identity.ca_cert_pem };
@@ -56,6 +56,6 @@ impl Operations {
         tx.commit().await?;
         self.engine.wake_up();
         let api = hosted_apis::get(&self.deps.db, &api.id).await?.ok_or_else(|| api_not_found(name))?;
-        Ok(HostedApiStarted { api, workflow_id: run })
+        Ok(HostedApiStarted { api: api.into(), workflow_id: run })
     }
 }

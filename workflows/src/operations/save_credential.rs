@@ -54,7 +54,7 @@ impl Operations {
         let credential = credentials::get(&self.deps.db, &name).await?.ok_or_else(|| {
             Refusal::new(Code::CredentialNotFound, format!("credential `{name}` was deleted as it was saved"))
         })?;
-        Ok(CredentialSaved { credential, workflow_id: run })
+        Ok(CredentialSaved { credential: credential.into(), workflow_id: run })
     }
 }
 

@@ -94,7 +94,7 @@ impl Operations {
 
     async fn saved(&self, name: &str) -> Result<SecretSaved, OperationError> {
         let secret = secrets::get(&self.deps.db, name).await?.ok_or_else(|| secret_not_found(name))?;
-        Ok(SecretSaved { secret })
+        Ok(SecretSaved { secret: secret.into() })
     }
 }
 

@@ -11,12 +11,13 @@ impl Operations {
     /// The live hosted APIs this API deployed.
     pub async fn list_apis(&self, query: &NamesQuery) -> Result<HostedApiList, OperationError> {
         let limit = super::pages::page_limit(query.limit)?;
-        Ok(HostedApiList { apis: hosted_apis::list(&self.deps.db, query.after.as_deref(), limit).await? })
+        let apis = hosted_apis::list(&self.deps.db, query.after.as_deref(), limit).await?;
+        Ok(HostedApiList { apis: apis.into_iter().map(Into::into).collect() })
     }
 
     /// One hosted API by name (the live one, else the last removed).
     pub async fn show_api(&self, name: &str) -> Result<HostedApiView, OperationError> {
-        hosted_apis::get_by_name(&self.deps.db, name).await?.ok_or_else(|| api_not_found(name))
+        hosted_apis::get_by_name(&self.deps.db, name).await?.map(Into::into).ok_or_else(|| api_not_found(name))
     }
 
     /// The URL, token and pinned CA of a ready hosted API: what `api serve --use` stores.

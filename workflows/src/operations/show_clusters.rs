@@ -21,7 +21,11 @@ impl Operations {
         let mut summaries = Vec::new();
         for cluster in clusters::list(&self.deps.db, query.after.as_deref(), limit).await? {
             let running_vms = running(&vms::of_cluster(&self.deps.db, &cluster.id).await?);
-            summaries.push(ClusterSummary { simulated: cluster.provider == ProviderKind::Sim, running_vms, cluster });
+            summaries.push(ClusterSummary {
+                simulated: cluster.provider == ProviderKind::Sim,
+                running_vms,
+                cluster: cluster.into(),
+            });
         }
         Ok(ClusterList { clusters: summaries })
     }
@@ -52,10 +56,10 @@ impl Operations {
             simulated: cluster.provider == ProviderKind::Sim,
             desired_vms: cluster.min_vms,
             running_vms: running(&vms),
-            vms,
+            vms: vms.into_iter().map(Into::into).collect(),
             workflow: run.as_ref().map(WorkflowSummary::from),
             last_error,
-            cluster,
+            cluster: cluster.into(),
         })
     }
 }

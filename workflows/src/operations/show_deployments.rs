@@ -59,7 +59,7 @@ impl Operations {
             .map(|deployment| DeploymentSummary {
                 state: deployment.status.as_str().to_owned(),
                 cluster: names.get(&deployment.cluster_id).cloned().unwrap_or_default(),
-                deployment,
+                deployment: deployment.into(),
             })
             .collect();
         Ok(DeploymentList { deployments })
@@ -84,7 +84,8 @@ impl Operations {
                     port: kubernetes::service::port(&deployment),
                     cluster_ip: deployment.cluster_ip.clone(),
                 };
-                (revisions::list(&self.deps.db, &deployment.id).await?, Some(address))
+                let revisions = revisions::list(&self.deps.db, &deployment.id).await?;
+                (revisions.into_iter().map(Into::into).collect(), Some(address))
             }
             false => (Vec::new(), None),
         };
@@ -96,7 +97,7 @@ impl Operations {
             cluster: cluster.as_ref().map(|cluster| cluster.name.clone()).unwrap_or_default(),
             simulated: cluster.is_some_and(|cluster| cluster.provider == ProviderKind::Sim),
             workflow: run.as_ref().map(WorkflowSummary::from),
-            deployment,
+            deployment: deployment.into(),
         })
     }
 }

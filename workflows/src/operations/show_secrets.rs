@@ -17,7 +17,10 @@ impl Operations {
         let users = if page.is_empty() { Vec::new() } else { secrets::users(&self.deps.db).await? };
         let secrets = page
             .into_iter()
-            .map(|secret| SecretSummary { used_by: secrets::users_of(users.clone(), &secret.name), secret })
+            .map(|secret| SecretSummary {
+                used_by: secrets::users_of(users.clone(), &secret.name),
+                secret: secret.into(),
+            })
             .collect();
         Ok(SecretList { secrets })
     }
@@ -26,6 +29,6 @@ impl Operations {
     pub async fn secret(&self, name: &str) -> Result<SecretSummary, OperationError> {
         let secret = secrets::get(&self.deps.db, name).await?.ok_or_else(|| secret_not_found(name))?;
         let used_by = secrets::users_of(secrets::users(&self.deps.db).await?, name);
-        Ok(SecretSummary { secret, used_by })
+        Ok(SecretSummary { secret: secret.into(), used_by })
     }
 }

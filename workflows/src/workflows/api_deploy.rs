@@ -216,19 +216,15 @@ impl Workflow for DeployApi {
     }
 }
 
-fn deps(ctx: &StepCtx<DeployApi>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// The record.
 async fn record(ctx: &StepCtx<DeployApi>) -> Result<HostedApi, StepError> {
-    deps(ctx).hosted_api(&ctx.input().api_id).await
+    ctx.workflow().deps.hosted_api(&ctx.input().api_id).await
 }
 
 /// The record, the hosting account and the pinned placement.
 async fn hosting(ctx: &StepCtx<DeployApi>) -> Result<(HostedApi, Box<dyn Cloud>, Placement), StepError> {
     let api = record(ctx).await?;
-    let cloud = deps(ctx).cloud(&api.credential, &api.region).await?;
+    let cloud = ctx.workflow().deps.cloud(&api.credential, &api.region).await?;
     Ok((api, cloud, ctx.output(PIN_PLACEMENT)?))
 }
 
@@ -236,7 +232,7 @@ async fn hosting(ctx: &StepCtx<DeployApi>) -> Result<(HostedApi, Box<dyn Cloud>,
 async fn pin_placement(ctx: StepCtx<DeployApi>) -> Result<Placement, StepError> {
     let result: Result<Placement, StepError> = async {
         let api = record(&ctx).await?;
-        let cloud = deps(&ctx).cloud(&api.credential, &api.region).await?;
+        let cloud = ctx.workflow().deps.cloud(&api.credential, &api.region).await?;
         let placement = cloud.placement(&api.owner(), &api.region, &api.vm_type).await?;
         check_architecture(&api, cloud.as_ref()).await?;
         Ok(placement)
@@ -246,7 +242,7 @@ async fn pin_placement(ctx: StepCtx<DeployApi>) -> Result<Placement, StepError> 
         && err.is_terminal()
     {
         let reason = format!("deploy failed: step `pin_placement` failed: {err}; nothing was made at the provider");
-        hosted_apis::set_phase(&deps(&ctx).db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
+        hosted_apis::set_phase(&ctx.workflow().deps.db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
     }
     result
 }
@@ -297,14 +293,14 @@ async fn ship_binary(ctx: StepCtx<DeployApi>) -> Result<Option<String>, StepErro
     let api = record(&ctx).await?;
     let BinarySource::Shipped { sha256, .. } = binary(&api)? else { return Ok(None) };
     let key = binary_key(&api, &sha256)?;
-    let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+    let (bucket, _) = ApiBucket::open(&ctx.workflow().deps, &api).await?;
     let existing = bucket.objects().get(&key).await.map_err(step_error)?;
     if let Some((bytes, _)) = &existing
         && hosting::binary::sha256_hex(bytes) == sha256
     {
         return Ok(Some(key));
     }
-    let path = hosting::binary::staged_path(&deps(&ctx).binaries, &sha256);
+    let path = hosting::binary::staged_path(&ctx.workflow().deps.binaries, &sha256);
     let body = match tokio::fs::read(&path).await {
         Ok(body) => bytes::Bytes::from(body),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -335,7 +331,7 @@ async fn ship_binary_undo(ctx: StepCtx<DeployApi>, _shipped: Effect<Option<Strin
     let api = record(&ctx).await?;
     let BinarySource::Shipped { sha256, .. } = binary(&api)? else { return Ok(()) };
     let key = binary_key(&api, &sha256)?;
-    let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+    let (bucket, _) = ApiBucket::open(&ctx.workflow().deps, &api).await?;
     match bucket.objects().delete(&[key]).await {
         Ok(()) => Ok(()),
         // The bucket itself is gone (its own undo ran first, or someone deleted it).
@@ -356,20 +352,20 @@ async fn pin_placement_undo(ctx: StepCtx<DeployApi>, _placement: Effect<Placemen
          deleted, one it found is kept); `anycloud workflow inspect {}` shows every step",
         ctx.run_id()
     );
-    hosted_apis::set_phase(&deps(&ctx).db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
+    hosted_apis::set_phase(&ctx.workflow().deps.db, &ctx.input().api_id, Phase::Failed, Some(&reason)).await?;
     Ok(())
 }
 
 /// Creates the bucket (or adopts the storage credential's own), versioned and private.
 async fn ensure_bucket(ctx: StepCtx<DeployApi>) -> Result<Made, StepError> {
     let api = record(&ctx).await?;
-    let (bucket, access) = ApiBucket::open(deps(&ctx), &api).await?;
+    let (bucket, access) = ApiBucket::open(&ctx.workflow().deps, &api).await?;
     let made = bucket.ensure(access.region.as_deref()).await.map_err(step_error)?;
     let shown = match made {
         Made::Created => "created",
         Made::Adopted => "adopted",
     };
-    hosted_apis::set_bucket_made(&deps(&ctx).db, &api.id, Some(shown)).await?;
+    hosted_apis::set_bucket_made(&ctx.workflow().deps.db, &api.id, Some(shown)).await?;
     Ok(made)
 }
 
@@ -382,10 +378,10 @@ async fn ensure_bucket_undo(ctx: StepCtx<DeployApi>, made: Effect<Made>) -> Resu
         None => api.bucket_made.as_deref() == Some("created"),
     };
     if created {
-        let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+        let (bucket, _) = ApiBucket::open(&ctx.workflow().deps, &api).await?;
         bucket.destroy().await.map_err(step_error)?;
     }
-    hosted_apis::set_bucket_made(&deps(&ctx).db, &api.id, None).await?;
+    hosted_apis::set_bucket_made(&ctx.workflow().deps.db, &api.id, None).await?;
     Ok(())
 }
 
@@ -395,7 +391,7 @@ async fn ensure_bucket_undo(ctx: StepCtx<DeployApi>, made: Effect<Made>) -> Resu
 /// record.
 async fn store_keys(ctx: StepCtx<DeployApi>) -> Result<KeysStored, StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
-    let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+    let (bucket, _) = ApiBucket::open(&ctx.workflow().deps, &api).await?;
     let url = anycloud_checkpoint::BucketUrl::parse(&api.bucket).map_err(StepError::terminal_msg)?;
     let layout = Layout::new(&url.prefix);
     let name = hosting::keys::secret_name(api.provider, &api.bucket);
@@ -411,8 +407,8 @@ async fn store_keys(ctx: StepCtx<DeployApi>) -> Result<KeysStored, StepError> {
     bucket.objects().delete(&legacy).await.map_err(step_error)?;
     let identity = keys.identity();
     let opened = serde_json::to_vec(&identity).map_err(StepError::terminal)?;
-    let sealed = deps(&ctx).sealer.seal(hosted_apis::IDENTITY.place(&api.id), &opened);
-    hosted_apis::set_identity(&deps(&ctx).db, &api.id, Some(&sealed), Some(&identity.ca_cert_pem)).await?;
+    let sealed = ctx.workflow().deps.sealer.seal(hosted_apis::IDENTITY.place(&api.id), &opened);
+    hosted_apis::set_identity(&ctx.workflow().deps.db, &api.id, Some(&sealed), Some(&identity.ca_cert_pem)).await?;
     Ok(KeysStored { ca_pem: keys.ca_cert_pem, secret })
 }
 
@@ -446,7 +442,7 @@ async fn store_keys_undo(ctx: StepCtx<DeployApi>, _stored: Effect<KeysStored>) -
         cloud.delete_vm_secret(&hosting::keys::secret_name(api.provider, &api.bucket)).await?;
     }
     cloud.delete_vm_identity(&api.owner()).await?;
-    hosted_apis::set_identity(&deps(&ctx).db, &api.id, None, None).await?;
+    hosted_apis::set_identity(&ctx.workflow().deps.db, &api.id, None, None).await?;
     Ok(())
 }
 
@@ -459,8 +455,8 @@ async fn ensure_network(ctx: StepCtx<DeployApi>) -> Result<Network, StepError> {
 /// Sweeps the VMs (none may use the rules any more), then deletes the rules.
 async fn ensure_network_undo(ctx: StepCtx<DeployApi>, _network: Effect<Network>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
-    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await?;
-    deps(&ctx).remove_network(cloud.as_ref(), &placement, "the API's").await
+    ctx.workflow().deps.sweep_unrecorded(cloud.as_ref(), &placement).await?;
+    ctx.workflow().deps.remove_network(cloud.as_ref(), &placement, "the API's").await
 }
 
 /// When the bucket is on another provider: puts the storage credential's key in the hosting
@@ -471,7 +467,8 @@ async fn store_storage_secret(ctx: StepCtx<DeployApi>) -> Result<Option<String>,
         return Ok(None);
     }
     let name = &api.storage_credential;
-    let (credential, secret) = match credentials::open(&deps(&ctx).db, &deps(&ctx).sealer, name).await {
+    let (credential, secret) = match credentials::open(&ctx.workflow().deps.db, &ctx.workflow().deps.sealer, name).await
+    {
         Ok(Some(found)) => found,
         Ok(None) => return Err(AccountError::NoCredential(name.clone()).into()),
         Err(err) => return Err(AccountError::Unreadable(name.clone(), err).into()),
@@ -501,7 +498,7 @@ async fn ensure_vm_identity(ctx: StepCtx<DeployApi>) -> Result<String, StepError
     if let Some(member) = cloud.bucket_member(&api.owner())
         && !hosting::storage_key::travels(&api)
     {
-        let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+        let (bucket, _) = ApiBucket::open(&ctx.workflow().deps, &api).await?;
         bucket.let_vm_use(&member).await.map_err(step_error)?;
     }
     Ok(identity)
@@ -510,8 +507,8 @@ async fn ensure_vm_identity(ctx: StepCtx<DeployApi>) -> Result<String, StepError
 async fn ensure_vm_identity_undo(ctx: StepCtx<DeployApi>, _identity: Effect<String>) -> Result<(), StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
     // An instance profile still attached to a VM cannot be deleted.
-    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await?;
-    forget_vm_identity(deps(&ctx), &api, cloud.as_ref()).await?;
+    ctx.workflow().deps.sweep_unrecorded(cloud.as_ref(), &placement).await?;
+    forget_vm_identity(&ctx.workflow().deps, &api, cloud.as_ref()).await?;
     cloud.delete_vm_identity(&api.owner()).await?;
     Ok(())
 }
@@ -539,20 +536,21 @@ async fn reserve_address(ctx: StepCtx<DeployApi>) -> Result<Address, StepError> 
 /// API's tag, until the provider lists none.
 async fn reserve_address_undo(ctx: StepCtx<DeployApi>, _address: Effect<Address>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
-    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await?;
-    deps(&ctx).release_addresses(cloud.as_ref(), &placement).await
+    ctx.workflow().deps.sweep_unrecorded(cloud.as_ref(), &placement).await?;
+    ctx.workflow().deps.release_addresses(cloud.as_ref(), &placement).await
 }
 
 /// Launches the VM whose boot script installs `anycloud` and serves the API from the bucket.
 async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
     let (api, cloud, placement) = hosting(&ctx).await?;
-    let (bucket, access) = ApiBucket::open(deps(&ctx), &api).await?;
+    let (bucket, access) = ApiBucket::open(&ctx.workflow().deps, &api).await?;
     let port = api.public_port().map_err(StepError::terminal_msg)?;
     let storage_secret = ctx.output(STORE_STORAGE_SECRET)?;
     let keys_secret = ctx.output(STORE_KEYS)?.secret;
     // The VM reads its secrets from its own provider, at the hosting credential's endpoint.
-    let secret_endpoint =
-        credentials::get(&deps(&ctx).db, &api.credential).await?.and_then(|credential| credential.public.endpoint);
+    let secret_endpoint = credentials::get(&ctx.workflow().deps.db, &api.credential)
+        .await?
+        .and_then(|credential| credential.public.endpoint);
     let address = ctx.output(RESERVE_ADDRESS)?;
     // A fresh signed URL at each attempt: the VM fetches it within minutes of its launch.
     let download = match binary(&api)? {
@@ -580,7 +578,7 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         hosting_credential: &api.credential,
         region: &api.region,
         vm_type: &api.vm_type,
-        allow_insecure_endpoints: deps(&ctx).clouds.endpoint_policy() == EndpointPolicy::AllowInsecure,
+        allow_insecure_endpoints: ctx.workflow().deps.clouds.endpoint_policy() == EndpointPolicy::AllowInsecure,
     });
     let network = ctx.output(ENSURE_NETWORK)?;
     let spec = LaunchSpec {
@@ -595,14 +593,14 @@ async fn launch(ctx: StepCtx<DeployApi>) -> Result<Vm, StepError> {
         address: Some(&address),
     };
     let vm = cloud.launch(&spec).await?;
-    deps(&ctx).after_launch().await;
+    ctx.workflow().deps.after_launch().await;
     Ok(vm)
 }
 
 /// Sweeps every VM with the API's tag.
 async fn launch_undo(ctx: StepCtx<DeployApi>, _launched: Effect<Vm>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
-    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await
+    ctx.workflow().deps.sweep_unrecorded(cloud.as_ref(), &placement).await
 }
 
 /// Waits until the VM has its reserved address and the API answers `GET /v1/health` there over
@@ -624,7 +622,7 @@ async fn wait_until_answers(ctx: StepCtx<DeployApi>) -> Result<Check<String>, St
             vm.provider_id, vm.state, reserved.ip
         )));
     }
-    let address = deps(&ctx).hosted_api_address(&reserved.ip);
+    let address = ctx.workflow().deps.hosted_api_address(&reserved.ip);
     let url = format!("https://{address}:{}", api.port);
     let ca_pem = ctx.output(STORE_KEYS)?.ca_pem;
     match crate::hosting::identity::health(&url, &ca_pem).await {
@@ -642,11 +640,11 @@ async fn save_hosting_credential(ctx: StepCtx<DeployApi>) -> Result<Check<()>, S
     let api = record(&ctx).await?;
     let url = ctx.output(WAIT_UNTIL_ANSWERS)?;
     let ca_pem = ctx.output(STORE_KEYS)?.ca_pem;
-    crate::hosting::credential::hand_over(deps(&ctx), &api, &url, &ca_pem).await
+    crate::hosting::credential::hand_over(&ctx.workflow().deps, &api, &url, &ca_pem).await
 }
 
 async fn mark_ready(ctx: StepCtx<DeployApi>) -> Result<(), StepError> {
     let url = ctx.output(WAIT_UNTIL_ANSWERS)?;
-    hosted_apis::set_ready(&deps(&ctx).db, &ctx.input().api_id, &url).await?;
+    hosted_apis::set_ready(&ctx.workflow().deps.db, &ctx.input().api_id, &url).await?;
     Ok(())
 }

@@ -104,39 +104,35 @@ impl Workflow for RemoveApi {
     }
 }
 
-fn deps(ctx: &StepCtx<RemoveApi>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// The record, the hosting account and where its VM is (the placement `api.deploy` pinned: the
 /// provider picks it the same way again).
 async fn hosting(ctx: &StepCtx<RemoveApi>) -> Result<(HostedApi, Box<dyn Cloud>, Placement), StepError> {
-    let api = deps(ctx).hosted_api(&ctx.input().api_id).await?;
-    let cloud = deps(ctx).cloud(&api.credential, &api.region).await?;
+    let api = ctx.workflow().deps.hosted_api(&ctx.input().api_id).await?;
+    let cloud = ctx.workflow().deps.cloud(&api.credential, &api.region).await?;
     let placement = cloud.placement(&api.owner(), &api.region, &api.vm_type).await?;
     Ok((api, cloud, placement))
 }
 
 async fn terminate_vm(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
-    deps(&ctx).sweep_unrecorded(cloud.as_ref(), &placement).await
+    ctx.workflow().deps.sweep_unrecorded(cloud.as_ref(), &placement).await
 }
 
 /// Releases the VM's reserved address (every address with the API's tag), now that the VM is
 /// gone; succeeds once the provider lists none.
 async fn release_address(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
-    deps(&ctx).release_addresses(cloud.as_ref(), &placement).await
+    ctx.workflow().deps.release_addresses(cloud.as_ref(), &placement).await
 }
 
 async fn delete_network(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (_, cloud, placement) = hosting(&ctx).await?;
-    deps(&ctx).remove_network(cloud.as_ref(), &placement, "the API's").await
+    ctx.workflow().deps.remove_network(cloud.as_ref(), &placement, "the API's").await
 }
 
 async fn delete_vm_identity(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
     let (api, cloud, _) = hosting(&ctx).await?;
-    crate::workflows::api_deploy::forget_vm_identity(deps(&ctx), &api, cloud.as_ref()).await?;
+    crate::workflows::api_deploy::forget_vm_identity(&ctx.workflow().deps, &api, cloud.as_ref()).await?;
     Ok(cloud.delete_vm_identity(&api.owner()).await?)
 }
 
@@ -157,16 +153,16 @@ async fn delete_bucket(ctx: StepCtx<RemoveApi>) -> Result<Option<usize>, StepErr
     }
     // No placement: deleting the bucket and its keys' secret needs the account, not a region's
     // machine types and image.
-    let api = deps(&ctx).hosted_api(&ctx.input().api_id).await?;
-    let cloud = deps(&ctx).cloud(&api.credential, &api.region).await?;
-    let (bucket, _) = ApiBucket::open(deps(&ctx), &api).await?;
+    let api = ctx.workflow().deps.hosted_api(&ctx.input().api_id).await?;
+    let cloud = ctx.workflow().deps.cloud(&api.credential, &api.region).await?;
+    let (bucket, _) = ApiBucket::open(&ctx.workflow().deps, &api).await?;
     let deleted = bucket.destroy().await.map_err(step_error)?;
     cloud.delete_vm_secret(&hosting::keys::secret_name(api.provider, &api.bucket)).await?;
     Ok(Some(deleted))
 }
 
 async fn mark_removed(ctx: StepCtx<RemoveApi>) -> Result<(), StepError> {
-    let db = &deps(&ctx).db;
+    let db = &ctx.workflow().deps.db;
     let api_id = &ctx.input().api_id;
     let kept = if ctx.input().delete_bucket { "its bucket was deleted" } else { "its bucket is kept" };
     hosted_apis::set_phase(db, api_id, Phase::Removed, Some(kept)).await?;

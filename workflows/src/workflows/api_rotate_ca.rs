@@ -93,14 +93,10 @@ impl Workflow for RotateApiCa {
     }
 }
 
-fn deps(ctx: &StepCtx<RotateApiCa>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// The record and its hosting account.
 async fn hosting(ctx: &StepCtx<RotateApiCa>) -> Result<(HostedApi, Box<dyn Cloud>), StepError> {
-    let api = deps(ctx).hosted_api(&ctx.input().api_id).await?;
-    let cloud = deps(ctx).cloud(&api.credential, &api.region).await?;
+    let api = ctx.workflow().deps.hosted_api(&ctx.input().api_id).await?;
+    let cloud = ctx.workflow().deps.cloud(&api.credential, &api.region).await?;
     Ok((api, cloud))
 }
 
@@ -124,17 +120,17 @@ async fn store_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<String, StepError> {
     }
     let identity = keys.identity();
     let opened = serde_json::to_vec(&identity).map_err(StepError::terminal)?;
-    let sealed = deps(&ctx).sealer.seal(hosted_apis::IDENTITY.place(&api.id), &opened);
+    let sealed = ctx.workflow().deps.sealer.seal(hosted_apis::IDENTITY.place(&api.id), &opened);
     let pinned = api.ca_pem.as_deref().unwrap_or(&ctx.input().from_ca_pem);
     let during = hosting::identity::bundle(pinned, &keys.ca_cert_pem);
-    hosted_apis::set_identity(&deps(&ctx).db, &api.id, Some(&sealed), Some(&during)).await?;
+    hosted_apis::set_identity(&ctx.workflow().deps.db, &api.id, Some(&sealed), Some(&during)).await?;
     Ok(keys.ca_cert_pem)
 }
 
 /// Asks the API to read its keys again and serve a certificate from the new CA, until it
 /// answers trusting that CA alone.
 async fn serve_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<Check<()>, StepError> {
-    let api = deps(&ctx).hosted_api(&ctx.input().api_id).await?;
+    let api = ctx.workflow().deps.hosted_api(&ctx.input().api_id).await?;
     let new_ca = ctx.output(STORE_NEW_CA)?;
     let Some(url) = api.url.clone() else {
         return Err(StepError::terminal_msg(format!("API `{}` has no URL: it is {}", api.name, api.phase)));
@@ -142,7 +138,7 @@ async fn serve_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<Check<()>, StepError>
     if hosting::identity::health(&url, &new_ca).await.is_ok() {
         return Ok(Check::Ready(()));
     }
-    let token = identity(deps(&ctx), &api).await?.token;
+    let token = identity(&ctx.workflow().deps, &api).await?.token;
     let trusted = api.ca_pem.clone().unwrap_or_else(|| new_ca.clone());
     let client = trusting_only(reqwest::Client::builder(), &trusted)
         .timeout(Duration::from_secs(20))
@@ -175,11 +171,12 @@ async fn serve_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<Check<()>, StepError>
 
 /// Pins the new CA alone.
 async fn pin_new_ca(ctx: StepCtx<RotateApiCa>) -> Result<(), StepError> {
-    let api = deps(&ctx).hosted_api(&ctx.input().api_id).await?;
-    let sealed = hosted_apis::sealed_identity(&deps(&ctx).db, &api.id)
+    let api = ctx.workflow().deps.hosted_api(&ctx.input().api_id).await?;
+    let sealed = hosted_apis::sealed_identity(&ctx.workflow().deps.db, &api.id)
         .await?
         .ok_or_else(|| StepError::terminal_msg(format!("API `{}` has no identity stored", api.name)))?;
-    hosted_apis::set_identity(&deps(&ctx).db, &api.id, Some(&sealed), Some(&ctx.output(STORE_NEW_CA)?)).await?;
+    hosted_apis::set_identity(&ctx.workflow().deps.db, &api.id, Some(&sealed), Some(&ctx.output(STORE_NEW_CA)?))
+        .await?;
     Ok(())
 }
 

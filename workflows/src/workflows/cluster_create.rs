@@ -190,17 +190,13 @@ impl Workflow for CreateCluster {
     }
 }
 
-fn deps(ctx: &StepCtx<CreateCluster>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// The cluster's sides as its steps pinned them (images included, for launches); the record
 /// too, for the steps that read it.
 async fn sides(ctx: &StepCtx<CreateCluster>) -> Result<(Sides, Cluster), StepError> {
-    let cluster = deps(ctx).cluster(&ctx.input().cluster_id).await?;
-    let capacity = Side::open(deps(ctx), &cluster.credential, ctx.output(PIN_PLACEMENT)?).await?;
+    let cluster = ctx.workflow().deps.cluster(&ctx.input().cluster_id).await?;
+    let capacity = Side::open(&ctx.workflow().deps, &cluster.credential, ctx.output(PIN_PLACEMENT)?).await?;
     let control_plane = match (ctx.output(PIN_CONTROL_PLANE)?, cluster.control_plane()) {
-        (Some(placement), Some(cp)) => Some(Side::open(deps(ctx), &cp.credential, placement).await?),
+        (Some(placement), Some(cp)) => Some(Side::open(&ctx.workflow().deps, &cp.credential, placement).await?),
         _ => None,
     };
     Ok((Sides { capacity, control_plane }, cluster))
@@ -211,11 +207,11 @@ async fn sides(ctx: &StepCtx<CreateCluster>) -> Result<(Sides, Cluster), StepErr
 /// at once: this step's own failure has no undo to do it.
 async fn pin_placement(ctx: StepCtx<CreateCluster>) -> Result<Placement, StepError> {
     let result: Result<Placement, StepError> = async {
-        let cluster = deps(&ctx).cluster(&ctx.input().cluster_id).await?;
-        let cloud = deps(&ctx).cloud(&cluster.credential, &cluster.region).await?;
+        let cluster = ctx.workflow().deps.cluster(&ctx.input().cluster_id).await?;
+        let cloud = ctx.workflow().deps.cloud(&cluster.credential, &cluster.region).await?;
         let placement = cloud.placement(&cluster.id, &cluster.region, &cluster.vm_type).await?;
-        clusters::set_network(&deps(&ctx).db, &cluster.id, placement.zone.as_deref(), None).await?;
-        clusters::set_phase(&deps(&ctx).db, &cluster.id, Phase::Creating, None).await?;
+        clusters::set_network(&ctx.workflow().deps.db, &cluster.id, placement.zone.as_deref(), None).await?;
+        clusters::set_phase(&ctx.workflow().deps.db, &cluster.id, Phase::Creating, None).await?;
         Ok(placement)
     }
     .await;
@@ -223,7 +219,7 @@ async fn pin_placement(ctx: StepCtx<CreateCluster>) -> Result<Placement, StepErr
         && err.is_terminal()
     {
         let reason = format!("creation failed: step `pin_placement` failed: {err}; nothing was made at the provider");
-        clusters::set_phase(&deps(&ctx).db, &ctx.input().cluster_id, Phase::Failed, Some(&reason)).await?;
+        clusters::set_phase(&ctx.workflow().deps.db, &ctx.input().cluster_id, Phase::Failed, Some(&reason)).await?;
     }
     result
 }
@@ -231,7 +227,7 @@ async fn pin_placement(ctx: StepCtx<CreateCluster>) -> Result<Placement, StepErr
 /// Marks the cluster `failed`, with the cause; it runs last in every unwind.
 async fn pin_placement_undo(ctx: StepCtx<CreateCluster>, _placement: Effect<Placement>) -> Result<(), StepError> {
     let reason = failed_reason(ctx.cancelled(), ctx.unwind_reason(), ctx.run_id());
-    clusters::set_phase(&deps(&ctx).db, &ctx.input().cluster_id, Phase::Failed, Some(&reason)).await?;
+    clusters::set_phase(&ctx.workflow().deps.db, &ctx.input().cluster_id, Phase::Failed, Some(&reason)).await?;
     Ok(())
 }
 
@@ -250,11 +246,11 @@ fn failed_reason(cancelled: bool, cause: Option<&str>, run: uuid::Uuid) -> Strin
 /// Asks the hosting account where the control plane goes, when the record puts it there; a
 /// refusal fails the create (`pin_placement`'s undo marks the cluster `failed`).
 async fn pin_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Option<Placement>, StepError> {
-    let cluster = deps(&ctx).cluster(&ctx.input().cluster_id).await?;
+    let cluster = ctx.workflow().deps.cluster(&ctx.input().cluster_id).await?;
     let Some(cp) = cluster.control_plane() else { return Ok(None) };
-    let cloud = deps(&ctx).cloud(&cp.credential, &cp.region).await?;
+    let cloud = ctx.workflow().deps.cloud(&cp.credential, &cp.region).await?;
     let placement = cloud.placement(&cluster.id, &cp.region, &cp.vm_type).await?;
-    clusters::set_control_plane_zone(&deps(&ctx).db, &cluster.id, placement.zone.as_deref()).await?;
+    clusters::set_control_plane_zone(&ctx.workflow().deps.db, &cluster.id, placement.zone.as_deref()).await?;
     Ok(Some(placement))
 }
 
@@ -270,7 +266,7 @@ async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepErro
         Reach::AcrossNetworks => cluster::network::capacity_side(&NodeAddresses::default()),
     };
     cloud.open_network(placement, &openings).await?;
-    let db = &deps(&ctx).db;
+    let db = &ctx.workflow().deps.db;
     clusters::set_network(db, &placement.cluster_id, placement.zone.as_deref(), Some(&network.id)).await?;
     Ok(network)
 }
@@ -279,10 +275,10 @@ async fn ensure_network(ctx: StepCtx<CreateCluster>) -> Result<Network, StepErro
 /// cluster's tag, so rules a cut-short attempt made go too.
 async fn ensure_network_undo(ctx: StepCtx<CreateCluster>, _network: Effect<Network>) -> Result<(), StepError> {
     let (sides, _) = sides(&ctx).await?;
-    sides.sweep(deps(&ctx)).await?;
+    sides.sweep(&ctx.workflow().deps).await?;
     let Side { placement, cloud } = &sides.capacity;
-    deps(&ctx).remove_network(cloud.as_ref(), placement, "the cluster's").await?;
-    clusters::set_network(&deps(&ctx).db, &placement.cluster_id, placement.zone.as_deref(), None).await?;
+    ctx.workflow().deps.remove_network(cloud.as_ref(), placement, "the cluster's").await?;
+    clusters::set_network(&ctx.workflow().deps.db, &placement.cluster_id, placement.zone.as_deref(), None).await?;
     Ok(())
 }
 
@@ -300,7 +296,7 @@ async fn ensure_control_plane_network(ctx: StepCtx<CreateCluster>) -> Result<Opt
 
 /// The control plane's side's openings for this API (its public address when hosted).
 fn control_plane_openings(ctx: &StepCtx<CreateCluster>, reach: Reach, nodes: &NodeAddresses<'_>) -> Openings {
-    cluster::network::control_plane_side(reach, deps(ctx).api_address.as_deref(), nodes)
+    cluster::network::control_plane_side(reach, ctx.workflow().deps.api_address.as_deref(), nodes)
 }
 
 async fn ensure_control_plane_network_undo(
@@ -309,8 +305,8 @@ async fn ensure_control_plane_network_undo(
 ) -> Result<(), StepError> {
     let (sides, _) = sides(&ctx).await?;
     let Some(Side { placement, cloud }) = &sides.control_plane else { return Ok(()) };
-    sides.sweep(deps(&ctx)).await?;
-    deps(&ctx).remove_network(cloud.as_ref(), placement, "the control plane's").await
+    sides.sweep(&ctx.workflow().deps).await?;
+    ctx.workflow().deps.remove_network(cloud.as_ref(), placement, "the control plane's").await
 }
 
 /// Finds or reserves the control plane's stable public address on its side (tagged or labelled
@@ -329,9 +325,9 @@ async fn reserve_control_plane_address_undo(
     _address: Effect<Address>,
 ) -> Result<(), StepError> {
     let (sides, _) = sides(&ctx).await?;
-    sides.sweep(deps(&ctx)).await?;
+    sides.sweep(&ctx.workflow().deps).await?;
     let Side { placement, cloud } = sides.control_plane();
-    deps(&ctx).release_addresses(cloud.as_ref(), placement).await
+    ctx.workflow().deps.release_addresses(cloud.as_ref(), placement).await
 }
 
 /// Makes the server and agent tokens, the API token and the CA, and stores them sealed. A rerun keeps the
@@ -339,13 +335,13 @@ async fn reserve_control_plane_address_undo(
 async fn generate_secrets(ctx: StepCtx<CreateCluster>) -> Result<SecretsStored, StepError> {
     let input = ctx.input();
     let fresh = ClusterSecrets::generate(&input.name).map_err(StepError::retryable)?;
-    let sealed = fresh.seal(&deps(&ctx).sealer, &input.cluster_id).map_err(StepError::terminal)?;
-    clusters::keep_secrets(&deps(&ctx).db, &input.cluster_id, &sealed).await?;
+    let sealed = fresh.seal(&ctx.workflow().deps.sealer, &input.cluster_id).map_err(StepError::terminal)?;
+    clusters::keep_secrets(&ctx.workflow().deps.db, &input.cluster_id, &sealed).await?;
     Ok(SecretsStored { ca: format!("anycloud cluster {} CA", input.name) })
 }
 
 async fn generate_secrets_undo(ctx: StepCtx<CreateCluster>, _stored: Effect<SecretsStored>) -> Result<(), StepError> {
-    clusters::erase_secrets(&deps(&ctx).db, &ctx.input().cluster_id).await?;
+    clusters::erase_secrets(&ctx.workflow().deps.db, &ctx.input().cluster_id).await?;
     Ok(())
 }
 
@@ -360,7 +356,7 @@ async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepErr
     // the reserved address.
     let provider = cluster.control_plane().map_or(cluster.provider, |cp| cp.provider);
     let address = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?;
-    let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
+    let secrets = ctx.workflow().deps.secrets(&placement.cluster_id).await?;
     let spec = LaunchSpec {
         placement,
         name: "cp".into(),
@@ -373,8 +369,8 @@ async fn launch_control_plane(ctx: StepCtx<CreateCluster>) -> Result<Vm, StepErr
         address: Some(&address),
     };
     let vm = cloud.launch(&spec).await?;
-    deps(&ctx).after_launch().await;
-    vms::upsert(&deps(&ctx).db, &placement.cluster_id, &vm).await?;
+    ctx.workflow().deps.after_launch().await;
+    vms::upsert(&ctx.workflow().deps.db, &placement.cluster_id, &vm).await?;
     Ok(vm)
 }
 
@@ -385,7 +381,7 @@ async fn launch_control_plane_undo(ctx: StepCtx<CreateCluster>, _launched: Effec
 
 async fn sweep_vms(ctx: &StepCtx<CreateCluster>) -> Result<(), StepError> {
     let (sides, _) = sides(ctx).await?;
-    sides.sweep(deps(ctx)).await
+    sides.sweep(&ctx.workflow().deps).await
 }
 
 /// The control plane as the provider reports it now (its address may arrive after launch).
@@ -400,7 +396,7 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
     let mut cp = current_control_plane(cloud.as_ref(), placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
     let reserved = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?;
     if !cloud.attach_address(placement, &reserved, &cp).await? {
-        vms::upsert(&deps(&ctx).db, &placement.cluster_id, &cp).await?;
+        vms::upsert(&ctx.workflow().deps.db, &placement.cluster_id, &cp).await?;
         return Ok(Check::NotYet(format!(
             "control plane VM {} ({}) does not have its reserved address {} yet",
             cp.provider_id, cp.state, reserved.ip
@@ -408,15 +404,15 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
     }
     // The provider reports the address on the VM (its instance listing may lag behind).
     cp.public_ip = Some(reserved.ip.clone());
-    vms::upsert(&deps(&ctx).db, &placement.cluster_id, &cp).await?;
+    vms::upsert(&ctx.workflow().deps.db, &placement.cluster_id, &cp).await?;
     let address = reserved.ip.as_str();
-    let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
-    let client = kubernetes::client::client(&deps(&ctx).kube_endpoint(cloud.as_ref(), &cp), &secrets)
+    let secrets = ctx.workflow().deps.secrets(&placement.cluster_id).await?;
+    let client = kubernetes::client::client(&ctx.workflow().deps.kube_endpoint(cloud.as_ref(), &cp), &secrets)
         .map_err(StepError::terminal)?;
     match kubernetes::client::version(&client).await {
         Ok(version) => {
             let endpoint = format!("https://{address}:6443");
-            clusters::set_endpoint(&deps(&ctx).db, &placement.cluster_id, Some(&endpoint)).await?;
+            clusters::set_endpoint(&ctx.workflow().deps.db, &placement.cluster_id, Some(&endpoint)).await?;
             tracing::info!(cluster = %ctx.input().name, %endpoint, %version, "Kubernetes API answers");
             Ok(Check::Ready(endpoint))
         }
@@ -437,7 +433,7 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
     // certificate names; a worker checks the cluster's CA.
     let server = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?.ip;
     let Side { placement, cloud } = &sides.capacity;
-    let secrets = deps(&ctx).secrets(&placement.cluster_id).await?;
+    let secrets = ctx.workflow().deps.secrets(&placement.cluster_id).await?;
     if secrets.agent_token.is_empty() {
         // Secrets made before agent tokens: the control plane was never given one, and a worker
         // is never given the server token.
@@ -469,8 +465,8 @@ async fn launch_workers(ctx: StepCtx<CreateCluster>) -> Result<Vec<Vm>, StepErro
             address: None,
         };
         let vm = cloud.launch(&spec).await?;
-        deps(&ctx).after_launch().await;
-        vms::upsert(&deps(&ctx).db, &placement.cluster_id, &vm).await?;
+        ctx.workflow().deps.after_launch().await;
+        vms::upsert(&ctx.workflow().deps.db, &placement.cluster_id, &vm).await?;
         workers.push(vm);
     }
     Ok(workers)
@@ -517,12 +513,12 @@ async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, Ste
     let wanted = cluster.min_vms as usize;
     let live = sides.list_vms().await?;
     for vm in &live {
-        vms::upsert(&deps(&ctx).db, &cluster.id, vm).await?;
+        vms::upsert(&ctx.workflow().deps.db, &cluster.id, vm).await?;
     }
     let launched = ctx.output(LAUNCH_CONTROL_PLANE)?;
     let cp = live.iter().find(|vm| vm.provider_id == launched.provider_id).cloned().unwrap_or(launched);
-    let secrets = deps(&ctx).secrets(&cluster.id).await?;
-    let endpoint = deps(&ctx).kube_endpoint(sides.control_plane().cloud.as_ref(), &cp);
+    let secrets = ctx.workflow().deps.secrets(&cluster.id).await?;
+    let endpoint = ctx.workflow().deps.kube_endpoint(sides.control_plane().cloud.as_ref(), &cp);
     let client = kubernetes::client::client(&endpoint, &secrets).map_err(StepError::terminal)?;
     let nodes = match kubernetes::client::nodes(&client).await {
         Ok(nodes) => nodes,
@@ -538,7 +534,7 @@ async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, Ste
 }
 
 async fn mark_ready(ctx: StepCtx<CreateCluster>) -> Result<(), StepError> {
-    clusters::set_phase(&deps(&ctx).db, &ctx.input().cluster_id, Phase::Ready, None).await?;
+    clusters::set_phase(&ctx.workflow().deps.db, &ctx.input().cluster_id, Phase::Ready, None).await?;
     Ok(())
 }
 

@@ -101,20 +101,16 @@ impl Workflow for DeleteCluster {
     }
 }
 
-fn deps(ctx: &StepCtx<DeleteCluster>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// The cluster's sides (its capacity's and, apart when it runs on the hosted API's credential,
 /// its control plane's), from its record.
 async fn sides(ctx: &StepCtx<DeleteCluster>) -> Result<Sides, StepError> {
-    let cluster = deps(ctx).cluster(&ctx.input().cluster_id).await?;
-    Sides::of(deps(ctx), &cluster).await
+    let cluster = ctx.workflow().deps.cluster(&ctx.input().cluster_id).await?;
+    Sides::of(&ctx.workflow().deps, &cluster).await
 }
 
 async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepError> {
-    let cluster = deps(&ctx).cluster(&ctx.input().cluster_id).await?;
-    clusters::set_phase(&deps(&ctx).db, &cluster.id, Phase::Deleting, None).await?;
+    let cluster = ctx.workflow().deps.cluster(&ctx.input().cluster_id).await?;
+    clusters::set_phase(&ctx.workflow().deps.db, &cluster.id, Phase::Deleting, None).await?;
     Ok(Placement {
         cluster_id: cluster.id,
         region: cluster.region,
@@ -125,7 +121,7 @@ async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepErr
 }
 
 async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemoved, StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let sides = sides(&ctx).await?;
     let live = sides.control_plane().cloud.list_vms(&sides.control_plane().placement).await?;
     let Some(cp) = live.iter().find(|vm| vm.role == Role::ControlPlane && vm.state.eq_ignore_ascii_case("running"))
@@ -156,7 +152,7 @@ async fn terminate_vms(ctx: StepCtx<DeleteCluster>) -> Result<Vec<String>, StepE
     let listed = sides.vms_by_side().await?;
     let live = every_vm_once(&listed);
     for vm in &live {
-        vms::upsert(&deps(&ctx).db, &ctx.input().cluster_id, vm).await?;
+        vms::upsert(&ctx.workflow().deps.db, &ctx.input().cluster_id, vm).await?;
     }
     for (side, on_side) in &listed {
         let ids: Vec<String> = on_side.iter().map(|vm| vm.provider_id.clone()).collect();
@@ -176,7 +172,7 @@ async fn wait_gone(ctx: StepCtx<DeleteCluster>) -> Result<Check<()>, StepError> 
     let sides = sides(&ctx).await?;
     let listed = sides.vms_by_side().await?;
     let live = every_vm_once(&listed);
-    vms::mark_gone(&deps(&ctx).db, &ctx.input().cluster_id, &live).await?;
+    vms::mark_gone(&ctx.workflow().deps.db, &ctx.input().cluster_id, &live).await?;
     let mut network = false;
     for (side, on_side) in &listed {
         let rules = side.cloud.network_exists(&side.placement).await?;
@@ -203,13 +199,13 @@ async fn wait_gone(ctx: StepCtx<DeleteCluster>) -> Result<Check<()>, StepError> 
 /// side), now that no VM uses it; succeeds once the providers list none.
 async fn release_address(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
     for side in sides(&ctx).await?.all() {
-        deps(&ctx).release_addresses(side.cloud.as_ref(), &side.placement).await?;
+        ctx.workflow().deps.release_addresses(side.cloud.as_ref(), &side.placement).await?;
     }
     Ok(())
 }
 
 async fn mark_deleted(ctx: StepCtx<DeleteCluster>) -> Result<(), StepError> {
-    let db = &deps(&ctx).db;
+    let db = &ctx.workflow().deps.db;
     let id = &ctx.input().cluster_id;
     vms::mark_gone(db, id, &[]).await?;
     clusters::erase_secrets(db, id).await?;

@@ -83,7 +83,7 @@ async fn ask_provider(ctx: StepCtx<VerifyCredential>) -> Result<Verdict, StepErr
         Err(OpenError::Store(err)) => return Err(StepError::retryable(err).context("reading the credential")),
     };
     let region = credential.public.region.clone().unwrap_or_default();
-    let cloud = match deps.clouds.open(&credential, &secret, &region).await {
+    let cloud = match deps.clouds.open(credential.cloud_ref(), &secret, &region).await {
         Ok(cloud) => cloud,
         // Keys that cannot even make a client (a malformed service-account key) are refused.
         Err(CloudError::Terminal(message)) => return Ok(Verdict::Rejected { message }),

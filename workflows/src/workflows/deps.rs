@@ -115,7 +115,7 @@ impl Deps {
             Err(err) => return Err(AccountError::Unreadable(name.to_owned(), err)),
         };
         match credential.status {
-            CredentialStatus::Valid => Ok(self.clouds.open(&credential, &secret, region).await?),
+            CredentialStatus::Valid => Ok(self.clouds.open(credential.cloud_ref(), &secret, region).await?),
             CredentialStatus::Invalid => Err(AccountError::Invalid {
                 name: name.to_owned(),
                 message: credential.status_message.unwrap_or_default(),

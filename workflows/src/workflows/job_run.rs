@@ -103,10 +103,6 @@ impl Workflow for RunJob {
     }
 }
 
-fn deps(ctx: &StepCtx<RunJob>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// The deployment's record and a client for its cluster's Kubernetes API.
 async fn deployment_and_client(ctx: &StepCtx<RunJob>) -> Result<(Deployment, kube::Client), StepError> {
     let input = ctx.input();
@@ -123,11 +119,11 @@ async fn deployment_and_client(ctx: &StepCtx<RunJob>) -> Result<(Deployment, kub
 /// The deployment's record, whatever its attempt, and a client for its cluster.
 async fn record_and_client(ctx: &StepCtx<RunJob>) -> Result<(Deployment, kube::Client), StepError> {
     let input = ctx.input();
-    let deployment = deployments::get(&deps(ctx).db, &input.deployment_id)
+    let deployment = deployments::get(&ctx.workflow().deps.db, &input.deployment_id)
         .await?
         .ok_or_else(|| StepError::terminal_msg(format!("deployment {} has no record", input.deployment_id)))?;
-    let cluster = deps(ctx).cluster(&deployment.cluster_id).await?;
-    let client = deps(ctx).kube_client(&cluster).await?;
+    let cluster = ctx.workflow().deps.cluster(&deployment.cluster_id).await?;
+    let client = ctx.workflow().deps.kube_client(&cluster).await?;
     Ok((deployment, client))
 }
 
@@ -145,11 +141,11 @@ async fn apply(ctx: StepCtx<RunJob>) -> Result<Applied, StepError> {
         kubernetes::job::delete(&client, &deployment, Some(deployment.attempt))
             .await
             .map_err(|err| kube_failed("deleting the Jobs of earlier attempts", &err))?;
-        let secrets = deps(&ctx).open_secrets(&deployment.name, &deployment.spec.secrets).await?;
+        let secrets = ctx.workflow().deps.open_secrets(&deployment.name, &deployment.spec.secrets).await?;
         let applied = async {
             kubernetes::job::apply_secrets(&client, &deployment, &secrets).await?;
             if !secrets.is_empty() {
-                deps(&ctx).in_secret_apply().await;
+                ctx.workflow().deps.in_secret_apply().await;
             }
             kubernetes::job::apply_job(&client, &deployment, &secrets).await
         };
@@ -157,7 +153,7 @@ async fn apply(ctx: StepCtx<RunJob>) -> Result<Applied, StepError> {
             if let Some(message) = kubernetes::job::is_refusal(&err) {
                 let reason = format!("the cluster refused the Job: {message}");
                 deployments::end(
-                    &deps(&ctx).db,
+                    &ctx.workflow().deps.db,
                     &deployment.id,
                     deployment.attempt,
                     Status::Invalid,
@@ -172,7 +168,7 @@ async fn apply(ctx: StepCtx<RunJob>) -> Result<Applied, StepError> {
         }
         let waiting = "applied; waiting for its Pod to start";
         deployments::set_status(
-            &deps(&ctx).db,
+            &ctx.workflow().deps.db,
             &deployment.id,
             deployment.attempt,
             Status::Starting,
@@ -189,7 +185,7 @@ async fn apply(ctx: StepCtx<RunJob>) -> Result<Applied, StepError> {
         let input = ctx.input();
         let reason = format!("Anycloud could not run it: {err}");
         deployments::end(
-            &deps(&ctx).db,
+            &ctx.workflow().deps.db,
             &input.deployment_id,
             input.attempt,
             Status::Failed,
@@ -221,7 +217,7 @@ async fn apply_undo(ctx: StepCtx<RunJob>, _applied: Effect<Applied>) -> Result<(
         )));
     }
     let (status, reason) = ended_reason(ctx.cancelled(), ctx.unwind_reason(), ctx.run_id());
-    deployments::end(&deps(&ctx).db, &deployment.id, attempt, status, None, Some(&reason), now_ms()).await?;
+    deployments::end(&ctx.workflow().deps.db, &deployment.id, attempt, status, None, Some(&reason), now_ms()).await?;
     Ok(())
 }
 
@@ -251,7 +247,7 @@ async fn wait_for_pod(ctx: StepCtx<RunJob>) -> Result<Check<String>, StepError> 
         Progress::Starting(wait) => waiting(&ctx, &deployment, wait).await,
         Progress::Running { pod, node } => {
             let reason = format!("Pod {pod} runs on node {}", node.as_deref().unwrap_or("?"));
-            let db = &deps(&ctx).db;
+            let db = &ctx.workflow().deps.db;
             deployments::set_status(db, &deployment.id, deployment.attempt, Status::Running, Some(&reason), now_ms())
                 .await?;
             Ok(Check::Ready(pod))
@@ -290,7 +286,7 @@ async fn wait_for_end(ctx: StepCtx<RunJob>) -> Result<Check<Outcome>, StepError>
 /// any node has `invalid`, with the reason, at once rather than after [`START_TIMEOUT`]; the
 /// step then fails and the undo deletes the Job.
 async fn waiting(ctx: &StepCtx<RunJob>, deployment: &Deployment, wait: PodWait) -> Result<Check<String>, StepError> {
-    let db = &deps(ctx).db;
+    let db = &ctx.workflow().deps.db;
     let ended = match wait.verdict {
         Verdict::Waits => None,
         Verdict::CannotStart => Some(Status::Failed),
@@ -316,7 +312,7 @@ async fn record_outcome(ctx: StepCtx<RunJob>) -> Result<(), StepError> {
         Some(code) => format!("{} (exit code {code})", outcome.reason),
         None => outcome.reason.clone(),
     };
-    let db = &deps(&ctx).db;
+    let db = &ctx.workflow().deps.db;
     if let Some(started_at) = outcome.started_at {
         // A job that ended between two checks was never seen running: its container says when it started.
         deployments::set_started(db, &input.deployment_id, input.attempt, started_at).await?;

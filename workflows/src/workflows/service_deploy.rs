@@ -93,10 +93,6 @@ impl Workflow for DeployService {
     }
 }
 
-fn deps(ctx: &StepCtx<DeployService>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// The service's record and a client for its cluster's Kubernetes API.
 pub(crate) async fn service_and_client(deps: &Deps, id: &str) -> Result<(Deployment, kube::Client), StepError> {
     let deployment = deployments::get(&deps.db, id)
@@ -129,7 +125,7 @@ pub(crate) fn own_deadline(revision: &Revision) -> i64 {
 /// the ClusterIP. A cluster that refuses them (400, 422) fails the service: what was applied is
 /// deleted again and the record ends `failed` (this step's own failure has no undo to do it).
 async fn apply(ctx: StepCtx<DeployService>) -> Result<Applied, StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let input = ctx.input();
     let (deployment, client) = service_and_client(deps, &input.deployment_id).await?;
     let first = revision(deps, &deployment, 1).await?;
@@ -173,7 +169,7 @@ async fn apply(ctx: StepCtx<DeployService>) -> Result<Applied, StepError> {
 /// ReplicaSets and Pods; then ends the service `terminated` (cancelled) or `failed` (with the
 /// cause). It runs last in every unwind.
 async fn apply_undo(ctx: StepCtx<DeployService>, _applied: Effect<Applied>) -> Result<(), StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let (deployment, client) = service_and_client(deps, &ctx.input().deployment_id).await?;
     let left = kubernetes::service::delete(&client, &deployment)
         .await
@@ -211,7 +207,7 @@ fn ended_reason(cancelled: bool, cause: Option<&str>, run: uuid::Uuid) -> (Statu
 /// crash-loops, an image the kubelet backs off pulling, or the progress deadline passing, fails
 /// the step (terminal: the run unwinds). While it waits, the record says why.
 async fn wait_available(ctx: StepCtx<DeployService>) -> Result<Check<()>, StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let (deployment, client) = service_and_client(deps, &ctx.input().deployment_id).await?;
     let first = revision(deps, &deployment, 1).await?;
     let applied = ctx.output(APPLY)?;
@@ -264,7 +260,7 @@ pub(crate) async fn check_rollout(
 
 /// Makes revision 1 the one that serves: the service is `running`.
 async fn record_running(ctx: StepCtx<DeployService>) -> Result<(), StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let input = ctx.input();
     let deployment = deployments::get(&deps.db, &input.deployment_id)
         .await?

@@ -65,13 +65,9 @@ impl Workflow for TerminateService {
     }
 }
 
-fn deps(ctx: &StepCtx<TerminateService>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// Asks Kubernetes to delete the Deployment, the Service and anything of them left.
 async fn delete(ctx: StepCtx<TerminateService>) -> Result<usize, StepError> {
-    let (deployment, client) = service_and_client(deps(&ctx), &ctx.input().deployment_id).await?;
+    let (deployment, client) = service_and_client(&ctx.workflow().deps, &ctx.input().deployment_id).await?;
     kubernetes::service::delete(&client, &deployment)
         .await
         .map_err(|err| kube_failed(&format!("deleting the Deployment and Service of `{}`", deployment.name), &err))
@@ -80,7 +76,7 @@ async fn delete(ctx: StepCtx<TerminateService>) -> Result<usize, StepError> {
 /// Ready once Kubernetes lists none of the service's objects (it deletes again what it still
 /// lists: a delete is idempotent).
 async fn wait_gone(ctx: StepCtx<TerminateService>) -> Result<Check<()>, StepError> {
-    let (deployment, client) = service_and_client(deps(&ctx), &ctx.input().deployment_id).await?;
+    let (deployment, client) = service_and_client(&ctx.workflow().deps, &ctx.input().deployment_id).await?;
     match kubernetes::service::delete(&client, &deployment).await {
         Ok(0) => Ok(Check::Ready(())),
         Ok(left) => Ok(Check::NotYet(format!("{left} object(s) of `{}` still listed", deployment.name))),
@@ -90,7 +86,7 @@ async fn wait_gone(ctx: StepCtx<TerminateService>) -> Result<Check<()>, StepErro
 
 /// Ends the service `terminated`; its revisions that had not ended end with it.
 async fn record_terminated(ctx: StepCtx<TerminateService>) -> Result<(), StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let id = &ctx.input().deployment_id;
     let reason = "terminated; its Deployment, Service and Pods were deleted";
     let now = now_ms();

@@ -105,15 +105,11 @@ impl Workflow for UpgradeService {
     }
 }
 
-fn deps(ctx: &StepCtx<UpgradeService>) -> &Deps {
-    &ctx.workflow().deps
-}
-
 /// Marks the revision and the service `upgrading` and applies the Deployment with the new
 /// revision's template. A service that has ended, or a template the cluster refuses (400, 422),
 /// fails the upgrade with nothing changed at the cluster: the service keeps serving as it was.
 async fn apply(ctx: StepCtx<UpgradeService>) -> Result<UpgradeApplied, StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let input = ctx.input();
     let (deployment, client) = service_and_client(deps, &input.deployment_id).await?;
     let next = revision(deps, &deployment, input.revision).await?;
@@ -150,7 +146,7 @@ async fn apply(ctx: StepCtx<UpgradeService>) -> Result<UpgradeApplied, StepError
 /// `failed` with the cause (`rolled-back` when cancelled) and the service `running` on the
 /// previous revision. Until then it fails (retryably) with what it waits for.
 async fn roll_back(ctx: StepCtx<UpgradeService>, applied: Effect<UpgradeApplied>) -> Result<(), StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let input = ctx.input();
     let (deployment, client) = service_and_client(deps, &input.deployment_id).await?;
     let to = input.revision;
@@ -221,7 +217,7 @@ async fn roll_back(ctx: StepCtx<UpgradeService>, applied: Effect<UpgradeApplied>
 /// another revision is left. A new container that exits or crash-loops, or the progress deadline
 /// passing, fails the step (terminal: the run unwinds and rolls back).
 async fn wait_available(ctx: StepCtx<UpgradeService>) -> Result<Check<()>, StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let (deployment, client) = service_and_client(deps, &ctx.input().deployment_id).await?;
     let next = revision(deps, &deployment, ctx.input().revision).await?;
     let applied = ctx.output(APPLY)?;
@@ -237,7 +233,7 @@ async fn wait_available(ctx: StepCtx<UpgradeService>) -> Result<Check<()>, StepE
 
 /// Makes the new revision the one that serves; the one before it is superseded.
 async fn record_running(ctx: StepCtx<UpgradeService>) -> Result<(), StepError> {
-    let deps = deps(&ctx);
+    let deps = &ctx.workflow().deps;
     let input = ctx.input();
     let deployment = deployments::get(&deps.db, &input.deployment_id)
         .await?

@@ -1,6 +1,6 @@
 //! A secret a hosted API's EC2 VM reads as itself, in AWS Secrets Manager: the deployer puts it
 //! there with the hosting credential's keys, the VM reads it with its instance profile (whose
-//! policy names each such secret, `aws_iam`). Used for the API's keys ([`crate::hosting::keys`]) and
+//! policy names each such secret, `aws_iam`). Used for the API's keys (`anycloud_workflows::hosting::keys`) and
 //! for the checkpoint bucket's key when the bucket is on another provider (docs/hosting.md,
 //! "Placement"). Every call tolerates "already exists"
 //! and "already gone", so a retried step finishes what an earlier attempt began.
@@ -13,13 +13,13 @@ use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_secretsmanager::types::Tag;
 
 use crate::cloud::{CLUSTER_TAG, CloudError};
-use crate::db::credentials::PublicPart;
+use crate::credential::PublicPart;
 
 /// Secrets Manager in `region` for this credential, with the same endpoint override as EC2
 /// (moto serves both).
 pub fn client(public: &PublicPart, secret_access_key: &str, region: &str) -> Client {
     use aws_sdk_secretsmanager::config::{BehaviorVersion, Region};
-    let credentials = crate::providers::aws::credentials(public, secret_access_key);
+    let credentials = crate::aws::credentials(public, secret_access_key);
     let mut config = aws_sdk_secretsmanager::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(region.to_owned()))

@@ -21,12 +21,12 @@ use base64::engine::general_purpose::STANDARD;
 
 use super::aws_ec2::{cluster_filter, console_name, ec2_failure, filter, tag};
 use super::{aws, aws_addresses, aws_iam, aws_secrets};
+use crate::cloud::Openings;
 use crate::cloud::Verdict;
 use crate::cloud::{
     Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, OWNER_TAG, Placement, ROLE_TAG, Role, Vm,
 };
-use crate::cluster::network::Openings;
-use crate::db::credentials::PublicPart;
+use crate::credential::PublicPart;
 
 /// Canonical's AWS account: the owner of the official Ubuntu images.
 const CANONICAL: &str = "099720109477";
@@ -557,11 +557,7 @@ impl Cloud for AwsCloud {
 
     /// The instance type's `ProcessorInfo.SupportedArchitectures` (DescribeInstanceTypes);
     /// `x86_64_mac`, `i386` and the like are left out (no Linux VM of ours runs them).
-    async fn vm_architectures(
-        &self,
-        region: &str,
-        vm_type: &str,
-    ) -> Result<Vec<crate::hosting::binary::Arch>, CloudError> {
+    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::arch::Arch>, CloudError> {
         self.check_region(region).await?;
         let types = self
             .client_in(region)
@@ -570,12 +566,12 @@ impl Cloud for AwsCloud {
             .send()
             .await
             .map_err(|err| ec2_failure("DescribeInstanceTypes", &err))?;
-        let mut arches: Vec<crate::hosting::binary::Arch> = types
+        let mut arches: Vec<crate::arch::Arch> = types
             .instance_types()
             .iter()
             .filter_map(|info| info.processor_info())
             .flat_map(|processor| processor.supported_architectures())
-            .filter_map(|arch| crate::hosting::binary::Arch::parse(arch.as_str()))
+            .filter_map(|arch| crate::arch::Arch::parse(arch.as_str()))
             .collect();
         arches.sort();
         arches.dedup();

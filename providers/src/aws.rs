@@ -7,7 +7,7 @@ use aws_config::imds::credentials::ImdsCredentialsProvider;
 use aws_config::meta::credentials::CredentialsProviderChain;
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region, SharedCredentialsProvider};
 
-use crate::db::credentials::PublicPart;
+use crate::credential::PublicPart;
 
 /// EC2 error codes that mean the keys themselves are refused: retrying cannot help.
 const REJECTING_CODES: &[&str] = &[

@@ -37,8 +37,8 @@ use crate::cloud::Verdict;
 use crate::cloud::{
     Address, CLUSTER_TAG, Cloud, CloudError, LaunchSpec, NAME_TAG, Network, Placement, ROLE_TAG, Role, Vm,
 };
-use crate::cluster::network::{KUBE_API_PORT, Openings, WIREGUARD_PORT};
-use crate::db::credentials::PublicPart;
+use crate::cloud::{KUBE_API_PORT, Openings, WIREGUARD_PORT};
+use crate::credential::PublicPart;
 
 /// The boot image of every VM: the Ubuntu 22.04 LTS family (its newest image at insert time).
 pub const IMAGE: &str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts";
@@ -489,11 +489,7 @@ impl Cloud for GcpCloud {
 
     /// The machine type's `architecture` (`X86_64`, `ARM64`) in the region's first zone, as
     /// [`Cloud::placement`] picks it; a type that names none (older ones) is x86_64.
-    async fn vm_architectures(
-        &self,
-        region: &str,
-        vm_type: &str,
-    ) -> Result<Vec<crate::hosting::binary::Arch>, CloudError> {
+    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::arch::Arch>, CloudError> {
         let placement = self.placement("architecture", region, vm_type).await?;
         let zone = placement.zone.unwrap_or_default();
         let machine = self
@@ -507,8 +503,8 @@ impl Cloud for GcpCloud {
             .map_err(|err| classify(&format!("reading machine type {vm_type} in {zone}"), &err))?;
         let name = machine.architecture.as_ref().and_then(|a| a.name()).map(str::to_owned);
         match name.as_deref().filter(|a| !a.is_empty() && *a != "ARCHITECTURE_UNSPECIFIED") {
-            None => Ok(vec![crate::hosting::binary::Arch::X86_64]),
-            Some(name) => crate::hosting::binary::Arch::parse(name).map(|arch| vec![arch]).ok_or_else(|| {
+            None => Ok(vec![crate::arch::Arch::X86_64]),
+            Some(name) => crate::arch::Arch::parse(name).map(|arch| vec![arch]).ok_or_else(|| {
                 CloudError::Terminal(format!(
                     "machine type {vm_type} runs {name}, which no anycloud binary is built for"
                 ))

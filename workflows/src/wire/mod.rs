@@ -8,13 +8,10 @@ use anycloud_engine::{EventRecord, RunDetail, RunRecord, RunStatus};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::db::clusters::Cluster;
-use crate::db::credentials::Credential;
-use crate::db::deployments::Deployment;
-use crate::db::revisions::Revision;
-use crate::db::secrets::Secret;
+mod views;
+pub use views::{ClusterView, CredentialView, DeploymentView, HostedApiView, RevisionView, SecretView, VmView};
+
 use crate::db::spec::EnvVar;
-use crate::db::vms::VmRecord;
 use crate::providers::sim_settings::SimSettings;
 
 /// `POST /v1/credentials`: a credential to save and verify.
@@ -75,7 +72,7 @@ impl std::fmt::Debug for NewCredential {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CredentialSaved {
     /// The credential, without its secret.
-    pub credential: Credential,
+    pub credential: CredentialView,
     /// The `credentials.verify` run.
     pub workflow_id: Uuid,
 }
@@ -84,14 +81,14 @@ pub struct CredentialSaved {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CredentialList {
     /// Every credential, by name, without secrets.
-    pub credentials: Vec<Credential>,
+    pub credentials: Vec<CredentialView>,
 }
 
 /// `GET /v1/credentials/{name}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CredentialShown {
     /// The credential, without its secret.
-    pub credential: Credential,
+    pub credential: CredentialView,
 }
 
 /// `DELETE /v1/credentials/{name}`.
@@ -123,7 +120,7 @@ pub struct NewCluster {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterCreated {
     /// The cluster as stored.
-    pub cluster: Cluster,
+    pub cluster: ClusterView,
     /// The `cluster.create` run.
     pub workflow_id: Uuid,
 }
@@ -132,7 +129,7 @@ pub struct ClusterCreated {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterSummary {
     /// The record.
-    pub cluster: Cluster,
+    pub cluster: ClusterView,
     /// On the simulated cloud.
     pub simulated: bool,
     /// Capacity VMs the provider last reported running.
@@ -150,7 +147,7 @@ pub struct ClusterList {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterDetail {
     /// The record: spec, phase (with its reason), placement, endpoint.
-    pub cluster: Cluster,
+    pub cluster: ClusterView,
     /// On the simulated cloud.
     pub simulated: bool,
     /// Capacity VMs asked for.
@@ -158,7 +155,7 @@ pub struct ClusterDetail {
     /// Capacity VMs the provider last reported running.
     pub running_vms: usize,
     /// Its VMs, control plane first.
-    pub vms: Vec<VmRecord>,
+    pub vms: Vec<VmView>,
     /// The last workflow started on it.
     pub workflow: Option<WorkflowSummary>,
     /// What went wrong: the cause of a run that turned back, or the last error of one in hand.
@@ -398,7 +395,7 @@ impl std::fmt::Debug for RegistryLogin {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SecretSaved {
     /// The secret as stored, at its new version.
-    pub secret: Secret,
+    pub secret: SecretView,
 }
 
 /// One secret in a list, with the deployments that take it.
@@ -406,7 +403,7 @@ pub struct SecretSaved {
 pub struct SecretSummary {
     /// The secret, without its values.
     #[serde(flatten)]
-    pub secret: Secret,
+    pub secret: SecretView,
     /// The deployments that have not ended and take it, by name.
     pub used_by: Vec<String>,
 }
@@ -536,7 +533,7 @@ pub struct ServiceAddress {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeploymentDetail {
     /// The record: spec, status, outcome.
-    pub deployment: Deployment,
+    pub deployment: DeploymentView,
     /// The state a person sees: the record's status, or `retrying` while its workflow retries.
     pub state: String,
     /// While `retrying`: the attempt, the cause and the next attempt's time.
@@ -550,7 +547,7 @@ pub struct DeploymentDetail {
     pub workflow: Option<WorkflowSummary>,
     /// A service: its revisions, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub revisions: Vec<Revision>,
+    pub revisions: Vec<RevisionView>,
     /// A service: where it answers inside its cluster (live Pod health is not shown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<ServiceAddress>,
@@ -593,7 +590,7 @@ pub struct DeploymentList {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeploymentSummary {
     /// The record.
-    pub deployment: Deployment,
+    pub deployment: DeploymentView,
     /// The state a person sees.
     pub state: String,
     /// The cluster's name.
@@ -721,9 +718,6 @@ pub struct VmTypeQuery {
     #[serde(default)]
     pub region: Option<String>,
 }
-
-/// A hosted API as its deployer shows it (never its token).
-pub type HostedApiView = crate::db::hosted_apis::HostedApi;
 
 /// The answer to `POST /v1/apis` and `DELETE /v1/apis/{name}`: the record and the run.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -42,10 +42,10 @@ pub fn check(what: &str, endpoint: &str, policy: EndpointPolicy) -> Result<(), S
         format!(
             "{what}: endpoint `{}` is not an http(s) URL; give one {example}, or leave the endpoint out to use the \
              provider's own",
-            crate::names::shown(endpoint)
+            crate::shown::shown(endpoint)
         )
     })?;
-    let shown = crate::names::shown(endpoint);
+    let shown = crate::shown::shown(endpoint);
     if !matches!(url.scheme(), "https" | "http") {
         return Err(format!("{what}: endpoint `{shown}` is not an http(s) URL; give one {example}"));
     }

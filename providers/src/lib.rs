@@ -1,14 +1,20 @@
-//! The clouds Anycloud acts on, each behind the [`Cloud`] trait: AWS (aws-sdk-ec2), GCP
-//! (google-cloud-compute-v1), and the simulated cloud, which lives in its own crate
+//! The clouds Anycloud acts on, each behind the [`Cloud`] trait ([`cloud`]): AWS (aws-sdk-ec2),
+//! GCP (google-cloud-compute-v1), and the simulated cloud, which lives in its own crate
 //! (`anycloud-sim`) and reaches the domain through [`SimulatedCloud`]. [`Clouds::open`] is the
 //! one place that picks an implementation for a credential: a new provider is one more arm there.
+//!
+//! This is the only crate that names a cloud SDK: the domain (`anycloud-workflows`) sees a
+//! provider as a [`Cloud`], and re-exports this crate as its `providers` module.
 
+pub mod arch;
 pub mod aws;
 mod aws_addresses;
 pub mod aws_cloud;
 mod aws_ec2;
 pub mod aws_iam;
 pub mod aws_secrets;
+pub mod cloud;
+pub mod credential;
 pub mod endpoint;
 pub mod gcp;
 mod gcp_addresses;
@@ -17,12 +23,13 @@ mod gcp_errors;
 pub mod gcp_iam;
 pub mod gcp_names;
 pub mod gcp_secrets;
+pub mod shown;
 pub mod sim_settings;
 
 use std::sync::Arc;
 
 use crate::cloud::{Cloud, CloudError, ProviderKind};
-use crate::db::credentials::Credential;
+use crate::credential::CredentialRef;
 use endpoint::EndpointPolicy;
 use sim_settings::SimSettings;
 
@@ -85,7 +92,7 @@ impl Clouds {
 
     /// Refuses a credential whose endpoint override this API does not accept (one saved while
     /// it was started with `--allow-insecure-endpoints`, used after a start without).
-    pub fn check_endpoint(&self, credential: &Credential) -> Result<(), CloudError> {
+    pub fn check_endpoint(&self, credential: CredentialRef<'_>) -> Result<(), CloudError> {
         match &credential.public.endpoint {
             Some(url) => endpoint::check(&format!("credential `{}`", credential.name), url, self.endpoints)
                 .map_err(CloudError::Terminal),
@@ -96,12 +103,12 @@ impl Clouds {
     /// The account of `credential` (its secret opened), acting in `region`.
     pub async fn open(
         &self,
-        credential: &Credential,
+        credential: CredentialRef<'_>,
         secret: &str,
         region: &str,
     ) -> Result<Box<dyn Cloud>, CloudError> {
         self.check_endpoint(credential)?;
-        let public = &credential.public;
+        let public = credential.public;
         Ok(match credential.provider {
             ProviderKind::Aws => {
                 Box::new(aws_cloud::AwsCloud::new(public, secret, region).owned_by(self.owner.clone()))
@@ -133,33 +140,25 @@ pub async fn read_secret_as_vm(hosting: ProviderKind, secret: &str, endpoint: Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::credentials::{CredentialStatus, PublicPart};
+    use crate::credential::PublicPart;
 
     /// A credential saved while the API allowed plain HTTP is refused once it no longer does:
     /// the setting is the running API's, not the request's that saved the credential.
     #[tokio::test]
     async fn a_stored_endpoint_is_checked_against_the_running_apis_setting() {
-        let credential = Credential {
-            name: "moto".into(),
-            provider: ProviderKind::Aws,
-            public: PublicPart {
-                identity: "AKIAEXAMPLE".into(),
-                endpoint: Some("http://127.0.0.1:5000".into()),
-                ..PublicPart::default()
-            },
-            status: CredentialStatus::Valid,
-            status_message: None,
-            verify_run: None,
-            created_at: 0,
-            updated_at: 0,
+        let public = PublicPart {
+            identity: "AKIAEXAMPLE".into(),
+            endpoint: Some("http://127.0.0.1:5000".into()),
+            ..PublicPart::default()
         };
-        let refused = Clouds::new(None).open(&credential, "secret", "us-east-1").await.err();
+        let credential = CredentialRef { name: "moto", provider: ProviderKind::Aws, public: &public };
+        let refused = Clouds::new(None).open(credential, "secret", "us-east-1").await.err();
         assert!(
             matches!(&refused, Some(CloudError::Terminal(m)) if m.starts_with("credential `moto`: endpoint") && m.contains("plain HTTP")),
             "{:?}",
             refused.map(|err| err.to_string())
         );
         let allowed = Clouds::new(None).with_endpoint_policy(EndpointPolicy::AllowInsecure);
-        assert!(allowed.open(&credential, "secret", "us-east-1").await.is_ok());
+        assert!(allowed.open(credential, "secret", "us-east-1").await.is_ok());
     }
 }

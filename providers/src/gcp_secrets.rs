@@ -4,7 +4,7 @@
 //! own, [`super::gcp_iam`]), and to no one else; the VM
 //! reads `versions/latest` with its metadata server's token (the `cloud-platform` scope). Older
 //! versions are destroyed once a new one is added. Used for the API's keys
-//! ([`crate::hosting::keys`]) and for the checkpoint bucket's key when the bucket is on another
+//! (`anycloud_workflows::hosting::keys`) and for the checkpoint bucket's key when the bucket is on another
 //! provider (docs/hosting.md, "Placement"). Every call tolerates "already exists" and "already gone", so a retried step
 //! finishes what an earlier attempt began.
 

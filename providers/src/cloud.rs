@@ -15,8 +15,6 @@
 //! Every resource carries the cluster's id as a tag (AWS) or label (GCP), so a sweep finds
 //! what a half-finished create left behind.
 
-use crate::cluster::network::Openings;
-use crate::kubernetes::KubeEndpoint;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -255,7 +253,7 @@ impl From<CloudError> for anycloud_engine::StepError {
     /// The message is kept as a provider's answer is (`providers::endpoint::answer_text`):
     /// bounded, without control characters.
     fn from(err: CloudError) -> Self {
-        use crate::providers::endpoint::answer_text;
+        use crate::endpoint::answer_text;
         match err {
             CloudError::Retryable(message) => anycloud_engine::StepError::retryable_msg(answer_text(&message)),
             CloudError::Terminal(message) => anycloud_engine::StepError::terminal_msg(answer_text(&message)),
@@ -321,13 +319,9 @@ pub trait Cloud: Send + Sync {
     /// The architectures machine type `vm_type` runs in `region` (AWS: the instance type's
     /// `ProcessorInfo.SupportedArchitectures`; GCP: the machine type's `architecture`), which
     /// the binary a hosted API's VM runs must match. The simulated cloud's machines are x86_64.
-    async fn vm_architectures(
-        &self,
-        region: &str,
-        vm_type: &str,
-    ) -> Result<Vec<crate::hosting::binary::Arch>, CloudError> {
+    async fn vm_architectures(&self, region: &str, vm_type: &str) -> Result<Vec<crate::arch::Arch>, CloudError> {
         let _ = (region, vm_type);
-        Ok(vec![crate::hosting::binary::Arch::X86_64])
+        Ok(vec![crate::arch::Arch::X86_64])
     }
 
     /// Finds or creates the network rules of a hosted API (`placement.cluster_id` is its owner
@@ -385,5 +379,46 @@ pub trait Cloud: Send + Sync {
     /// Where the control-plane VM's Kubernetes API answers: k3s on `:6443` of its address.
     fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint {
         KubeEndpoint::url(format!("https://{}:6443", control_plane.address().unwrap_or("0.0.0.0")))
+    }
+}
+
+/// The port of the Kubernetes API (k3s's supervisor and API server).
+pub const KUBE_API_PORT: u16 = 6443;
+/// The port flannel's `wireguard-native` backend uses for IPv4 (k3s's inbound rules).
+pub const WIREGUARD_PORT: u16 = 51820;
+
+/// What one side's rules let in from outside the side's own VMs: source CIDRs per port. The
+/// lists are sorted and hold each source once; an empty list opens nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Openings {
+    /// Sources of TCP [`KUBE_API_PORT`].
+    pub kube_api: Vec<String>,
+    /// Sources of UDP [`WIREGUARD_PORT`].
+    pub wireguard: Vec<String>,
+}
+
+impl Openings {
+    /// Every (protocol, port, source) the openings allow, in a stable order.
+    pub fn rules(&self) -> Vec<(&'static str, u16, &str)> {
+        let tcp = self.kube_api.iter().map(|source| ("tcp", KUBE_API_PORT, source.as_str()));
+        let udp = self.wireguard.iter().map(|source| ("udp", WIREGUARD_PORT, source.as_str()));
+        tcp.chain(udp).collect()
+    }
+}
+
+/// Where a cluster's Kubernetes API answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeEndpoint {
+    /// Its URL.
+    pub url: String,
+    /// The name its certificate is checked against, when it is not the URL's host (SNI, and
+    /// kubeconfig's `tls-server-name`).
+    pub tls_server_name: Option<String>,
+}
+
+impl KubeEndpoint {
+    /// The endpoint at `url`, whose certificate names the URL's host.
+    pub fn url(url: impl Into<String>) -> Self {
+        Self { url: url.into(), tls_server_name: None }
     }
 }
