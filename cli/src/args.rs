@@ -29,25 +29,48 @@ pub(crate) enum Command {
     /// Save, list and delete cloud credentials on the active API.
     #[command(subcommand)]
     Credentials(CredentialsCommand),
-    /// Keep values workloads take as environment variables (`--secret`), and registry logins
-    /// their images are pulled with; values are sealed and never shown.
+    /// Keep environment values and registry logins for workloads (sealed, never shown).
+    ///
+    /// A secret holds values that jobs and services take as environment variables
+    /// (`--secret NAME`), or a registry login their images are pulled with. Values are sealed on
+    /// the API and never shown again.
     #[command(subcommand)]
     Secret(SecretCommand),
     /// Create, inspect and delete Kubernetes clusters (needs a hosted API to create).
     #[command(subcommand)]
     Cluster(ClusterCommand),
-    /// Run a container job on a cluster: `anycloud job IMAGE --cluster NAME -- COMMAND...`;
-    /// `anycloud job list` lists jobs.
-    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    /// Run a container job on a cluster, or list jobs.
+    ///
+    /// `anycloud job IMAGE --cluster NAME -- COMMAND...` submits a job; `anycloud job list`
+    /// lists jobs.
+    #[command(
+        args_conflicts_with_subcommands = true,
+        subcommand_negates_reqs = true,
+        after_long_help = "Examples:\n  \
+            anycloud job python:3.12 --cluster training -- python -c 'print(42)'\n  \
+            anycloud job ghcr.io/acme/batch:latest --cluster training -i nightly -e MODE=full --wait\n  \
+            anycloud job list --status running"
+    )]
     Job(JobCommand),
-    /// Deploy a service on a cluster: `anycloud service IMAGE --cluster NAME -- COMMAND...` (the
-    /// command serves on $PORT); `anycloud service list` lists services.
-    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    /// Deploy a service on a cluster, or list services.
+    ///
+    /// `anycloud service IMAGE --cluster NAME -- COMMAND...` deploys a service (the command serves
+    /// on $PORT); `anycloud service list` lists services.
+    #[command(
+        args_conflicts_with_subcommands = true,
+        subcommand_negates_reqs = true,
+        after_long_help = "Examples:\n  \
+            anycloud service ghcr.io/acme/api:latest --cluster training --port 8080 --replicas 2 --wait\n  \
+            anycloud service list"
+    )]
     Service(ServiceCommand),
-    /// Act on a deployment: `anycloud deployment upgrade ID` rolls a service out to a new revision.
+    /// Act on a deployment: upgrade a service to a new revision.
     #[command(subcommand)]
     Deployment(DeploymentCommand),
-    /// Show one deployment (job or service) in detail; without ID, list deployments like `anycloud list`.
+    /// Show one deployment in detail; without ID, list deployments.
+    ///
+    /// With ID, one job or service in detail (its state, revisions, workflow); without, the
+    /// deployments, as `anycloud list` lists them.
     Status {
         /// The deployment's name or id.
         id: Option<String>,
@@ -71,7 +94,10 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
-    /// Print a job's output (its current attempt's container); --follow streams it until it ends.
+    /// Print a job's output; --follow streams it until it ends.
+    ///
+    /// The output of the container of the job's current attempt.
+    #[command(after_long_help = "Examples:\n  anycloud logs nightly\n  anycloud logs nightly --follow")]
     Logs {
         /// The job's name or id.
         id: String,
@@ -79,9 +105,15 @@ pub(crate) enum Command {
         #[arg(short, long)]
         follow: bool,
     },
-    /// Run a command in a job's running container: `anycloud exec ID -- COMMAND...`. Its stdout and
-    /// stderr pass through and the command's exit code is this command's. This process's stdin is
-    /// forwarded unless it is a terminal (then the command's stdin is empty; -i forwards it anyway).
+    /// Run a command in a job's running container.
+    ///
+    /// `anycloud exec ID -- COMMAND...`: the command's stdout and stderr pass through and its exit
+    /// code is this command's. This process's stdin is forwarded unless it is a terminal (then the
+    /// command's stdin is empty; -i forwards it anyway).
+    #[command(after_long_help = "Examples:\n  \
+        anycloud exec nightly -- ls /data\n  \
+        anycloud exec nightly -- sh -c 'wc -l < /dev/stdin' < input.txt\n  \
+        anycloud exec nightly -i -- sh")]
     Exec {
         /// The job's name or id.
         id: String,
@@ -92,8 +124,10 @@ pub(crate) enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
-    /// End a job or a service: its Kubernetes objects are deleted and it ends `terminated`; the
-    /// record stays (asking again is harmless).
+    /// End a job or a service; its record stays.
+    ///
+    /// Its Kubernetes objects are deleted and it ends `terminated`; the record stays (asking again
+    /// is harmless).
     Terminate {
         /// The deployment's name or id.
         id: String,
@@ -115,11 +149,15 @@ pub(crate) enum Command {
         #[arg(long, default_value = "30m", value_parser = commands::parse_duration)]
         timeout: std::time::Duration,
     },
-    /// Wait for resources, e.g. `anycloud wait cluster/training` or `anycloud wait deployment/hello`:
-    /// one line per state change. Exit 0 reached (a cluster ready or deleted, a job completed, a
-    /// service running),
-    /// 1 ended another way, 2 not observable, 4 timeout, 5 the workflow stopped for a person (the
-    /// message says what to run).
+    /// Wait for clusters and deployments to reach their target state.
+    ///
+    /// Prints one line per state change. Exit 0 reached (a cluster ready or deleted, a job
+    /// completed, a service running), 1 ended another way, 2 not observable, 4 timeout, 5 the
+    /// workflow stopped for a person (the message says what to run).
+    #[command(after_long_help = "Examples:\n  \
+        anycloud wait cluster/training\n  \
+        anycloud wait deployment/hello --timeout 15m\n  \
+        anycloud wait cluster/training deployment/hello")]
     Wait {
         /// Typed references: `cluster/NAME`, `deployment/NAME-OR-ID`.
         #[arg(required = true)]
@@ -131,6 +169,30 @@ pub(crate) enum Command {
     /// Inspect and steer the durable workflows of the active API.
     #[command(subcommand)]
     Workflow(WorkflowCommand),
+    /// Print the shell completion script for bash, zsh, fish or powershell.
+    ///
+    /// The script completes anycloud's commands and flags; it is printed on stdout, for the
+    /// shell's completion directory or its startup file (docs/cli.md, "Completions").
+    #[command(after_long_help = "Examples:\n  \
+        anycloud completions bash > ~/.local/share/bash-completion/completions/anycloud\n  \
+        anycloud completions zsh > \"${fpath[1]}/_anycloud\"\n  \
+        anycloud completions fish > ~/.config/fish/completions/anycloud.fish")]
+    Completions {
+        /// The shell: bash, zsh, fish, powershell or elvish.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of anycloud, or of one of its commands.
+    ///
+    /// Without COMMAND, the page of `anycloud` itself, whose list of commands names each one's
+    /// page (`anycloud-cluster(1)`); `anycloud man cluster` prints that one.
+    #[command(after_long_help = "Examples:\n  \
+        anycloud man > ~/.local/share/man/man1/anycloud.1\n  \
+        anycloud man cluster create | man -l -")]
+    Man {
+        /// The command whose page to print, e.g. `cluster` or `cluster create`.
+        #[arg(value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// A simulated cluster's kube-proxy, which the API starts for each simulated cluster with
     /// Services (not for people): serves the routes file until it is removed.
     #[command(name = "sim-kube-proxy", hide = true)]
@@ -142,16 +204,23 @@ pub(crate) enum Command {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ClusterCommand {
-    /// Store a cluster's durable intent; the hosted API then brings up its control plane and VMs.
+    /// Create a cluster: a hosted API brings up its control plane and VMs.
+    ///
+    /// The cluster's durable intent is stored at once; the hosted API then brings up its control
+    /// plane and VMs (follow it with --wait or `anycloud wait cluster/NAME`).
     Create(CreateClusterArgs),
-    /// Phase, placement, VMs with their provider ids, endpoint, running workflow, last error.
+    /// Show a cluster: phase, placement, VMs, endpoint, workflow, last error.
+    ///
+    /// Its VMs with their provider ids, the workflow running on it and its last error.
     Status {
         /// The cluster's name.
         name: String,
     },
     /// List clusters that are not deleted.
     List,
-    /// Print the cluster's kubeconfig (its API server, CA and an admin token), or write it to a file.
+    /// Print the cluster's kubeconfig, or write it to a file.
+    ///
+    /// It holds the cluster's API server, CA and an admin token.
     Kubeconfig {
         /// The cluster's name.
         name: String,
@@ -336,8 +405,9 @@ pub(crate) struct DeployServiceArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum DeploymentCommand {
-    /// Roll a service out to a new revision (what is not given stays as the latest revision that
-    /// did not fail). It never removes a serving replica before a new one is available; a revision
+    /// Roll a service out to a new revision.
+    ///
+    /// What is not given stays as the latest revision that did not fail. It never removes a serving replica before a new one is available; a revision
     /// that crashes or misses its progress deadline is rolled back, and the upgrade ends failed.
     Upgrade {
         /// The service's name or id.
@@ -368,8 +438,10 @@ pub(crate) enum DeploymentCommand {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ApiCommand {
-    /// Run an API: a local one on 127.0.0.1 (SQLite in its data directory unless --database-url is
-    /// given), or with --credentials a hosted one, which may create clusters.
+    /// Run an API: a local one, or with --credentials a hosted one.
+    ///
+    /// A local API listens on 127.0.0.1 (SQLite in its data directory unless --database-url is
+    /// given); with --credentials a hosted one, which may create clusters.
     Serve(Box<ServeArgs>),
     /// List the APIs the CLI knows; `*` marks the active one.
     List,
@@ -380,8 +452,9 @@ pub(crate) enum ApiCommand {
     },
     /// Show the active API and whether it answers.
     Status,
-    /// Give an API deployed on a cloud VM a new TLS CA, through the API that deployed it: the new
-    /// CA goes to its keys secret, the API serves a certificate from it (no restart), and the CLI
+    /// Give an API deployed on a cloud VM a new TLS CA.
+    ///
+    /// The API that deployed it does it: the new CA goes to its keys secret, the API serves a certificate from it (no restart), and the CLI
     /// config pins the old and the new CA meanwhile, then the new one alone. Its token and the
     /// key sealing its state are unchanged. Interrupted, run it again: it follows the rotation in
     /// hand, or makes another.
@@ -393,9 +466,11 @@ pub(crate) enum ApiCommand {
         #[arg(long, default_value = "10m", value_parser = commands::parse_duration)]
         timeout: std::time::Duration,
     },
-    /// Stop a hosted API: one on a cloud VM is removed by the API that deployed it (VM, network
-    /// rules, VM identity; its bucket stays unless --delete-bucket); one this CLI started gets
-    /// SIGTERM (it finishes steps in flight and releases leases).
+    /// Stop a hosted API (one on a cloud VM is removed).
+    ///
+    /// One on a cloud VM is removed by the API that deployed it (VM, network rules, VM identity; its
+    /// bucket stays unless --delete-bucket); one this CLI started gets SIGTERM (it finishes steps
+    /// in flight and releases leases).
     #[command(alias = "delete")]
     Stop {
         /// The API's name.
@@ -531,16 +606,23 @@ pub(crate) struct ServeArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SecretCommand {
-    /// Create a secret: values from --from-literal, --from-env-file or KEY=VALUE lines on
-    /// standard input (never echoed); or a registry login with --registry HOST --username U
-    /// --password-stdin.
+    /// Create a secret of values, or a registry login.
+    ///
+    /// Values come from --from-literal, --from-env-file or KEY=VALUE lines on standard input
+    /// (never echoed); a registry login from --registry HOST --username U --password-stdin.
     New(commands::secret::ValuesArgs),
-    /// List secrets: names, kinds, keys, versions and the deployments that take them (never values).
+    /// List secrets: names, kinds, keys, versions and users (never values).
+    ///
+    /// The users are the deployments that have not ended and take the secret.
     List,
-    /// Give a secret its next version, whole (keys not given are gone from it). Deployments keep
-    /// the version they took until they are resubmitted or upgraded.
+    /// Give a secret its next version, whole.
+    ///
+    /// Keys not given are gone from it. Deployments keep the version they took until they are
+    /// resubmitted or upgraded.
     Set(commands::secret::ValuesArgs),
-    /// Delete a secret and every version of it; refused while a deployment that has not ended takes it.
+    /// Delete a secret and every version of it.
+    ///
+    /// Refused while a deployment that has not ended takes it.
     Delete {
         /// The secret's name.
         name: String,
@@ -549,8 +631,9 @@ pub(crate) enum SecretCommand {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum CredentialsCommand {
-    /// Save a credential; the API verifies it with the provider (one cheap read call). Without
-    /// --provider, on a terminal, it asks for the provider and its keys (secrets typed hidden),
+    /// Save a credential; the API verifies it with the provider.
+    ///
+    /// The verification is one cheap read call. Without --provider, on a terminal, it asks for the provider and its keys (secrets typed hidden),
     /// shows what it will save and follows the verification; without a terminal it is refused
     /// (PROVIDER_REQUIRED).
     New(Box<NewCredentialArgs>),
@@ -617,7 +700,9 @@ pub(crate) enum WorkflowCommand {
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
-    /// Show where a workflow is and why: status, current step, next attempt, lease, every step.
+    /// Show where a workflow is and why, and what a person can do.
+    ///
+    /// Its status, current step, deadline, next attempt, lease and every step.
     Inspect {
         /// The workflow id.
         id: String,

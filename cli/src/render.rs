@@ -4,20 +4,37 @@ use crate::output::say;
 
 /// Prints rows under a header, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for line in table_lines(header, rows) {
+        say!("{line}");
+    }
+}
+
+/// The lines of [`table`]: each column as wide as its widest cell on a terminal, two spaces
+/// apart. Widths are display columns, not bytes or chars: `é` takes one, `漢` two, a combining
+/// accent none; padding by `format!`'s width (chars) would push every cell after a wide one out.
+pub fn table_lines(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    let mut widths: Vec<usize> = header.iter().map(|cell| display_width(cell)).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+            *width = (*width).max(display_width(cell));
         }
     }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
-        say!("{}", padded.join("  ").trim_end());
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::new();
+        for (cell, width) in cells.zip(&widths) {
+            out.push_str(cell);
+            out.extend(std::iter::repeat_n(' ', width - display_width(cell) + 2));
+        }
+        out.trim_end().to_owned()
     };
-    line(header.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
-    }
+    let mut lines = vec![line(&mut header.iter().copied())];
+    lines.extend(rows.iter().map(|row| line(&mut row.iter().map(String::as_str))));
+    lines
+}
+
+/// The columns `text` takes on a terminal.
+pub fn display_width(text: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(text)
 }
 
 /// A UTC time from milliseconds since the epoch: `2026-12-02 10:04:05.123Z`.
@@ -76,5 +93,39 @@ mod tests {
         assert_eq!(duration(2_500), "2.5 s");
         assert_eq!(duration(185_000), "3 min 5 s");
         assert_eq!(relative(3_000, 1_000), "in 2.0 s");
+    }
+
+    /// Every column starts at the same terminal column on every line, whatever its cells hold:
+    /// a non-ASCII letter, a wide (CJK) value, a combining accent, a cell longer than its header.
+    #[test]
+    fn table_columns_line_up_by_display_width() {
+        let header = ["NAME", "STATE", "NOTE"];
+        let rows = vec![
+            vec!["é".to_owned(), "running".to_owned(), "x".to_owned()],
+            vec!["漢字-job".to_owned(), "ok".to_owned(), "wide".to_owned()],
+            vec!["e\u{301}t\u{e9}".to_owned(), "a-much-longer-state".to_owned(), "-".to_owned()],
+            vec!["plain".to_owned(), "q".to_owned(), "last".to_owned()],
+        ];
+        let lines = table_lines(&header, &rows);
+        assert_eq!(lines.len(), 5);
+        // Where each column starts, in display columns: the same on every line.
+        let starts = |line: &str, cells: &[&str]| -> Vec<usize> {
+            let mut at = 0;
+            let mut starts = Vec::new();
+            for cell in cells {
+                let byte = line[at..].find(cell).unwrap() + at;
+                starts.push(display_width(&line[..byte]));
+                at = byte + cell.len();
+            }
+            starts
+        };
+        let expected = starts(&lines[0], &header);
+        assert_eq!(expected, [0, 10, 31], "{lines:#?}");
+        for (line, row) in lines[1..].iter().zip(&rows) {
+            let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+            assert_eq!(starts(line, &cells), expected, "{lines:#?}");
+        }
+        assert_eq!(lines[1], "é         running              x");
+        assert!(lines.iter().all(|line| !line.ends_with(' ')), "{lines:#?}");
     }
 }

@@ -415,7 +415,10 @@ fn print_revisions(revisions: &[anycloud_workflows::wire::RevisionView]) {
             ]
         })
         .collect();
-    render::table(&["  REV", "IMAGE", "REPLICAS", "CREATED", "RESULT"], &rows);
+    // Indented under its heading, header and rows alike.
+    for line in render::table_lines(&["REV", "IMAGE", "REPLICAS", "CREATED", "RESULT"], &rows) {
+        say!("  {line}");
+    }
 }
 
 /// Says which secrets, at which versions, a workload just accepted takes (nothing when none).

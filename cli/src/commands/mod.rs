@@ -17,6 +17,7 @@ pub mod logs;
 pub mod outage;
 pub mod secret;
 pub mod service;
+pub mod shell;
 pub mod workflow;
 
 /// Prints a value as pretty JSON (for `--json`).
