@@ -12,6 +12,7 @@ mod config;
 mod dispatch;
 mod exit;
 mod output;
+mod progress;
 mod render;
 mod seams;
 mod server;

@@ -10,13 +10,14 @@ use anycloud_engine::RunStatus;
 use anycloud_workflows::db::deployments::{DeploymentKind, Status};
 use anycloud_workflows::db::revisions::RevisionResult;
 use anycloud_workflows::operations::described_secrets;
-use anycloud_workflows::wire::{DeploymentDetail, DeploymentList, DeploymentQuery};
+use anycloud_workflows::wire::{DeploymentDetail, DeploymentList, DeploymentQuery, WorkflowSummary};
 
 use super::outage::Outage;
 use super::print_json;
 use crate::client::{Client, segment};
 use crate::exit::{BAD_INPUT, CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
 use crate::output::say;
+use crate::progress::{Progress, Stand, Tone};
 use crate::render;
 
 /// How often a follower asks for the deployment again.
@@ -58,15 +59,19 @@ pub async fn status(key: &str, verbose: bool, watch: bool, health: bool, json: b
         return Ok(OK);
     }
     let mut shown = change_key(&detail);
+    let progress = Progress::start(key, json);
     while !has_settled(&detail) {
+        progress.update(stand(&detail));
         tokio::time::sleep(POLL).await;
         detail = client.get(&path(key)).await?;
         if change_key(&detail) != shown {
             shown = change_key(&detail);
-            if !json {
-                say!("\n--- {}", render::time(anycloud_workflows::now_ms()));
-            }
-            show(&detail);
+            progress.above(|| {
+                if !json {
+                    say!("\n--- {}", render::time(anycloud_workflows::now_ms()));
+                }
+                show(&detail);
+            });
         }
     }
     Ok(OK)
@@ -202,40 +207,32 @@ pub async fn follow_until(
     let mut shown = String::new();
     let mut state = String::from("unknown");
     let mut outage = Outage::default();
+    let progress = Progress::start(format!("deployment {key}"), json);
     loop {
         match client.get::<DeploymentDetail>(&path(key)).await {
             Ok(detail) => {
-                outage.answered(json);
+                progress.above(|| outage.answered(json));
                 state.clone_from(&detail.state);
                 if change_key(&detail) != shown {
                     shown = change_key(&detail);
                     match json {
                         true => say!("{}", serde_json::to_string(&detail).unwrap_or_default()),
-                        false => say!("  {}  {}", render::time(anycloud_workflows::now_ms()), state_line(&detail)),
+                        false => progress.line(
+                            state_tone(&detail.state),
+                            &format!("  {}  {}", render::time(anycloud_workflows::now_ms()), state_line(&detail)),
+                        ),
                     }
                 }
+                progress.update(stand(&detail));
                 if done(&detail) {
                     return Ok(detail);
                 }
                 if let Some(run) = detail.workflow.as_ref().filter(|run| run.status == RunStatus::NeedsAttention) {
-                    let name = &detail.deployment.name;
-                    let id = run.id;
-                    return Err(CliError::new(
-                        NEEDS_ATTENTION,
-                        "NEEDS_ATTENTION",
-                        format!(
-                            "{} {name}: its workflow {id} needs attention: {}\n`anycloud workflow inspect {id}` shows \
-                             why; fix the cause, then `anycloud workflow retry {id}` or `anycloud workflow resume \
-                             {id}`; `anycloud terminate {name}` ends the {}",
-                            detail.deployment.kind,
-                            run.status_reason.as_deref().unwrap_or("no reason given"),
-                            detail.deployment.kind,
-                        ),
-                    ));
+                    return Err(needs_attention(&detail, run));
                 }
             }
             // The API may be restarting: keep trying for a while, saying so once.
-            Err(err) => outage.failed(err, json)?,
+            Err(err) => progress.above(|| outage.failed(err, json))?,
         }
         if Instant::now() >= deadline {
             return Err(CliError::new(
@@ -248,6 +245,52 @@ pub async fn follow_until(
             ));
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A deployment whose workflow stopped for a person: what to look at and what to run.
+fn needs_attention(detail: &DeploymentDetail, run: &WorkflowSummary) -> CliError {
+    let name = &detail.deployment.name;
+    let id = run.id;
+    CliError::new(
+        NEEDS_ATTENTION,
+        "NEEDS_ATTENTION",
+        format!(
+            "{} {name}: its workflow {id} needs attention: {}\n`anycloud workflow inspect {id}` shows why; fix the \
+             cause, then `anycloud workflow retry {id}` or `anycloud workflow resume {id}`; `anycloud terminate \
+             {name}` ends the {}",
+            detail.deployment.kind,
+            run.status_reason.as_deref().unwrap_or("no reason given"),
+            detail.deployment.kind,
+        ),
+    )
+}
+
+/// Where the deployment stands, for a follower's status line.
+fn stand(detail: &DeploymentDetail) -> Stand {
+    let deployment = &detail.deployment;
+    let mut state = detail.state.clone();
+    match (&detail.retry, &deployment.reason) {
+        (Some(retry), _) => state.push_str(&retry_text(retry)),
+        (None, Some(reason)) => state.push_str(&format!(": {reason}")),
+        (None, None) => {}
+    }
+    let step = detail.workflow.as_ref().and_then(|run| run.current_step.as_deref());
+    if let Some(step) = step.filter(|_| !has_ended(detail)) {
+        state.push_str(&format!("; step {step}"));
+    }
+    let attempt = if deployment.is_service() { 0 } else { u32::try_from(deployment.attempt).unwrap_or(0) };
+    let subject = format!("{} {}", deployment.kind, deployment.name);
+    Stand { subject, step: None, attempt, state, tone: state_tone(&detail.state) }
+}
+
+/// How a deployment's state reads at a glance.
+fn state_tone(state: &str) -> Tone {
+    match state {
+        "completed" | "running" => Tone::Good,
+        "failed" | "errored" | "terminated" | "invalid" => Tone::Bad,
+        "retrying" | "terminating" => Tone::Waiting,
+        _ => Tone::Plain,
     }
 }
 

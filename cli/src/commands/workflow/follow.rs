@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use anycloud_engine::{EventRecord, Phase, RunStatus};
+use anycloud_engine::{EventKind, EventRecord, Phase, RunDetail, RunStatus};
 use anycloud_workflows::operations::PAGE_LIMIT;
 use anycloud_workflows::wire::{EventsQuery, WorkflowDetail, WorkflowEvents};
 
@@ -12,6 +12,7 @@ use crate::client::Client;
 use crate::commands::outage::Outage;
 use crate::exit::{CliError, CliResult, ENDED_OTHERWISE, NEEDS_ATTENTION, OK, TIMEOUT};
 use crate::output::say;
+use crate::progress::{Progress, Stand, Tone};
 use crate::render;
 
 /// Streams a run's events until it ends or stops for a person; survives the API restarting
@@ -22,6 +23,8 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
     let mut after = 0_i64;
     let mut outage = Outage::default();
     let gap = crate::seams::get().follow_gap;
+    let progress = Progress::start(format!("workflow {id}"), json);
+    let mut first = true;
     loop {
         // The run before its events: a run that had ended (or parked) when it was read has all
         // the events of that committed (its state and its last events are one transaction), so
@@ -38,22 +41,27 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
         .await;
         match polled {
             Ok((events, detail)) => {
-                outage.answered(json);
+                progress.above(|| outage.answered(json));
                 for event in &events.events {
                     after = after.max(event.seq);
                     if json {
                         say!("{}", serde_json::to_string(event).unwrap_or_default());
                     } else {
-                        say!("  {}", event_line(event));
+                        progress.line(event_tone(event.kind), &format!("  {}", event_line(event)));
                     }
                 }
+                if std::mem::take(&mut first) {
+                    progress.started_ago(detail.now - detail.workflow.run.created_at);
+                }
+                progress.update(stand(&detail.workflow));
                 let run = &detail.workflow.run;
                 let reason = run.status_reason.clone().unwrap_or_default();
                 match run.status {
                     RunStatus::Succeeded => return Ok(OK),
                     RunStatus::Failed | RunStatus::Cancelled => {
-                        if !json {
-                            say!("workflow {id} {}: {reason}", run.status);
+                        match json {
+                            true => drop(progress),
+                            false => progress.finish(Tone::Bad, &format!("workflow {id} {}: {reason}", run.status)),
                         }
                         return Ok(ENDED_OTHERWISE);
                     }
@@ -62,7 +70,7 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
                 }
             }
             // The API may be restarting: keep trying for a while, saying so once.
-            Err(err) => outage.failed(err, json)?,
+            Err(err) => progress.above(|| outage.failed(err, json))?,
         }
         if Instant::now() >= deadline {
             return Err(CliError::new(
@@ -73,6 +81,55 @@ pub async fn follow(client: &Client, id: &str, timeout: Duration, json: bool) ->
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// How a timeline entry reads at a glance.
+fn event_tone(kind: EventKind) -> Tone {
+    match kind {
+        EventKind::StepSucceeded | EventKind::UndoSucceeded | EventKind::Succeeded => Tone::Good,
+        EventKind::StepFailed
+        | EventKind::UndoFailed
+        | EventKind::Failed
+        | EventKind::Cancelled
+        | EventKind::OutputFailed
+        | EventKind::Parked
+        | EventKind::LateCommitRefused => Tone::Bad,
+        EventKind::Waiting | EventKind::Unwinding | EventKind::CancelRequested | EventKind::RetryRequested => {
+            Tone::Waiting
+        }
+        _ => Tone::Plain,
+    }
+}
+
+/// Where the run stands, for the status line: its step of the plan, attempt and state.
+fn stand(detail: &RunDetail) -> Stand {
+    let run = &detail.run;
+    let subject = match &run.resource_key {
+        Some(key) => format!("{} {key}", run.kind),
+        None => run.kind.clone(),
+    };
+    let plan = detail.plan.as_deref().unwrap_or_default();
+    let index = run.step_index as usize;
+    let name = run.current_step.clone().or_else(|| plan.get(index).cloned());
+    let step = match (run.phase, name) {
+        (Phase::Forward, Some(name)) if !plan.is_empty() && !run.status.is_final() => {
+            Some(((index + 1).min(plan.len()) as u32, plan.len() as u32, name))
+        }
+        _ => None,
+    };
+    let reason = run.status_reason.as_deref().map(|reason| format!(": {reason}")).unwrap_or_default();
+    let (state, tone) = match run.status {
+        RunStatus::Waiting | RunStatus::Retrying => (format!("{}{reason}", run.status), Tone::Waiting),
+        RunStatus::Unwinding => {
+            let undo = run.current_step.as_deref().map(|step| format!(": undo {step}")).unwrap_or_default();
+            (format!("unwinding{undo}, {} to undo", run.step_index), Tone::Waiting)
+        }
+        RunStatus::Pending => (format!("pending{reason}"), Tone::Plain),
+        RunStatus::Succeeded => ("succeeded".into(), Tone::Good),
+        RunStatus::Failed | RunStatus::Cancelled | RunStatus::NeedsAttention => (run.status.to_string(), Tone::Bad),
+        RunStatus::Running => ("running".into(), Tone::Plain),
+    };
+    Stand { subject, step, attempt: run.attempt + 1, state, tone }
 }
 
 /// The run's timeline after entry `after`, read a page at a time (the API answers at most
