@@ -35,7 +35,10 @@ http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).s
 "#;
 
 /// The `web` Deployment: 2 replicas of `command`, with `VERSION=version`, `maxSurge: 1`,
-/// `maxUnavailable: 0` and a 3 s progress deadline.
+/// `maxUnavailable: 0`, a 3 s progress deadline, and a 1 s `preStop` sleep: as on a real
+/// cluster, a Pod being deleted leaves the Service's endpoints while its kubelet starts to stop
+/// it, and without the hook a connection the proxy routed just before it heard of the change
+/// reaches a process that SIGTERM has ended (kube-proxy reads the new routes up to 100 ms late).
 fn web(version: &str, command: &[&str]) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "web" },
@@ -50,6 +53,7 @@ fn web(version: &str, command: &[&str]) -> Value {
                     "name": "main", "image": "python:3.12", "command": command,
                     "ports": [{ "name": "http", "containerPort": 8080 }],
                     "env": [{ "name": "VERSION", "value": version }, { "name": "PORT", "value": "8080" }],
+                    "lifecycle": { "preStop": { "sleep": { "seconds": 1 } } },
                 }] },
             },
         },
@@ -435,4 +439,58 @@ async fn a_recreate_update_ends_the_old_replicas_before_starting_new_ones() {
     rolled_out(&apis.deployments).await;
     let sets = replica_sets(&apis.replica_sets).await;
     assert_eq!(sets.iter().map(|(rev, _, replicas)| (*rev, *replicas)).collect::<Vec<_>>(), [(1, 0), (2, 2)]);
+}
+
+/// A Pod whose process writes the time it gets SIGTERM to `out`, then exits; `pre_stop`: the
+/// seconds of its `preStop` sleep hook, if any.
+fn signalled_pod(name: &str, out: &std::path::Path, pre_stop: Option<i64>) -> Pod {
+    let script = "import signal, sys, time, os\n\
+                  def term(*_):\n    open(os.environ['OUT'], 'w').write(repr(time.time()))\n    sys.exit(0)\n\
+                  signal.signal(signal.SIGTERM, term)\n\
+                  while True: time.sleep(1)\n";
+    let mut container = json!({
+        "name": "main", "image": "python:3.12", "command": ["python3", "-c", script],
+        "env": [{ "name": "OUT", "value": out.to_str().unwrap() }],
+    });
+    if let Some(seconds) = pre_stop {
+        container["lifecycle"] = json!({ "preStop": { "sleep": { "seconds": seconds } } });
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name },
+        "spec": { "restartPolicy": "Never", "containers": [container] },
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_stop_sleep_holds_the_sigterm_back_for_its_seconds() {
+    let cluster = Cluster::start().await;
+    let pods: Api<Pod> = Api::default_namespaced(cluster.client());
+    let dir = tempfile::tempdir().unwrap();
+    let (plain_out, hooked_out) = (dir.path().join("plain"), dir.path().join("hooked"));
+    for pod in [signalled_pod("plain", &plain_out, None), signalled_pod("hooked", &hooked_out, Some(2))] {
+        pods.create(&Default::default(), &pod).await.unwrap();
+    }
+    eventually(20, "both Pods running", || async {
+        let listed = pods.list(&ListParams::default()).await.unwrap().items;
+        let running =
+            listed.iter().filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        (running.count() == 2).then_some(())
+    })
+    .await;
+    let deleted = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    for name in ["plain", "hooked"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let signalled = |path: std::path::PathBuf| async move {
+        std::fs::read_to_string(&path).ok().and_then(|text| text.parse::<f64>().ok())
+    };
+    let plain = eventually(10, "the plain Pod's SIGTERM", || signalled(plain_out.clone())).await - deleted;
+    let hooked = eventually(10, "the hooked Pod's SIGTERM", || signalled(hooked_out.clone())).await - deleted;
+    assert!(plain < 1.5, "the Pod without a hook got SIGTERM {plain:.2} s after its deletion");
+    assert!(hooked >= 2.0, "the Pod with a 2 s preStop sleep got SIGTERM {hooked:.2} s after its deletion");
+    eventually(10, "both Pods gone", || async {
+        pods.list(&ListParams::default()).await.unwrap().items.is_empty().then_some(())
+    })
+    .await;
 }

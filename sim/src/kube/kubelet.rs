@@ -1,7 +1,11 @@
 //! The kubelet of every simulated node, one pass over one Pod:
 //!
 //! 1. A Pod being deleted: its containers' process groups get SIGTERM, then SIGKILL once its
-//!    grace period is over; when none runs, the Pod, its records and its directory go.
+//!    grace period is over; when none runs, the Pod, its records and its directory go. A
+//!    container with a `lifecycle.preStop.sleep` hook gets its SIGTERM only once that many
+//!    seconds have passed since the deletion (within the grace period), as the kubelet runs the
+//!    hook before it signals ("Container hooks", "Termination of Pods"): the time a Service's
+//!    proxies take to stop sending new connections to a Pod that is going away.
 //! 2. A scheduled Pod's containers start: first its image is "pulled" ([`super::images`]: an
 //!    image on a private registry host needs a registry secret among the Pod's
 //!    `imagePullSecrets`, else the container waits in `ErrImagePull` / `ImagePullBackOff`), then
@@ -436,6 +440,15 @@ fn pod_status(pod: &Value, statuses: &[Value]) -> Value {
     next
 }
 
+/// Whether a container's `lifecycle.preStop.sleep` (none: at once) is over for a Pod deleted at
+/// `since` (whole seconds, so it waits until a whole `seconds` more has passed for sure).
+fn pre_stop_over(container: &Value, since: i64) -> bool {
+    match container["lifecycle"]["preStop"]["sleep"]["seconds"].as_i64() {
+        Some(seconds) if seconds > 0 => time::now_seconds() > since + seconds,
+        _ => true,
+    }
+}
+
 /// Ends a Pod being deleted: signals while its processes run, removes it when none does.
 async fn finish_deletion(kube: &Kube, cluster: &str, uid: &str, pod: Value) -> Result<(), ApiError> {
     let grace = pod["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(30);
@@ -450,10 +463,14 @@ async fn finish_deletion(kube: &Kube, cluster: &str, uid: &str, pod: Value) -> R
             continue;
         }
         running = true;
-        let first_term =
-            kube.kubelet.terminated.lock().map(|mut sent| sent.insert(format!("{uid}/{name}"))).unwrap_or(true);
-        if kill || first_term {
-            process::signal_group(record, kill);
+        if kill {
+            process::signal_group(record, true);
+        } else if pre_stop_over(container, since) {
+            let first_term =
+                kube.kubelet.terminated.lock().map(|mut sent| sent.insert(format!("{uid}/{name}"))).unwrap_or(true);
+            if first_term {
+                process::signal_group(record, false);
+            }
         }
     }
     if running {

@@ -28,6 +28,11 @@ use crate::kubernetes::{CONTAINER, DEPLOYMENT, DEPLOYMENT_ID, FIELD_MANAGER};
 pub const REVISION: &str = "anycloud.dev/revision";
 /// The name of the container port (and the Service's target).
 const PORT_NAME: &str = "http";
+/// How long a replica being stopped keeps serving before its SIGTERM (`preStop` sleep): a Pod
+/// leaves the Service's endpoints while its kubelet starts to stop it, and every node's
+/// kube-proxy needs a sync (at least 1 s apart in iptables mode) to stop sending it new
+/// connections; without the pause a rolling update drops the requests routed meanwhile.
+const PRE_STOP_SLEEP_S: i64 = 3;
 
 /// The labels every object of the deployment carries.
 fn labels(deployment: &Deployment) -> BTreeMap<String, String> {
@@ -142,6 +147,7 @@ pub fn deployment_object(deployment: &Deployment, revision: &Revision) -> serde_
                             "failureThreshold": 3,
                         },
                         "resources": { "requests": resources, "limits": resources },
+                        "lifecycle": { "preStop": { "sleep": { "seconds": PRE_STOP_SLEEP_S } } },
                     }],
                 },
             },
