@@ -39,6 +39,7 @@ pub struct Engine {
 
 /// A run with everything `inspect` shows.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RunDetail {
     /// The run.
     pub run: RunRecord,

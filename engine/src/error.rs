@@ -7,6 +7,7 @@ use crate::status::RunStatus;
 
 /// Whether the engine should try a failed step again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorKind {
     /// Transient: retried under the step's [`RetryPolicy`](crate::RetryPolicy).
@@ -24,6 +25,7 @@ pub enum ErrorKind {
 /// Any `std::error::Error` converts into a *retryable* `StepError` with `?`, cause chain
 /// included; say [`StepError::terminal`] when retrying cannot help.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StepError {
     /// Retry or give up.
     pub kind: ErrorKind,

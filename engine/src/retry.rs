@@ -27,6 +27,7 @@ pub struct RetryPolicy {
 
 /// What the engine does with a run whose step has used up its retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum OnExhausted {
     /// Undo the completed steps and end `failed`.

@@ -27,6 +27,7 @@ use crate::retry::OnExhausted;
 
 /// Where a run is in its life. The text form is what the database and `inspect` show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum RunStatus {
     /// Submitted; no step has started. May wait behind an earlier run with its resource key.
@@ -103,6 +104,7 @@ impl std::str::FromStr for RunStatus {
 
 /// Which way a run is moving through its steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
     /// Running steps first to last.
@@ -129,6 +131,7 @@ impl Phase {
 /// for the step in hand of a run (`RunDetail::limits`): `inspect` turns it into the deadline a
 /// person reads ("in 11 min; then the run unwinds").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StepLimits {
     /// The step (in the undo phase, the step being undone).
     pub step: String,
@@ -156,6 +159,7 @@ pub struct StepLimits {
 
 /// How a step waits, if it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum StepShape {
     /// Runs once per attempt.

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A CPU architecture an `anycloud` binary is built for, named as `uname -m` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Arch {
     /// `x86_64` (AWS `x86_64`, GCP `X86_64`).
     #[serde(rename = "x86_64")]

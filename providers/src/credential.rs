@@ -10,7 +10,7 @@ use crate::sim_settings::SimSettings;
 pub const MACHINE_IDENTITY: &str = "machine";
 
 /// The parts of a credential that are safe to show.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PublicPart {
     /// AWS access key id, GCP client e-mail, or the sim account name.
     pub identity: String,

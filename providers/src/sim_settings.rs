@@ -10,7 +10,7 @@ pub const REGIONS: &[&str] = &["sim-east-1", "sim-west-1", "sim-north-1"];
 pub const VM_TYPES: &[&str] = &["sim.small", "sim.medium", "sim.large"];
 
 /// Behaviour and fault injection of one simulated account.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimSettings {
     /// The first this many API calls fail with a transient error (HTTP 503).

@@ -40,6 +40,7 @@ const DEFAULT_KUBE_CASES: u32 = 600;
 const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/health"),
     ("GET", "/v1/status"),
+    ("GET", "/v1/openapi.json"),
     ("GET", "/v1/apis"),
     ("POST", "/v1/apis"),
     ("GET", "/v1/apis/{}"),

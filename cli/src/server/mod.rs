@@ -19,6 +19,7 @@ mod deployments;
 pub mod error;
 mod exec;
 pub mod listener;
+pub mod openapi;
 mod secrets;
 mod start;
 mod storage;
@@ -34,11 +35,10 @@ use std::time::Duration;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post, put};
 use axum::{Json, Router, middleware};
-use serde_json::{Value, json};
 
 use anycloud_engine::{Store, StoreFault};
 use anycloud_workflows::operations::Operations;
-use anycloud_workflows::wire::ApiStatus;
+use anycloud_workflows::wire::{ApiStatus, Health};
 
 pub use checkpoint::{CheckpointOptions, VmSecret};
 
@@ -109,6 +109,7 @@ fn router(state: AppState, kube_routes: Router) -> Router {
     let bounded = |limit: Limit| middleware::from_fn_with_state(limit, body_limit::bounded);
     let authenticated = Router::new()
         .route("/v1/status", get(status))
+        .route("/v1/openapi.json", get(openapi::serve))
         .route("/v1/apis", get(apis::list).post(apis::deploy))
         .route("/v1/apis/{name}", get(apis::show).delete(apis::remove))
         .route("/v1/apis/{name}/access", get(apis::access))
@@ -177,7 +178,7 @@ const HEALTH_DATABASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// On SQLite, `storage` says whether the disk under it takes writes (`writable`) or not
 /// (`disk-full`, `read-only`, and `status` is `degraded`): reads answer, writes are refused with
 /// `STORAGE_FULL` or `STORAGE_READ_ONLY`.
-async fn health(State(state): State<AppState>) -> Json<Value> {
+async fn health(State(state): State<AppState>) -> Json<Health> {
     let database = match state.store.ping(HEALTH_DATABASE_TIMEOUT).await {
         Ok(()) => "reachable",
         Err(err) => {
@@ -190,11 +191,11 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
         _ => None,
     };
     let healthy = database == "reachable" && storage.is_none_or(|storage| storage == "writable");
-    let mut body = json!({ "status": if healthy { "ok" } else { "degraded" }, "database": database });
-    if let Some(storage) = storage {
-        body["storage"] = json!(storage);
-    }
-    Json(body)
+    Json(Health {
+        status: if healthy { "ok" } else { "degraded" }.to_owned(),
+        database: database.to_owned(),
+        storage: storage.map(str::to_owned),
+    })
 }
 
 async fn status(State(state): State<AppState>) -> Json<ApiStatus> {

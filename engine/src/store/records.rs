@@ -16,6 +16,7 @@ pub(crate) const NEVER: Millis = i64::MAX;
 
 /// One run, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RunRecord {
     /// Submission order.
     pub seq: i64,
@@ -71,6 +72,7 @@ pub struct RunRecord {
 
 /// A worker's hold on a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Lease {
     /// The engine instance holding the run.
     pub owner: String,
@@ -80,6 +82,7 @@ pub struct Lease {
 
 /// One finished step (or undo), as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StepRecord {
     /// Forward or undo.
     pub phase: Phase,
@@ -103,6 +106,7 @@ pub struct StepRecord {
 
 /// One entry of a run's timeline.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EventRecord {
     /// Position in the run's timeline: 1 for `submitted`, then higher. A repeated `waiting`
     /// entry keeps its position while only its count and time change, and moves to the next

@@ -12,7 +12,7 @@ use crate::secrets::SecretBox;
 pub const SECRET: SealedColumn = SealedColumn { table: "credentials", key: "name", column: "secret" };
 
 /// Verification state of a credential.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CredentialStatus {
     /// The `credentials.verify` workflow has not concluded yet.

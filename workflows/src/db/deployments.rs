@@ -14,7 +14,7 @@ use super::spec::Spec;
 /// read off the deployment's workflow.) A job moves `queued -> starting -> running -> completed |
 /// errored`; a service `deploying -> running`, then `upgrading` (and `rolling-back` when an
 /// upgrade fails) back to `running`, until `terminated`; either may end `failed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Status {
     /// Accepted; its Kubernetes objects are not applied yet.
@@ -151,7 +151,7 @@ pub struct Deployment {
 }
 
 /// What a deployment is: a job runs to its end, a service serves until it is terminated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeploymentKind {
     /// `anycloud job`: a Kubernetes Job, run to its end.

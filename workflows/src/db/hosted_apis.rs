@@ -8,7 +8,7 @@ use super::{Db, SealedColumn};
 use crate::cloud::ProviderKind;
 
 /// Where a hosted API stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
     /// `api.deploy` is running.

@@ -8,7 +8,7 @@ use super::Db;
 use super::spec::Spec;
 
 /// How a revision fared, as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RevisionResult {
     /// An upgrade to it waits for an earlier run of the service.

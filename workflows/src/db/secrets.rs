@@ -63,7 +63,7 @@ pub struct Secret {
 }
 
 /// A secret a deployment takes, pinned to one version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SecretUse {
     /// The secret.
     pub name: String,

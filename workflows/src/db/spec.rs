@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::secrets::SecretUse;
 
 /// What a deployment runs: everything `resubmit` needs to run it again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Spec {
     /// The container image reference.
     pub image: String,
@@ -24,7 +24,7 @@ pub struct Spec {
 }
 
 /// One environment variable of a workload.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvVar {
     /// Its name (`[A-Za-z_][A-Za-z0-9_]*`).

@@ -26,7 +26,7 @@ pub const MAX_BINARY_BYTES: u64 = 1024 * 1024 * 1024;
 pub use anycloud_providers::arch::Arch;
 
 /// A binary the deploying API holds, as its upload answered (`PUT /v1/binaries/{sha256}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StagedBinary {
     /// Its SHA-256, lowercase hex.

@@ -15,7 +15,7 @@ use crate::db::spec::EnvVar;
 use crate::providers::sim_settings::SimSettings;
 
 /// `POST /v1/credentials`: a credential to save and verify.
-#[derive(Clone, Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewCredential {
     /// DNS-label name.
@@ -69,7 +69,7 @@ impl std::fmt::Debug for NewCredential {
 
 /// The answer to `POST /v1/credentials`: the credential as saved (`verifying`) and its
 /// verification's run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CredentialSaved {
     /// The credential, without its secret.
     pub credential: CredentialView,
@@ -78,28 +78,28 @@ pub struct CredentialSaved {
 }
 
 /// `GET /v1/credentials`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CredentialList {
     /// Every credential, by name, without secrets.
     pub credentials: Vec<CredentialView>,
 }
 
 /// `GET /v1/credentials/{name}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CredentialShown {
     /// The credential, without its secret.
     pub credential: CredentialView,
 }
 
 /// `DELETE /v1/credentials/{name}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CredentialDeleted {
     /// The name of the credential deleted.
     pub deleted: String,
 }
 
 /// `POST /v1/clusters`: a cluster to create.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewCluster {
     /// DNS-label name, unique among clusters that are not deleted.
@@ -117,7 +117,7 @@ pub struct NewCluster {
 }
 
 /// The answer to `POST /v1/clusters`: the cluster's durable intent and its create run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClusterCreated {
     /// The cluster as stored.
     pub cluster: ClusterView,
@@ -126,7 +126,7 @@ pub struct ClusterCreated {
 }
 
 /// One cluster of `GET /v1/clusters`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClusterSummary {
     /// The record.
     pub cluster: ClusterView,
@@ -137,14 +137,14 @@ pub struct ClusterSummary {
 }
 
 /// `GET /v1/clusters`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClusterList {
     /// Every cluster that is not deleted, by name.
     pub clusters: Vec<ClusterSummary>,
 }
 
 /// `GET /v1/clusters/{name}`, and the answer to `DELETE` on it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClusterDetail {
     /// The record: spec, phase (with its reason), placement, endpoint.
     pub cluster: ClusterView,
@@ -163,7 +163,7 @@ pub struct ClusterDetail {
 }
 
 /// Where a resource's workflow stands, in a resource's detail.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkflowSummary {
     /// The run.
     pub id: Uuid,
@@ -196,7 +196,7 @@ impl From<&RunRecord> for WorkflowSummary {
 }
 
 /// The query of `GET /v1/workflows`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowQuery {
     /// Only this kind.
@@ -217,14 +217,14 @@ pub struct WorkflowQuery {
 }
 
 /// `GET /v1/workflows`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkflowList {
     /// Runs, newest first.
     pub workflows: Vec<RunRecord>,
 }
 
 /// `GET /v1/workflows/{id}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkflowDetail {
     /// The run, its steps and its definition's plan.
     pub workflow: RunDetail,
@@ -233,7 +233,7 @@ pub struct WorkflowDetail {
 }
 
 /// The query of `GET /v1/workflows/{id}/events`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     /// Only entries after this one.
@@ -247,7 +247,7 @@ pub struct EventsQuery {
 
 /// The query of the lists of named resources (`GET /v1/credentials`, `/v1/clusters`,
 /// `/v1/apis`): a page of them, by name.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NamesQuery {
     /// At most this many (1 to 1000; 1000 by default).
@@ -259,7 +259,7 @@ pub struct NamesQuery {
 }
 
 /// `GET /v1/workflows/{id}/events`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkflowEvents {
     /// The run's timeline, oldest first.
     pub events: Vec<EventRecord>,
@@ -288,7 +288,7 @@ impl WorkflowAction {
 }
 
 /// The answer to a [`WorkflowAction`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkflowActed {
     /// The run.
     pub id: Uuid,
@@ -296,8 +296,20 @@ pub struct WorkflowActed {
     pub status: RunStatus,
 }
 
+/// `GET /v1/health`: always 200 while the process answers.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Health {
+    /// `ok`, or `degraded` when the database or the disk under it does not take work.
+    pub status: String,
+    /// `reachable` or `unreachable`: whether the database answered within 2 s.
+    pub database: String,
+    /// On SQLite: `writable`, `disk-full` or `read-only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
+}
+
 /// `GET /v1/status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiStatus {
     /// The API's id.
     pub id: String,
@@ -322,7 +334,7 @@ pub struct ApiStatus {
 }
 
 /// The bucket an API's state is shipped to, and how far shipping has got.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckpointStatus {
     /// `s3://BUCKET/PREFIX` or `gs://BUCKET/PREFIX`.
     pub bucket: String,
@@ -340,14 +352,14 @@ pub struct CheckpointStatus {
 }
 
 /// Every error answer: `{"error": {"code": ..., "message": ...}}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
 }
 
 /// A stable code and a sentence that says what to do.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorDetail {
     /// The stable code.
     pub code: String,
@@ -357,7 +369,7 @@ pub struct ErrorDetail {
 
 /// `POST /v1/secrets` (a new secret) and `PUT /v1/secrets/{name}` (its next version): either
 /// `values` (an env secret) or `registry` (a registry secret), never both.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSecret {
     /// The secret's name (a DNS label); on `PUT` it must be the path's.
@@ -371,7 +383,7 @@ pub struct NewSecret {
 }
 
 /// A login to a container registry.
-#[derive(Clone, Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryLogin {
     /// The registry's host (`ghcr.io`, `registry.example.com:5000`), as image references name it.
@@ -392,14 +404,14 @@ impl std::fmt::Debug for RegistryLogin {
 }
 
 /// The answer to `POST /v1/secrets` and `PUT /v1/secrets/{name}`: the secret, never its values.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SecretSaved {
     /// The secret as stored, at its new version.
     pub secret: SecretView,
 }
 
 /// One secret in a list, with the deployments that take it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SecretSummary {
     /// The secret, without its values.
     #[serde(flatten)]
@@ -409,21 +421,21 @@ pub struct SecretSummary {
 }
 
 /// `GET /v1/secrets`: a page of the secrets by name.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SecretList {
     /// The secrets, by name, without values.
     pub secrets: Vec<SecretSummary>,
 }
 
 /// `DELETE /v1/secrets/{name}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SecretDeleted {
     /// The deleted secret's name.
     pub deleted: String,
 }
 
 /// `POST /v1/jobs`: a job to run on a cluster.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewJob {
     /// The cluster's name or id; it must be ready.
@@ -453,7 +465,7 @@ pub struct NewJob {
 }
 
 /// `POST /v1/services`: a service to deploy on a cluster.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewService {
     /// The cluster's name or id; it must be ready.
@@ -493,7 +505,7 @@ pub struct NewService {
 
 /// `POST /v1/deployments/{id}/upgrade`: a new revision of a service. What is not given is the
 /// latest revision's that did not fail.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpgradeRequest {
     /// A new image.
@@ -518,7 +530,7 @@ pub struct UpgradeRequest {
 }
 
 /// Where a service answers inside its cluster.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServiceAddress {
     /// The ClusterIP Service's DNS name (`NAME.anycloud.svc.cluster.local`).
     pub dns_name: String,
@@ -530,7 +542,7 @@ pub struct ServiceAddress {
 }
 
 /// `GET /v1/deployments/{id}` and the answer to every change of a deployment.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeploymentDetail {
     /// The record: spec, status, outcome.
     pub deployment: DeploymentView,
@@ -554,7 +566,7 @@ pub struct DeploymentDetail {
 }
 
 /// A workflow step that failed and will be tried again.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RetryState {
     /// Failed attempts so far.
     pub attempt: u32,
@@ -565,7 +577,7 @@ pub struct RetryState {
 }
 
 /// The query of `GET /v1/deployments`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentQuery {
     /// Only this state (`queued`, `running`, `completed`, ...).
@@ -580,14 +592,14 @@ pub struct DeploymentQuery {
 }
 
 /// `GET /v1/deployments`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeploymentList {
     /// Deployments, newest first.
     pub deployments: Vec<DeploymentSummary>,
 }
 
 /// One deployment of a list.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeploymentSummary {
     /// The record.
     pub deployment: DeploymentView,
@@ -598,7 +610,7 @@ pub struct DeploymentSummary {
 }
 
 /// The query of `GET /v1/deployments/{id}/logs`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogsQuery {
     /// Keep streaming until the container ends.
@@ -611,13 +623,14 @@ pub struct LogsQuery {
     pub timestamps: bool,
     /// Only the lines stamped at or after this time (Kubernetes' `sinceTime`, whole seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub since_time: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// The first message of `GET /v1/deployments/{id}/exec`, a WebSocket: the command to run in the
 /// job's container. Then every message is binary, its first byte a channel ([`exec_channel`]) and
 /// the rest the data, as Kubernetes' own `v5.channel.k8s.io` exec protocol frames them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     /// The command and its arguments.
@@ -642,7 +655,7 @@ pub mod exec_channel {
 }
 
 /// How an exec session ended: the command's exit code, or why it could not run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecExit {
     /// The command's exit code, when it ran.
     pub exit_code: Option<i32>,
@@ -652,7 +665,7 @@ pub struct ExecExit {
 }
 
 /// `GET /v1/clusters/{name}/kubeconfig`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Kubeconfig {
     /// The cluster's name.
     pub cluster: String,
@@ -661,7 +674,7 @@ pub struct Kubeconfig {
 }
 
 /// `POST /v1/apis`: deploy an API on a cloud VM (`anycloud api serve --credentials`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewHostedApi {
     /// Its name (a DNS label).
@@ -698,7 +711,7 @@ pub struct NewHostedApi {
 
 /// `GET /v1/credentials/{name}/vm-types/{vm_type}?region=R`: what a machine type runs on, which
 /// the binary a hosted API's VM runs must match.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VmTypeArchitectures {
     /// The credential asked.
     pub credential: String,
@@ -711,7 +724,7 @@ pub struct VmTypeArchitectures {
 }
 
 /// The query of [`VmTypeArchitectures`].
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VmTypeQuery {
     /// The region [default: as `api serve --credentials` picks it].
@@ -720,7 +733,7 @@ pub struct VmTypeQuery {
 }
 
 /// The answer to `POST /v1/apis` and `DELETE /v1/apis/{name}`: the record and the run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostedApiStarted {
     /// The record.
     pub api: HostedApiView,
@@ -729,14 +742,14 @@ pub struct HostedApiStarted {
 }
 
 /// `GET /v1/apis`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostedApiList {
     /// The live hosted APIs, by name.
     pub apis: Vec<HostedApiView>,
 }
 
 /// `GET /v1/apis/{name}/access`: what a CLI needs to use a ready hosted API.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostedApiAccess {
     /// Its name.
     pub name: String,
@@ -751,7 +764,7 @@ pub struct HostedApiAccess {
 }
 
 /// `DELETE /v1/apis/{name}?delete_bucket=true`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemoveHostedApi {
     /// Delete the checkpoint bucket and the API's state in it too.
@@ -760,7 +773,7 @@ pub struct RemoveHostedApi {
 }
 
 /// The answer to `POST /v1/tls/renew`: the certificate an API serves from now on.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TlsRenewed {
     /// The CA it was issued from (PEM): what clients pin.
     pub ca_pem: String,

@@ -16,7 +16,7 @@ use crate::db::spec::Spec;
 use crate::db::vms;
 
 /// A cluster: its spec, where it stands, where its control plane runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClusterView {
     /// Stable id; the value of the cluster tag on everything it owns.
     pub id: String,
@@ -107,7 +107,7 @@ impl From<clusters::Cluster> for ClusterView {
 }
 
 /// One VM of a cluster, as the provider last reported it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VmView {
     /// The provider's id.
     pub provider_id: String,
@@ -140,7 +140,7 @@ impl From<vms::VmRecord> for VmView {
 }
 
 /// A credential: its name, provider, public part and verdict; never its secret.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CredentialView {
     /// Name.
     pub name: String,
@@ -176,7 +176,7 @@ impl From<credentials::Credential> for CredentialView {
 }
 
 /// A job or a service: what it runs, where it stands, its attempt and (a service) what serves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeploymentView {
     /// Stable id (a UUID); the value of the `anycloud.dev/deployment-id` label.
     pub id: String,
@@ -267,7 +267,7 @@ impl From<deployments::Deployment> for DeploymentView {
 }
 
 /// One revision of a service.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RevisionView {
     /// 1, 2, ...
     pub number: i64,
@@ -307,7 +307,7 @@ impl From<revisions::Revision> for RevisionView {
 }
 
 /// A secret: its name, kind, version and key names; never its values.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SecretView {
     /// Its name.
     pub name: String,
@@ -338,7 +338,7 @@ impl From<secrets::Secret> for SecretView {
 }
 
 /// A hosted API as its deployer shows it (never its token).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostedApiView {
     /// Stable id; `api-<id>` tags what it owns at the provider.
     pub id: String,
