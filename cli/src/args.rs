@@ -169,6 +169,19 @@ pub(crate) enum Command {
     /// Inspect and steer the durable workflows of the active API.
     #[command(subcommand)]
     Workflow(WorkflowCommand),
+    /// Open the web console of the active API in a browser.
+    ///
+    /// Prints an address that signs one browser in, once, within a minute (a session of 12
+    /// hours in an HttpOnly cookie; the API's token never reaches the browser), and opens it
+    /// where a desktop runs. docs/console.md says what the console shows.
+    #[command(after_long_help = "Examples:\n  \
+        anycloud ui\n  \
+        anycloud ui --no-open | xargs chromium")]
+    Ui {
+        /// Print the address only; do not start a browser.
+        #[arg(long)]
+        no_open: bool,
+    },
     /// Print the shell completion script for bash, zsh, fish or powershell.
     ///
     /// The script completes anycloud's commands and flags; it is printed on stdout, for the

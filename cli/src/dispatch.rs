@@ -33,6 +33,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Resubmit { id, wait, timeout } => commands::deployment::resubmit(&id, wait, timeout, json).await,
         Command::Wait { refs, timeout } => wait(refs, timeout, json).await,
         Command::Workflow(command) => workflow(command, json).await,
+        Command::Ui { no_open } => commands::ui::ui(no_open, json).await,
         Command::Completions { shell } => commands::shell::completions(shell),
         Command::Man { command } => commands::shell::man(&command),
         // Served in `main`, before the runtime starts.

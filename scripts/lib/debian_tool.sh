@@ -8,6 +8,8 @@
 #   `kubectl` (kubernetes-client) the reference client pointed at a simulated cluster,
 #              tests/tests/kubectl_sim.rs. Debian's is an older kubectl (1.20) that speaks only
 #              SPDY for `exec`; that test then checks every other command and says it skipped exec.
+#   `chromium`, `chromedriver` (chromium, chromium-driver) the headless browser and its WebDriver
+#              that tests/tests/console_browser.rs drives through the web console.
 #   `shellcheck` (shellcheck) lints every cloud-init script the workflows generate,
 #              workflows/tests/cloud_init_sandbox.rs, which fails without it.
 #

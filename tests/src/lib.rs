@@ -6,6 +6,7 @@
 //! tests of several engine processes on one PostgreSQL share; [`provider_state`] what the tests
 //! that compare a workflow's end with the provider's own state share.
 
+pub mod browser;
 pub mod e2e;
 pub mod fake_gce;
 pub mod fake_gcs;

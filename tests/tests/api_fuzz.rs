@@ -41,6 +41,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/health"),
     ("GET", "/v1/status"),
     ("GET", "/v1/openapi.json"),
+    ("POST", "/v1/console/codes"),
     ("GET", "/v1/apis"),
     ("POST", "/v1/apis"),
     ("GET", "/v1/apis/{}"),

@@ -18,6 +18,7 @@ pub mod outage;
 pub mod secret;
 pub mod service;
 pub mod shell;
+pub mod ui;
 pub mod workflow;
 
 /// Prints a value as pretty JSON (for `--json`).

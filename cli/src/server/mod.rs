@@ -14,6 +14,7 @@ mod auth;
 mod body_limit;
 pub mod checkpoint;
 mod clusters;
+mod console;
 mod credentials;
 mod deployments;
 pub mod error;
@@ -110,6 +111,7 @@ fn router(state: AppState, kube_routes: Router) -> Router {
     let authenticated = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/openapi.json", get(openapi::serve))
+        .route("/v1/console/codes", post(console::new_code))
         .route("/v1/apis", get(apis::list).post(apis::deploy))
         .route("/v1/apis/{name}", get(apis::show).delete(apis::remove))
         .route("/v1/apis/{name}/access", get(apis::access))
@@ -159,6 +161,7 @@ fn router(state: AppState, kube_routes: Router) -> Router {
     Router::new()
         .route("/v1/health", get(health).layer(bounded(Limit::Request)))
         .merge(authenticated)
+        .merge(console::routes().route_layer(middleware::from_fn_with_state(state.clone(), checkpoint::durable)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

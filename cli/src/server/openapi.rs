@@ -99,6 +99,8 @@ fn the_api() -> Vec<Operation> {
         op("get", "/v1/openapi.json", "openapi", "This document").answers(200, |_| Schema::from(true)),
         op("get", "/v1/status", "status", "The API's id, kind, store and version").answers(200, of::<ApiStatus>),
         op("post", "/v1/tls/renew", "renewTls", "Issue a new serving certificate").answers(200, of::<TlsRenewed>),
+        op("post", "/v1/console/codes", "consoleCode", "A single-use code that signs a browser into the console")
+            .answers(201, of::<ConsoleCode>),
     ]
 }
 

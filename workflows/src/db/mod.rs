@@ -4,6 +4,7 @@
 //! functions with a [`Db`], or with the [`WriteTx`] an operation submits its run in.
 
 pub mod clusters;
+pub mod console_sessions;
 pub mod credentials;
 pub mod deployments;
 pub mod hosted_apis;

@@ -33,6 +33,7 @@
 //! current version, inside the transaction that stores it.
 
 mod cluster_kubeconfig;
+pub mod console_sessions;
 mod create_cluster;
 mod delete_cluster;
 mod delete_credential;

@@ -308,6 +308,18 @@ pub struct Health {
     pub storage: Option<String>,
 }
 
+/// The answer to `POST /v1/console/codes`: a code that signs a browser into the web console
+/// once, within a minute.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConsoleCode {
+    /// The code (32 random bytes, URL-safe base64).
+    pub code: String,
+    /// The path, on this API, that trades it for a session: `/ui/sign-in?code=CODE`.
+    pub path: String,
+    /// When it expires (milliseconds since the epoch).
+    pub expires_at: i64,
+}
+
 /// `GET /v1/status`.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiStatus {

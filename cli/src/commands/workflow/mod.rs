@@ -20,8 +20,7 @@ use crate::render;
 mod explain;
 mod follow;
 
-pub(crate) use explain::explain_run;
-use explain::{explain, latest_wait};
+pub(crate) use explain::{explain, explain_run, latest_wait};
 pub use follow::follow;
 use follow::timeline;
 
