@@ -243,6 +243,11 @@ impl Engine {
         Ok(RunDetail { run, steps, plan, limits })
     }
 
+    /// How many steps a definition has (`None`: a kind or version this binary does not know).
+    pub fn step_count(&self, kind: &str, version: u32) -> Option<usize> {
+        self.inner.registry.step_names(kind, version).map(|names| names.len())
+    }
+
     /// The run's timeline after entry `after` (0 for all); entries are numbered 1, 2, ... within
     /// the run (`EventRecord::seq`).
     pub async fn events(&self, id: Uuid, after: i64) -> Result<Vec<EventRecord>, EngineError> {

@@ -109,6 +109,28 @@ fn the_console_signs_in_once_follows_runs_live_and_cancels_from_a_page() {
     assert!(browser.text("table").unwrap().contains("cluster.create"));
     screenshot(&browser, "workflows");
 
+    // ---- The cluster's page lists its VMs; a job's page follows its logs live.
+    browser.goto(&format!("{}/ui/clusters/demo", api.url));
+    let vms = browser.text("table").unwrap();
+    assert!(vms.contains("control-plane") && vms.contains("worker"), "{vms}");
+    screenshot(&browser, "cluster");
+    let ticker = "for i in 1 2 3 4 5 6; do echo line $i; sleep 1; done";
+    api.cli(&["job", "busybox:1.36", "--cluster", "demo", "-i", "ticker", "--", "sh", "-c", ticker]).expect_code(0);
+    browser.goto(&format!("{}/ui/deployments/ticker", api.url));
+    browser.script("window.anycloudStayed = true");
+    let first = browser.wait_for(Duration::from_secs(60), "the job's first lines", |browser| {
+        browser.text("#logs").filter(|logs| logs.contains("line 1"))
+    });
+    assert!(!first.contains("line 6"), "the logs came all at once, not as they were written: {first}");
+    browser.wait_for(Duration::from_secs(60), "the job's last line and its end", |browser| {
+        let logs = browser.text("#logs")?;
+        let done = browser.text("dl")?.contains("completed");
+        (logs.contains("line 6") && done).then_some(())
+    });
+    assert_eq!(browser.text("#logs").unwrap().matches("line 3").count(), 1, "a line shown twice");
+    assert_eq!(browser.script("return window.anycloudStayed === true"), true, "the job's page reloaded");
+    screenshot(&browser, "job");
+
     // ---- A stuck run says why first; cross-site actions are refused; Cancel unwinds it.
     let stuck = create_cluster(&api, "stuck", "never");
     let stuck_page = format!("{}/ui/workflows/{stuck}", api.url);
@@ -119,6 +141,16 @@ fn the_console_signs_in_once_follows_runs_live_and_cancels_from_a_page() {
     assert!(why.starts_with("waiting"), "{why}");
     assert!(why.contains(&format!("anycloud workflow cancel {stuck}")), "the first lines say what to do: {why}");
     screenshot(&browser, "workflow-stuck");
+    // A resource's run says which step of how many it is on (what followers show as `step N/M`).
+    let plan = api.inspect(&stuck, false)["plan"].as_array().unwrap().clone();
+    let number = plan.iter().position(|step| step == "wait_for_nodes").unwrap() + 1;
+    let shown = api.cli(&["--json", "cluster", "status", "stuck"]);
+    let workflow = &shown.json()["workflow"];
+    assert_eq!(
+        (workflow["step_number"].as_u64(), workflow["steps"].as_u64()),
+        (Some(number as u64), Some(plan.len() as u64)),
+        "{workflow}"
+    );
     let csrf = browser.attribute("form[action$='/cancel'] input[name=csrf]", "value").unwrap();
     let cancel = format!("/ui/workflows/{stuck}/cancel");
     let form = format!("csrf={csrf}");

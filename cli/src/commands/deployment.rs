@@ -275,13 +275,14 @@ fn stand(detail: &DeploymentDetail) -> Stand {
         (None, Some(reason)) => state.push_str(&format!(": {reason}")),
         (None, None) => {}
     }
-    let step = detail.workflow.as_ref().and_then(|run| run.current_step.as_deref());
-    if let Some(step) = step.filter(|_| !has_ended(detail)) {
+    let run = detail.workflow.as_ref().filter(|_| !has_ended(detail));
+    let placed = run.and_then(|run| Some((run.step_number?, run.steps?, run.current_step.clone()?)));
+    if let (None, Some(step)) = (&placed, run.and_then(|run| run.current_step.as_deref())) {
         state.push_str(&format!("; step {step}"));
     }
     let attempt = if deployment.is_service() { 0 } else { u32::try_from(deployment.attempt).unwrap_or(0) };
     let subject = format!("{} {}", deployment.kind, deployment.name);
-    Stand { subject, step: None, attempt, state, tone: state_tone(&detail.state) }
+    Stand { subject, step: placed, attempt, state, tone: state_tone(&detail.state) }
 }
 
 /// How a deployment's state reads at a glance.

@@ -13,7 +13,7 @@ use crate::client::Client;
 use crate::exit::{CliResult, OK};
 use crate::output::say;
 
-/// `anycloud ui [--no-open]`.
+/// `anycloud ui`, with `--no-open` to print the address only.
 pub async fn ui(no_open: bool, json: bool) -> CliResult {
     let client = Client::active()?;
     let code: ConsoleCode = client.post_empty("/v1/console/codes").await?;

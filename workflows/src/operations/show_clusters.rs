@@ -57,7 +57,9 @@ impl Operations {
             desired_vms: cluster.min_vms,
             running_vms: running(&vms),
             vms: vms.into_iter().map(Into::into).collect(),
-            workflow: run.as_ref().map(WorkflowSummary::from),
+            workflow: run
+                .as_ref()
+                .map(|run| WorkflowSummary::placed(run, self.engine.step_count(&run.kind, run.version))),
             last_error,
             cluster: cluster.into(),
         })

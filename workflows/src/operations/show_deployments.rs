@@ -96,7 +96,9 @@ impl Operations {
             retry,
             cluster: cluster.as_ref().map(|cluster| cluster.name.clone()).unwrap_or_default(),
             simulated: cluster.is_some_and(|cluster| cluster.provider == ProviderKind::Sim),
-            workflow: run.as_ref().map(WorkflowSummary::from),
+            workflow: run
+                .as_ref()
+                .map(|run| WorkflowSummary::placed(run, self.engine.step_count(&run.kind, run.version))),
             deployment: deployment.into(),
         })
     }

@@ -179,6 +179,13 @@ pub struct WorkflowSummary {
     pub status_reason: Option<String>,
     /// When it acts next.
     pub next_at: Option<i64>,
+    /// The step in hand's number in its plan, from 1, while the run moves forward (what a
+    /// follower shows as `step 3/12`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_number: Option<u32>,
+    /// How many steps the run's plan has, when this API knows its definition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
 }
 
 impl From<&RunRecord> for WorkflowSummary {
@@ -191,6 +198,22 @@ impl From<&RunRecord> for WorkflowSummary {
             attempt: run.attempt,
             status_reason: run.status_reason.clone(),
             next_at: run.next_at,
+            step_number: None,
+            steps: None,
+        }
+    }
+}
+
+impl WorkflowSummary {
+    /// The summary of `run`, placed in its plan of `steps` steps (`None`: a definition this API
+    /// does not know).
+    pub fn placed(run: &RunRecord, steps: Option<usize>) -> Self {
+        let steps = steps.and_then(|steps| u32::try_from(steps).ok()).filter(|steps| *steps > 0);
+        let forward = run.phase == anycloud_engine::Phase::Forward && !run.status.is_final();
+        Self {
+            step_number: steps.filter(|_| forward).map(|steps| (run.step_index + 1).min(steps)),
+            steps,
+            ..Self::from(run)
         }
     }
 }

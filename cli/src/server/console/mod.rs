@@ -16,6 +16,7 @@
 
 mod html;
 mod pages;
+mod resources;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -51,6 +52,11 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/workflows", get(workflows))
         .route("/ui/workflows/{id}", get(workflow))
         .route("/ui/workflows/{id}/{action}", post(act))
+        .route("/ui/clusters/{name}", get(cluster))
+        .route("/ui/clusters/{name}/delete", post(delete_cluster))
+        .route("/ui/deployments/{id}", get(deployment))
+        .route("/ui/deployments/{id}/terminate", post(terminate))
+        .route("/ui/deployments/{id}/logs", get(logs))
         .route("/ui/assets/{file}", get(asset))
         .layer(axum::middleware::map_response(secure_headers))
 }
@@ -225,6 +231,12 @@ async fn workflow(State(state): State<AppState>, headers: HeaderMap, Path(id): P
     }
 }
 
+/// An action's checks: an open session, then the form's token and the Origin.
+async fn checked_action(state: &AppState, headers: &HeaderMap, form: &Bytes) -> Result<(), Response> {
+    let session = session(state, headers).await?;
+    same_site_form(&session, headers, form).map_err(|why| html(StatusCode::FORBIDDEN, pages::refused("Refused", why)))
+}
+
 /// `POST /ui/workflows/{id}/{retry|resume|cancel}`: the action, then the run's page.
 async fn act(
     State(state): State<AppState>,
@@ -232,12 +244,8 @@ async fn act(
     Path((id, action)): Path<(String, String)>,
     form: Bytes,
 ) -> Response {
-    let session = match session(&state, &headers).await {
-        Ok(session) => session,
-        Err(refused) => return refused,
-    };
-    if let Err(why) = same_site_form(&session, &headers, &form) {
-        return html(StatusCode::FORBIDDEN, pages::refused("Refused", why));
+    if let Err(refused) = checked_action(&state, &headers, &form).await {
+        return refused;
     }
     let action = match action.as_str() {
         "retry" => WorkflowAction::Retry,
@@ -252,6 +260,87 @@ async fn act(
     };
     match state.ops.act_on_workflow(&id, action).await {
         Ok(_) => Redirect::to(&format!("/ui/workflows/{id}")).into_response(),
+        Err(err) => failed(err),
+    }
+}
+
+async fn cluster(State(state): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    let session = match session(&state, &headers).await {
+        Ok(session) => session,
+        Err(refused) => return refused,
+    };
+    let csrf = csrf_token(&session);
+    match resources::cluster(&state.ops, &name, &csrf).await {
+        Ok(content) => html(StatusCode::OK, html::page(&format!("Cluster {name}"), Some(&csrf), true, &content)),
+        Err(err) => failed(err),
+    }
+}
+
+/// `POST /ui/clusters/{name}/delete`: starts the delete, then shows its run.
+async fn delete_cluster(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    form: Bytes,
+) -> Response {
+    if let Err(refused) = checked_action(&state, &headers, &form).await {
+        return refused;
+    }
+    match state.ops.delete_cluster(&name).await {
+        Ok(detail) => match detail.workflow {
+            Some(run) => Redirect::to(&format!("/ui/workflows/{}", run.id)).into_response(),
+            None => Redirect::to(&format!("/ui/clusters/{name}")).into_response(),
+        },
+        Err(err) => failed(err),
+    }
+}
+
+async fn deployment(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let session = match session(&state, &headers).await {
+        Ok(session) => session,
+        Err(refused) => return refused,
+    };
+    let csrf = csrf_token(&session);
+    match resources::deployment(&state.ops, &id, &csrf).await {
+        Ok((title, content)) => html(StatusCode::OK, html::page(&title, Some(&csrf), true, &content)),
+        Err(err) => failed(err),
+    }
+}
+
+/// `POST /ui/deployments/{id}/terminate`: starts the termination, then shows its run.
+async fn terminate(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>, form: Bytes) -> Response {
+    if let Err(refused) = checked_action(&state, &headers, &form).await {
+        return refused;
+    }
+    match state.ops.terminate_deployment(&id).await {
+        Ok(detail) => match detail.workflow {
+            Some(run) => Redirect::to(&format!("/ui/workflows/{}", run.id)).into_response(),
+            None => Redirect::to(&format!("/ui/deployments/{id}")).into_response(),
+        },
+        Err(err) => failed(err),
+    }
+}
+
+/// `GET /ui/deployments/{id}/logs`: a job's output, followed until it ends, as `text/plain`
+/// (the page's script appends it as it comes); it holds one of the API's stream places.
+async fn logs(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    if let Err(refused) = session(&state, &headers).await {
+        return refused;
+    }
+    let slot = match state.streams.hold(&format!("a follow of `{}`'s logs", anycloud_workflows::names::shown(&id))) {
+        Ok(slot) => slot,
+        Err(err) => return err.into_response(),
+    };
+    let query = anycloud_workflows::wire::LogsQuery { follow: true, ..Default::default() };
+    match state.ops.deployment_logs(&id, &query).await {
+        Ok(stream) => {
+            let stream = futures::StreamExt::map(stream, move |chunk| {
+                let _held = &slot;
+                chunk
+            });
+            ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], axum::body::Body::from_stream(stream))
+                .into_response()
+        }
         Err(err) => failed(err),
     }
 }

@@ -46,7 +46,7 @@ pub async fn overview(ops: &Operations) -> Result<String, OperationError> {
         .map(|summary| {
             let cluster = &summary.cluster;
             vec![
-                escape(&cluster.name),
+                link(&format!("/ui/clusters/{}", cluster.name), &cluster.name),
                 state(cluster.phase.as_str()),
                 escape(&format!("{} of {} VMs running", summary.running_vms, cluster.max_vms)),
                 escape(&format!("{} {} {}", cluster.provider, cluster.region, cluster.vm_type)),
@@ -60,7 +60,7 @@ pub async fn overview(ops: &Operations) -> Result<String, OperationError> {
         .map(|summary| {
             let deployment = &summary.deployment;
             vec![
-                escape(&deployment.name),
+                link(&format!("/ui/deployments/{}", deployment.id), &deployment.name),
                 escape(&words(&deployment.kind)),
                 state(&summary.state),
                 escape(&summary.cluster),

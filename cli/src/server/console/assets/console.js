@@ -30,8 +30,19 @@ document.addEventListener("submit", (event) => {
       }
       const next = new DOMParser().parseFromString(await answer.text(), "text/html").getElementById("main");
       const focused = document.activeElement && document.activeElement.id;
-      if (next && next.innerHTML !== main.innerHTML) {
+      // What the page holds for itself (a followed log) is compared empty and kept as it is.
+      const kept = main.querySelector("[data-keep]");
+      const shown = main.cloneNode(true);
+      const shownKept = shown.querySelector("[data-keep]");
+      if (shownKept) {
+        shownKept.textContent = "";
+      }
+      if (next && next.innerHTML !== shown.innerHTML) {
         main.innerHTML = next.innerHTML;
+        const slot = main.querySelector("[data-keep]");
+        if (kept && slot) {
+          slot.replaceWith(kept);
+        }
         if (focused && document.getElementById(focused)) {
           document.getElementById(focused).focus();
         }
@@ -40,4 +51,36 @@ document.addEventListener("submit", (event) => {
     window.setTimeout(tick, every);
   };
   window.setTimeout(tick, every);
+})();
+
+// A <pre data-follow="URL"> shows URL's text as it streams in (a job's logs), and keeps it.
+(function follow() {
+  const pre = document.querySelector("pre[data-follow]");
+  if (!pre) {
+    return;
+  }
+  (async () => {
+    // A job not started yet answers 409: ask again every second until it has.
+    let answer = null;
+    for (let tries = 0; tries < 300; tries += 1) {
+      answer = await fetch(pre.getAttribute("data-follow"), { credentials: "same-origin" });
+      if (answer.status !== 409) {
+        break;
+      }
+      await new Promise((done) => window.setTimeout(done, 1000));
+    }
+    if (!answer.ok || !answer.body) {
+      pre.textContent = "The logs cannot be shown now (" + answer.status + ").";
+      return;
+    }
+    const reader = answer.body.getReader();
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) {
+        break;
+      }
+      pre.textContent += decoder.decode(value, { stream: true });
+    }
+  })();
 })();
