@@ -21,7 +21,8 @@ mod resources;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -114,6 +115,23 @@ async fn session(state: &AppState, headers: &HeaderMap) -> Result<String, Respon
     }
 }
 
+/// An open console session (its id), from the request's cookie: a handler that takes one is
+/// refused with 401 without it, before anything else is read.
+struct Session(String);
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        session(state, &parts.headers).await.map(Session)
+    }
+}
+
+/// The refusal of an action that failed its checks, saying why.
+fn forbidden(why: &str) -> Response {
+    html(StatusCode::FORBIDDEN, pages::refused("Refused", why))
+}
+
 /// The CSRF token of a session: derived from its id, which only the cookie carries.
 fn csrf_token(session: &str) -> String {
     hash(&format!("csrf:{session}"))
@@ -168,13 +186,14 @@ async fn sign_in(State(state): State<AppState>, query: Result<Query<SignIn>, Que
 }
 
 /// `POST /ui/sign-out`: ends the session and clears the cookie.
-async fn sign_out(State(state): State<AppState>, headers: HeaderMap, form: Bytes) -> Response {
-    let session = match session(&state, &headers).await {
-        Ok(session) => session,
-        Err(refused) => return refused,
-    };
+async fn sign_out(
+    State(state): State<AppState>,
+    Session(session): Session,
+    headers: HeaderMap,
+    form: Bytes,
+) -> Response {
     if let Err(why) = same_site_form(&session, &headers, &form) {
-        return html(StatusCode::FORBIDDEN, pages::refused("Refused", why));
+        return forbidden(why);
     }
     if let Err(err) = state.ops.console_sign_out(&session).await {
         return failed(err);
@@ -187,11 +206,7 @@ async fn sign_out(State(state): State<AppState>, headers: HeaderMap, form: Bytes
         .into_response()
 }
 
-async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let session = match session(&state, &headers).await {
-        Ok(session) => session,
-        Err(refused) => return refused,
-    };
+async fn overview(State(state): State<AppState>, Session(session): Session) -> Response {
     match pages::overview(&state.ops).await {
         Ok(content) => html(StatusCode::OK, html::page("Overview", Some(&csrf_token(&session)), true, &content)),
         Err(err) => failed(err),
@@ -200,13 +215,9 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
 
 async fn workflows(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Session(session): Session,
     query: Result<Query<WorkflowQuery>, QueryRejection>,
 ) -> Response {
-    let session = match session(&state, &headers).await {
-        Ok(session) => session,
-        Err(refused) => return refused,
-    };
     let mut query = query.map(|Query(query)| query).unwrap_or_default();
     for filter in [&mut query.kind, &mut query.status, &mut query.resource] {
         if filter.as_deref() == Some("") {
@@ -219,11 +230,7 @@ async fn workflows(
     }
 }
 
-async fn workflow(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let session = match session(&state, &headers).await {
-        Ok(session) => session,
-        Err(refused) => return refused,
-    };
+async fn workflow(State(state): State<AppState>, Session(session): Session, Path(id): Path<String>) -> Response {
     let csrf = csrf_token(&session);
     match pages::workflow(&state.ops, &id, &csrf).await {
         Ok((title, content)) => html(StatusCode::OK, html::page(&title, Some(&csrf), true, &content)),
@@ -231,21 +238,16 @@ async fn workflow(State(state): State<AppState>, headers: HeaderMap, Path(id): P
     }
 }
 
-/// An action's checks: an open session, then the form's token and the Origin.
-async fn checked_action(state: &AppState, headers: &HeaderMap, form: &Bytes) -> Result<(), Response> {
-    let session = session(state, headers).await?;
-    same_site_form(&session, headers, form).map_err(|why| html(StatusCode::FORBIDDEN, pages::refused("Refused", why)))
-}
-
 /// `POST /ui/workflows/{id}/{retry|resume|cancel}`: the action, then the run's page.
 async fn act(
     State(state): State<AppState>,
+    Session(session): Session,
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
     form: Bytes,
 ) -> Response {
-    if let Err(refused) = checked_action(&state, &headers, &form).await {
-        return refused;
+    if let Err(why) = same_site_form(&session, &headers, &form) {
+        return forbidden(why);
     }
     let action = match action.as_str() {
         "retry" => WorkflowAction::Retry,
@@ -264,11 +266,7 @@ async fn act(
     }
 }
 
-async fn cluster(State(state): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Response {
-    let session = match session(&state, &headers).await {
-        Ok(session) => session,
-        Err(refused) => return refused,
-    };
+async fn cluster(State(state): State<AppState>, Session(session): Session, Path(name): Path<String>) -> Response {
     let csrf = csrf_token(&session);
     match resources::cluster(&state.ops, &name, &csrf).await {
         Ok(content) => html(StatusCode::OK, html::page(&format!("Cluster {name}"), Some(&csrf), true, &content)),
@@ -279,12 +277,13 @@ async fn cluster(State(state): State<AppState>, headers: HeaderMap, Path(name): 
 /// `POST /ui/clusters/{name}/delete`: starts the delete, then shows its run.
 async fn delete_cluster(
     State(state): State<AppState>,
+    Session(session): Session,
     headers: HeaderMap,
     Path(name): Path<String>,
     form: Bytes,
 ) -> Response {
-    if let Err(refused) = checked_action(&state, &headers, &form).await {
-        return refused;
+    if let Err(why) = same_site_form(&session, &headers, &form) {
+        return forbidden(why);
     }
     match state.ops.delete_cluster(&name).await {
         Ok(detail) => match detail.workflow {
@@ -295,11 +294,7 @@ async fn delete_cluster(
     }
 }
 
-async fn deployment(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let session = match session(&state, &headers).await {
-        Ok(session) => session,
-        Err(refused) => return refused,
-    };
+async fn deployment(State(state): State<AppState>, Session(session): Session, Path(id): Path<String>) -> Response {
     let csrf = csrf_token(&session);
     match resources::deployment(&state.ops, &id, &csrf).await {
         Ok((title, content)) => html(StatusCode::OK, html::page(&title, Some(&csrf), true, &content)),
@@ -308,9 +303,15 @@ async fn deployment(State(state): State<AppState>, headers: HeaderMap, Path(id):
 }
 
 /// `POST /ui/deployments/{id}/terminate`: starts the termination, then shows its run.
-async fn terminate(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>, form: Bytes) -> Response {
-    if let Err(refused) = checked_action(&state, &headers, &form).await {
-        return refused;
+async fn terminate(
+    State(state): State<AppState>,
+    Session(session): Session,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Bytes,
+) -> Response {
+    if let Err(why) = same_site_form(&session, &headers, &form) {
+        return forbidden(why);
     }
     match state.ops.terminate_deployment(&id).await {
         Ok(detail) => match detail.workflow {
@@ -323,10 +324,7 @@ async fn terminate(State(state): State<AppState>, headers: HeaderMap, Path(id): 
 
 /// `GET /ui/deployments/{id}/logs`: a job's output, followed until it ends, as `text/plain`
 /// (the page's script appends it as it comes); it holds one of the API's stream places.
-async fn logs(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Err(refused) = session(&state, &headers).await {
-        return refused;
-    }
+async fn logs(State(state): State<AppState>, _: Session, Path(id): Path<String>) -> Response {
     let slot = match state.streams.hold(&format!("a follow of `{}`'s logs", anycloud_workflows::names::shown(&id))) {
         Ok(slot) => slot,
         Err(err) => return err.into_response(),

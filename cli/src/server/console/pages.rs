@@ -114,28 +114,11 @@ pub async fn workflows(ops: &Operations, query: WorkflowQuery) -> Result<String,
     html.push_str(r#"</select></label><button type="submit">Filter</button></form>"#);
     html.push_str(&table("Runs, newest first", &RUN_HEADER, &rows, "No run matches."));
     if let Some(last) = page.workflows.last().filter(|_| page.workflows.len() == limit as usize) {
-        let mut older = format!("/ui/workflows?before={}", last.seq);
-        for (name, value) in [("kind", &filters.kind), ("status", &filters.status), ("resource", &filters.resource)] {
-            if let Some(value) = value {
-                let _ = write!(older, "&{name}={}", urlencoding(value));
-            }
-        }
+        let older = WorkflowQuery { before: Some(last.seq), limit: None, ..filters };
+        let older = format!("/ui/workflows?{}", serde_urlencoded::to_string(&older).unwrap_or_default());
         let _ = write!(html, "<p>{}</p>", link(&older, "Older runs"));
     }
     Ok(html)
-}
-
-fn urlencoding(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// One workflow: its first lines, the actions a person can take, its steps on a time axis, its
