@@ -105,4 +105,4 @@ pub use status::{Phase, RunStatus, StepLimits, StepShape};
 pub use store::{
     DiskSpace, EventRecord, Lease, Millis, Pool, RunFilter, RunRecord, StepRecord, Store, StoreFault, WriteTx,
 };
-pub use timeline::{EventKind, StepStatus};
+pub use timeline::{EventKind, StepStatus, retry_delay};

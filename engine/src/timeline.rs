@@ -1,6 +1,8 @@
 //! The kinds of entries in a run's timeline, and how a finished step is recorded.
 //! Both are stored as their kebab-case names, which is also how `inspect` shows them.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::status::RunStatus;
@@ -130,9 +132,43 @@ stored_enum! {
     }
 }
 
+/// The timeline's words for an attempt that failed and is retried after `delay`:
+/// `attempt 2 failed (retrying in 1.5 s): <error>` (`undo attempt ...` for an undo).
+pub(crate) fn retrying(undo: bool, attempts: u32, delay: Duration, error: &impl std::fmt::Display) -> String {
+    let undo = if undo { "undo " } else { "" };
+    format!("{undo}attempt {attempts} failed (retrying in {}): {error}", crate::worker::humanize(delay))
+}
+
+/// The delay that a retried attempt's entry names (see [`retrying`]), to the precision it was
+/// written with: a picture of the run draws the back-off from it.
+pub fn retry_delay(message: &str) -> Option<Duration> {
+    let (_, rest) = message.split_once(" failed (retrying in ")?;
+    let (amount, unit) = rest.split_once(')')?.0.split_once(' ')?;
+    let amount: f64 = amount.parse().ok().filter(|amount: &f64| amount.is_finite() && *amount >= 0.0)?;
+    let seconds = match unit {
+        "ms" => amount / 1000.0,
+        "s" => amount,
+        "min" => amount * 60.0,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(seconds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retried_attempt_names_its_delay() {
+        for (delay, read) in [(250, 250), (1_500, 1_500), (119_940, 119_900), (600_000, 600_000)] {
+            let message = retrying(false, 2, Duration::from_millis(delay), &"boom (at x)");
+            assert_eq!(retry_delay(&message), Some(Duration::from_millis(read)), "{message}");
+        }
+        let undo = retrying(true, 1, Duration::from_secs(3), &"gone");
+        assert_eq!(undo, "undo attempt 1 failed (retrying in 3.0 s): gone");
+        assert_eq!(retry_delay(&undo), Some(Duration::from_secs(3)));
+        assert_eq!(retry_delay("step `a` failed for good: boom"), None);
+    }
 
     #[test]
     fn stored_names_round_trip() {

@@ -25,7 +25,7 @@ use crate::registry::{Instance, Shape};
 use crate::retry::{OnExhausted, RetryPolicy};
 use crate::status::{Phase, RunStatus};
 use crate::store::{Claimed, Commit, CommitOutcome, CommitShape, Millis, NewEvent, RunRecord, StepRecord};
-use crate::timeline::{EventKind, StepStatus};
+use crate::timeline::{self, EventKind, StepStatus};
 
 /// What an attempt (or a cancel) changes in a run.
 enum Transition {
@@ -587,10 +587,10 @@ async fn retry(
     let event = if run.phase == Phase::Forward {
         run.status = RunStatus::Retrying;
         run.status_reason = Some(format!("attempt {attempts} failed; next attempt in {}", humanize(delay)));
-        let message = format!("attempt {attempts} failed (retrying in {}): {error}", humanize(delay));
+        let message = timeline::retrying(false, attempts, delay, &error);
         NewEvent::new(EventKind::StepFailed, step_name.as_deref(), message)
     } else {
-        let message = format!("undo attempt {attempts} failed (retrying in {}): {error}", humanize(delay));
+        let message = timeline::retrying(true, attempts, delay, &error);
         NewEvent::new(EventKind::UndoFailed, step_name.as_deref(), message)
     };
     run.error = Some(error);

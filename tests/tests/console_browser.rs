@@ -140,6 +140,14 @@ fn the_console_signs_in_once_follows_runs_live_and_cancels_from_a_page() {
     });
     assert!(why.starts_with("waiting"), "{why}");
     assert!(why.contains(&format!("anycloud workflow cancel {stuck}")), "the first lines say what to do: {why}");
+    // Its time axis draws the poll's wait as its own bar, and the next check after now.
+    let axis = browser.wait_for(Duration::from_secs(30), "the wait's bar on the time axis", |browser| {
+        browser.text("main section").filter(|axis| axis.contains("waited ") && axis.contains("next check in"))
+    });
+    assert!(axis.contains("wait_for_nodes: waiting now"), "{axis}");
+    let count = |css: &str| browser.script_with("return document.querySelectorAll(arguments[0]).length", &[json!(css)]);
+    assert!(count("svg.axis rect.wait").as_u64() >= Some(1), "{axis}");
+    assert_eq!(count("svg.axis rect.planned"), 1, "{axis}");
     screenshot(&browser, "workflow-stuck");
     // A resource's run says which step of how many it is on (what followers show as `step N/M`).
     let plan = api.inspect(&stuck, false)["plan"].as_array().unwrap().clone();
@@ -180,9 +188,23 @@ fn the_console_signs_in_once_follows_runs_live_and_cancels_from_a_page() {
     });
     assert_eq!(browser.current_url(), stuck_page);
     assert_eq!(api.inspect(&stuck, false)["run"]["status"], "cancelled");
+    let axis = browser.text("main section").unwrap();
+    assert!(axis.contains("undo launch_workers: undone"), "the undos are bars of their own: {axis}");
+    screenshot(&browser, "workflow-cancelled");
+
+    // ---- The API's reference, from its OpenAPI document; the document itself for the session.
+    browser.goto(&format!("{}/ui/api", api.url));
+    let reference = browser.text("main").unwrap();
+    assert!(reference.contains("GET /v1/workflows/{id}") && reference.contains("WorkflowDetail"), "{reference}");
+    screenshot(&browser, "api");
+    browser.click("a[href='#schema-WorkflowDetail']");
+    assert!(browser.current_url().ends_with("#schema-WorkflowDetail"));
+    let document = e2e::http(&api.url, "GET", "/ui/openapi.json", &[("Cookie", &cookie)], b"");
+    assert_eq!(document.status, 200);
+    assert_eq!(serde_json::from_str::<Value>(&document.body).unwrap()["openapi"], "3.1.0");
 
     // ---- Without a session: every page and action is refused. Every answer has the CSP.
-    for path in ["/ui", "/ui/workflows", &format!("/ui/workflows/{run}")] {
+    for path in ["/ui", "/ui/workflows", &format!("/ui/workflows/{run}"), "/ui/api", "/ui/openapi.json"] {
         let answer = e2e::http(&api.url, "GET", path, &[], b"");
         assert_eq!(answer.status, 401, "GET {path} without a session: {answer:?}");
         let signed_in = e2e::http(&api.url, "GET", path, &[("Cookie", &cookie)], b"");

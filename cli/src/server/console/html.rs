@@ -62,7 +62,7 @@ pub fn link(href: &str, text: &str) -> String {
 pub fn page(title: &str, csrf: Option<&str>, live: bool, content: &str) -> String {
     let nav = match csrf {
         Some(csrf) => format!(
-            r#"<nav aria-label="Console"><a href="/ui">Overview</a> <a href="/ui/workflows">Workflows</a>
+            r#"<nav aria-label="Console"><a href="/ui">Overview</a> <a href="/ui/workflows">Workflows</a> <a href="/ui/api">API</a>
 <form method="post" action="/ui/sign-out" class="inline"><input type="hidden" name="csrf" value="{}"><button type="submit">Sign out</button></form></nav>"#,
             escape(csrf)
         ),

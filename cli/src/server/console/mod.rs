@@ -14,9 +14,11 @@
 //! the cookie's `SameSite`. Every answer carries a `Content-Security-Policy` that allows no
 //! inline script and nothing from elsewhere, forbids framing, and keeps forms on this origin.
 
+mod api_docs;
 mod html;
 mod pages;
 mod resources;
+mod time_axis;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -58,6 +60,8 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/deployments/{id}", get(deployment))
         .route("/ui/deployments/{id}/terminate", post(terminate))
         .route("/ui/deployments/{id}/logs", get(logs))
+        .route("/ui/api", get(api_docs))
+        .route("/ui/openapi.json", get(openapi))
         .route("/ui/assets/{file}", get(asset))
         .layer(axum::middleware::map_response(secure_headers))
 }
@@ -341,6 +345,17 @@ async fn logs(State(state): State<AppState>, _: Session, Path(id): Path<String>)
         }
         Err(err) => failed(err),
     }
+}
+
+/// `GET /ui/api`: the HTTP API's reference, from its OpenAPI document.
+async fn api_docs(Session(session): Session) -> Response {
+    html(StatusCode::OK, html::page("HTTP API", Some(&csrf_token(&session)), false, api_docs::content()))
+}
+
+/// `GET /ui/openapi.json`: the OpenAPI document, for a signed-in browser (the API's own route
+/// needs the bearer token, which a browser never holds).
+async fn openapi(_: Session) -> Response {
+    super::openapi::serve().await.into_response()
 }
 
 /// The embedded stylesheet and script.

@@ -5,13 +5,14 @@
 
 use std::fmt::Write as _;
 
-use anycloud_engine::{EventRecord, Phase, RunRecord, RunStatus, StepRecord};
+use anycloud_engine::{EventRecord, RunRecord, RunStatus};
 use anycloud_workflows::operations::Operations;
 use anycloud_workflows::refusal::OperationError;
 use anycloud_workflows::wire::{DeploymentQuery, NamesQuery, WorkflowQuery};
 use serde::Serialize;
 
 use super::html::{self, escape, link, relative, state, table};
+use super::time_axis;
 use crate::commands::workflow::{explain, latest_wait};
 
 /// A value's serde name (`needs-attention`, `service`).
@@ -139,7 +140,7 @@ pub async fn workflow(ops: &Operations, id: &str, csrf: &str) -> Result<(String,
         escape(&format!("{} · {}", run.kind, run.resource_key.as_deref().unwrap_or("no resource"))),
     );
     html.push_str(&actions(run, csrf));
-    html.push_str(&time_axis(&detail.workflow.steps, run, detail.now));
+    html.push_str(&time_axis::section(&detail.workflow.steps, &events, run, detail.now));
     html.push_str(&timeline(&events, detail.now));
     Ok((format!("Workflow {}", run.kind), html))
 }
@@ -169,66 +170,6 @@ fn actions(run: &RunRecord, csrf: &str) -> String {
     }
     html.push_str("</div>");
     html
-}
-
-/// The steps as bars on one time axis, from the run's submission to its end (or now): each
-/// finished step (forward or undo, failed ones marked), then the step in hand growing to now.
-fn time_axis(steps: &[StepRecord], run: &RunRecord, now: i64) -> String {
-    let start = run.created_at;
-    let end = run.finished_at.unwrap_or(now).max(start + 1);
-    let span = (end - start) as f64;
-    let x = |at: i64| ((at - start) as f64 / span * 600.0).clamp(0.0, 600.0);
-    let mut bars: Vec<(String, &str, i64, i64, String)> = steps
-        .iter()
-        .map(|step| {
-            let class = match (step.phase, words(&step.status).as_str()) {
-                (_, "failed") => "failed",
-                (Phase::Undo, _) => "undo",
-                _ => "forward",
-            };
-            let label = match step.phase {
-                Phase::Undo => format!("undo {}", step.name),
-                Phase::Forward => step.name.clone(),
-            };
-            let said = format!(
-                "{label}: {}, {} attempt(s), {:.1} s",
-                words(&step.status),
-                step.attempts,
-                (step.finished_at - step.started_at) as f64 / 1000.0
-            );
-            (label, class, step.started_at, step.finished_at, said)
-        })
-        .collect();
-    if let (Some(step), Some(began), None) = (&run.current_step, run.step_started_at, run.finished_at) {
-        let said = format!("{step}: {} now, attempt {}", run.status.as_str(), run.attempt + 1);
-        bars.push((step.clone(), "current", began, now, said));
-    }
-    if bars.is_empty() {
-        return r#"<section><h2>Steps</h2><p class="empty">No step has started.</p></section>"#.to_owned();
-    }
-    let height = bars.len() * 22 + 20;
-    let mut svg = format!(
-        r#"<section><h2>Steps</h2><svg class="axis" viewBox="0 0 820 {height}" role="img" aria-label="The run's steps on a time axis"><title>Steps from submission ({}) to {}</title>"#,
-        escape(&relative(start, now)),
-        if run.finished_at.is_some() { "the end" } else { "now" }
-    );
-    let mut list = String::from(r#"<ol class="muted">"#);
-    for (i, (label, class, from, to, said)) in bars.iter().enumerate() {
-        let y = i * 22 + 4;
-        let width = (x(*to) - x(*from)).max(2.0);
-        let _ = write!(
-            svg,
-            r#"<text x="0" y="{}">{}</text><rect class="{class}" x="{:.1}" y="{y}" width="{width:.1}" height="16"><title>{}</title></rect>"#,
-            y + 12,
-            escape(&label.chars().take(26).collect::<String>()),
-            200.0 + x(*from),
-            escape(said),
-        );
-        let _ = write!(list, "<li>{}</li>", escape(said));
-    }
-    svg.push_str("</svg>");
-    list.push_str("</ol></section>");
-    svg + &list
 }
 
 /// The run's timeline, newest last.
