@@ -72,7 +72,7 @@ pub fn page(title: &str, csrf: Option<&str>, live: bool, content: &str) -> Strin
     format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} · Anycloud</title><link rel="stylesheet" href="/ui/assets/console.css"><script src="/ui/assets/console.js" defer></script></head>
+<title>{title} · Anycloud</title><link rel="icon" href="/ui/assets/icon.svg"><link rel="stylesheet" href="/ui/assets/console.css"><script src="/ui/assets/console.js" defer></script></head>
 <body><header><a class="brand" href="/ui">Anycloud</a>{nav}</header>
 <main id="main"{live}><h1>{title}</h1>
 {content}

@@ -358,11 +358,12 @@ async fn openapi(_: Session) -> Response {
     super::openapi::serve().await.into_response()
 }
 
-/// The embedded stylesheet and script.
+/// The embedded stylesheet, script and icon.
 async fn asset(Path(file): Path<String>) -> Response {
     let (kind, body) = match file.as_str() {
         "console.css" => ("text/css; charset=utf-8", include_str!("assets/console.css")),
         "console.js" => ("text/javascript; charset=utf-8", include_str!("assets/console.js")),
+        "icon.svg" => ("image/svg+xml", include_str!("assets/icon.svg")),
         _ => return StatusCode::NOT_FOUND.into_response(),
     };
     ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "public, max-age=300")], body).into_response()

@@ -111,6 +111,15 @@ fn segments(window: &Window, events: &[EventRecord], run: &RunRecord) -> Vec<Seg
         }
     }
     let last = bars.last().map(|bar| bar.bar);
+    bars.extend(ending(window, run, (cursor, attempt), last));
+    bars
+}
+
+/// The lane's last bars, from `cursor` on (`attempt` the attempt in hand): its last attempt if
+/// it ended, or the attempt running now and the check or attempt planned after now.
+fn ending(window: &Window, run: &RunRecord, (cursor, attempt): (i64, u32), last: Option<Bar>) -> Vec<Segment> {
+    let to = window.to;
+    let mut bars = Vec::new();
     match window.ended {
         Some(StepStatus::Failed) if last == Some(Bar::Failed) => {}
         Some(ended) => {
