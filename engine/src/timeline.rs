@@ -1,5 +1,7 @@
-//! The kinds of entries in a run's timeline, and how a finished step is recorded.
-//! Both are stored as their kebab-case names, which is also how `inspect` shows them.
+//! The kinds of entries in a run's timeline, how a finished step is recorded, and the words
+//! for durations and retried attempts in its messages.
+//! Entry kinds and step statuses are stored as their kebab-case names, which is also how `inspect`
+//! shows them.
 
 use std::time::Duration;
 
@@ -132,11 +134,23 @@ stored_enum! {
     }
 }
 
+/// A duration as the timeline's words say it: `250 ms`, `1.5 s`, `3 min`.
+pub(crate) fn humanize(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 120_000 {
+        format!("{:.1} s", duration.as_secs_f64())
+    } else {
+        format!("{} min", duration.as_secs() / 60)
+    }
+}
+
 /// The timeline's words for an attempt that failed and is retried after `delay`:
 /// `attempt 2 failed (retrying in 1.5 s): <error>` (`undo attempt ...` for an undo).
 pub(crate) fn retrying(undo: bool, attempts: u32, delay: Duration, error: &impl std::fmt::Display) -> String {
     let undo = if undo { "undo " } else { "" };
-    format!("{undo}attempt {attempts} failed (retrying in {}): {error}", crate::worker::humanize(delay))
+    format!("{undo}attempt {attempts} failed (retrying in {}): {error}", humanize(delay))
 }
 
 /// The delay that a retried attempt's entry names (see [`retrying`]), to the precision it was

@@ -25,7 +25,7 @@ use crate::registry::{Instance, Shape};
 use crate::retry::{OnExhausted, RetryPolicy};
 use crate::status::{Phase, RunStatus};
 use crate::store::{Claimed, Commit, CommitOutcome, CommitShape, Millis, NewEvent, RunRecord, StepRecord};
-use crate::timeline::{self, EventKind, StepStatus};
+use crate::timeline::{self, EventKind, StepStatus, humanize};
 
 /// What an attempt (or a cancel) changes in a run.
 enum Transition {
@@ -806,17 +806,6 @@ async fn commit_again(inner: &Inner, commit: &Commit<'_>, err: sqlx::Error) -> R
 /// `every` and `slowest`.
 fn next_check(every: Duration, slowest: Duration, waited: Duration) -> Duration {
     (waited / 10).clamp(every, slowest.max(every))
-}
-
-pub(crate) fn humanize(duration: Duration) -> String {
-    let ms = duration.as_millis();
-    if ms < 1_000 {
-        format!("{ms} ms")
-    } else if ms < 120_000 {
-        format!("{:.1} s", duration.as_secs_f64())
-    } else {
-        format!("{} min", duration.as_secs() / 60)
-    }
 }
 
 #[cfg(test)]
