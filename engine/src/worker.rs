@@ -29,9 +29,8 @@ use crate::timeline::{self, EventKind, StepStatus, humanize};
 
 /// What an attempt (or a cancel) changes in a run.
 enum Transition {
-    /// A forward step completed; the next one starts, or, after the last step (`next` `None`),
-    /// the run is finishing: every step is checkpointed and the run has yet to end.
-    Advance { step: StepRecord, next: Option<&'static str> },
+    /// A forward step other than the last completed; the next one starts.
+    Advance { step: StepRecord, next: &'static str },
     /// The last step completed (its record, unless there was none left to run) and the
     /// workflow built its output.
     Succeed { step: Option<StepRecord>, output: Value },
@@ -268,7 +267,7 @@ impl Driver<'_> {
         };
         self.instance.completed(index, output);
         if index + 1 < self.instance.step_count() {
-            Transition::Advance { step, next: Some(self.instance.step_name(index + 1)) }
+            Transition::Advance { step, next: self.instance.step_name(index + 1) }
         } else {
             self.finish(Some(step))
         }
@@ -444,33 +443,9 @@ impl Driver<'_> {
         }
     }
 
-    /// The last step completed: its checkpoint is committed on its own first, and the run ends
-    /// by a second commit. A cancel recorded before the first (through another engine, or as the
-    /// step's work ended) comes back with it and turns the run back, the last step undone with
-    /// its output; the store refuses a cancel once every step is checkpointed. So a cancel the
-    /// store accepted is never lost to the run's success. Returns `None` if the lease was taken
-    /// over, else the transition that replaces the success (`Some(None)`: none, succeed).
-    async fn finishing(
-        &self,
-        run: &mut RunRecord,
-        step: StepRecord,
-    ) -> Result<Option<Option<Transition>>, sqlx::Error> {
-        if matches!(apply(self.inner, run, Transition::Advance { step, next: None }).await?, Next::Stop) {
-            return Ok(None);
-        }
-        Ok(Some(run.cancel_requested.then(|| self.turn_back_for_cancel(run, false))))
-    }
-
     /// Applies the transition to the run and commits it (see [`apply`]), keeping the workflow's
     /// own view of the run in step.
     async fn apply(&mut self, run: &mut RunRecord, transition: Transition) -> Result<Next, sqlx::Error> {
-        let transition = match transition {
-            Transition::Succeed { step: Some(step), output } => match self.finishing(run, step).await? {
-                Some(transition) => transition.unwrap_or(Transition::Succeed { step: None, output }),
-                None => return Ok(Next::Stop),
-            },
-            other => other,
-        };
         if let Transition::Unwind(Unwind { reason, .. }) = &transition {
             self.instance.turned_back(reason, run.cancel_requested);
         }
@@ -499,8 +474,8 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
             // `next_at` stays as it is (already due): the checkpoint then changes no indexed
             // column, which keeps it cheap (a HOT update on PostgreSQL).
             run.status = RunStatus::Running;
-            run.current_step = next.map(str::to_owned);
-            run.step_started_at = next.map(|_| now);
+            run.current_step = Some(next.to_owned());
+            run.step_started_at = Some(now);
             // The step's row is its `step-succeeded` entry in the timeline: no event row.
             Ok(continue_unless_fenced(commit(inner, run, false, Some(&step), &[]).await?))
         }
@@ -547,7 +522,13 @@ struct Unwind {
     in_hand: Option<&'static str>,
 }
 
-/// The last step completed: the run ends `succeeded` with the workflow's output.
+/// The last step completed: the run ends `succeeded` with the workflow's output, in the same
+/// commit as the last step's checkpoint. A cancel recorded before that commit (through another
+/// engine, or as the step's work ended) is found inside it: the commit is then the checkpoint
+/// alone, the run stays as the advance past its last step left it, and the driver turns it back
+/// (`Next::Continue`: the loop sees the cancel), the last step undone with its output. Once the
+/// commit is in, the store refuses a cancel (every step is checkpointed), so a cancel the store
+/// accepted is never lost to the run's success.
 async fn succeed(
     inner: &Inner,
     run: &mut RunRecord,
@@ -561,14 +542,25 @@ async fn succeed(
     run.attempt = 0;
     run.error = None;
     run.status_reason = None;
-    run.output = Some(output);
-    run.status = RunStatus::Succeeded;
     run.current_step = None;
     run.step_started_at = None;
+    let advanced = run.clone();
+    run.output = Some(output);
+    run.status = RunStatus::Succeeded;
     run.next_at = None;
     run.finished_at = Some(now);
     let events = [NewEvent::new(EventKind::Succeeded, None, "every step succeeded")];
     let kept = commit(inner, run, true, step.as_ref(), &events).await?;
+    if kept && run.cancel_requested && step.is_some() {
+        // Only the checkpoint was written: the run as the advance left it, still leased.
+        *run = RunRecord {
+            cancel_requested: true,
+            updated_at: run.updated_at,
+            attempt_started_at: Some(run.updated_at),
+            ..advanced
+        };
+        return Ok(Next::Continue);
+    }
     Ok(ended_unless_fenced(kept, run.status))
 }
 
@@ -710,6 +702,8 @@ async fn commit(
     let advance = !release && run.phase == Phase::Forward && run.status == RunStatus::Running && step.is_some();
     let shape = if advance {
         CommitShape::Advance
+    } else if run.status == RunStatus::Succeeded && step.is_some() {
+        CommitShape::Finish
     } else if run.status == RunStatus::Waiting {
         CommitShape::Wait
     } else {
@@ -723,7 +717,8 @@ async fn commit(
     };
     match outcome {
         CommitOutcome::Committed { cancel_requested } => {
-            // The run in memory is now the run as stored.
+            // The run in memory is now the run as stored (a finish that found a cancel kept
+            // the lease: the caller puts the run back as stored, see `succeed`).
             run.cancel_requested = cancel_requested;
             run.updated_at = now;
             run.attempt_started_at = (!release).then_some(now);
@@ -775,7 +770,11 @@ async fn commit_again(inner: &Inner, commit: &Commit<'_>, err: sqlx::Error) -> R
             // generation (nothing else frees it). One that keeps it moved the run's phase or
             // step, which only the lease holder moves; it counts only if the lease was renewed,
             // or the driver would go on under a lapsed lease.
-            let landed = if commit.release {
+            // A finish moved the run past its last step, whether it ended the run or found a
+            // cancel and kept the lease.
+            let landed = if commit.shape == CommitShape::Finish {
+                stored.step_index == run.step_index
+            } else if commit.release {
                 stored.lease.is_none()
             } else {
                 !renewed.is_empty() && stored.phase == run.phase && stored.step_index == run.step_index

@@ -287,6 +287,18 @@ async fn a_cancel_as_the_last_step_ends_turns_the_run_back(db: TestDb) {
     let run = driver.wait(id, WAIT).await.unwrap();
     assert_eq!(run.status, RunStatus::Cancelled, "the accepted cancel was dropped: {run:?}");
     assert_eq!(journal.entries(), ["prepare", "last started", "undo last done", "undo prepare done"]);
+    // The last step's checkpoint found the cancel inside its own statement: the step is in the
+    // timeline, `succeeded` is not, and the positions run on without a gap or a repeat.
+    let timeline = driver.events(id, 0).await.unwrap();
+    let kinds: Vec<&str> = timeline.iter().map(|event| event.kind.as_str()).collect();
+    assert!(!kinds.contains(&"succeeded"), "{kinds:?}");
+    let last = timeline
+        .iter()
+        .position(|event| event.kind.as_str() == "step-succeeded" && event.step.as_deref() == Some("last"));
+    let cancelled = kinds.iter().position(|kind| *kind == "cancelled");
+    assert!(last.is_some() && last < cancelled, "{kinds:?}");
+    let positions: Vec<i64> = timeline.iter().map(|event| event.seq).collect();
+    assert_eq!(positions, (1..=timeline.len() as i64).collect::<Vec<_>>(), "{kinds:?}");
     // Once it has ended, a cancel is refused.
     assert!(matches!(operator.cancel(id).await, Err(EngineError::InvalidState { .. })));
     operator.shutdown(WAIT).await;

@@ -1,8 +1,9 @@
 //! Checkpoints: a run's new state, its finished step and its events, written atomically if the
 //! writer still holds the lease generation it claimed. This is the engine's hot path (one per
 //! step), so it is one round trip: on PostgreSQL one statement of data-modifying CTEs, on
-//! SQLite one batch of statements inside `BEGIN IMMEDIATE ... COMMIT` (`commit_sql.rs`),
-//! grouped with the other drivers' checkpoints when several are in flight (`group_commit.rs`).
+//! SQLite one transaction of a few statements (`commit_sql.rs`) run by the writer thread
+//! (`writer.rs`), grouped with the other drivers' checkpoints when several are in flight
+//! (`group_commit.rs`).
 
 use super::commit_args::{Commit, CommitArgs, bind_commit};
 use super::commit_sql::COMMIT_SQL;
@@ -48,7 +49,7 @@ impl Store {
         let args = CommitArgs::new(sql, commit);
         let cancel_requested = match (&self.pool, &self.group_commit) {
             (Pool::Postgres(pool), _) => bind_commit!(args).fetch_optional(pool).await?,
-            (Pool::Sqlite(_), Some(group)) => group.commit(args, commit.shape).await?,
+            (Pool::Sqlite(_), Some(group)) => group.commit(args).await?,
             (Pool::Sqlite(pool), None) => {
                 let mut tx = pool.begin_write().await?;
                 let cancel_requested = bind_commit!(args).fetch_optional(&mut *tx).await?;

@@ -1,7 +1,6 @@
 //! The statements a checkpoint runs, by [`CommitShape`], built once: on PostgreSQL one statement
-//! of data-modifying CTEs, on SQLite one batch of statements for a `BEGIN IMMEDIATE ... COMMIT`
-//! transaction (and the same batch wrapped in its own `BEGIN` and `COMMIT`, for a checkpoint
-//! that has the writer to itself).
+//! of data-modifying CTEs, on SQLite a few statements, separated by `;`, that the writer thread
+//! (`writer.rs`) runs inside its `BEGIN IMMEDIATE ... COMMIT` transaction.
 
 use std::sync::LazyLock;
 
@@ -15,6 +14,12 @@ pub(crate) enum CommitShape {
     /// A poll or sleep is not done: the run is released until its next check, and its one event
     /// (`waiting`) repeats the run's latest entry if that is a waiting of the same step.
     Wait,
+    /// The last step succeeded and the run ends `succeeded` with it, in one commit, unless a
+    /// cancel was recorded meanwhile: then, decided inside the same statement, the commit is the
+    /// last step's checkpoint alone (as [`CommitShape::Advance`] would write it: the run keeps its
+    /// status and lease, and the `succeeded` entry is not written), and the driver turns the run
+    /// back. Either way every step is checkpointed, so the store refuses any later cancel.
+    Finish,
 }
 
 impl CommitShape {
@@ -40,17 +45,46 @@ const SET_ALL: &str = "status = $1, phase = $2, step_index = $3, current_step = 
 const SET_ADVANCE: &str = "step_index = $3, current_step = $4, attempt = $5, step_started_at = $6, \
      status_reason = $8, error = $9, updated_at = $12, attempt_started_at = $12";
 
+/// The columns the end of a run sets with its last step ([`CommitShape::Finish`]): those of
+/// [`SET_ALL`] where no cancel is recorded, else those of [`SET_ADVANCE`] (the run's status,
+/// due time and lease stay). SQL reads `cancel_requested` here as the row had it before this
+/// UPDATE, on both databases.
+const SET_FINISH: &str = "status = CASE WHEN cancel_requested THEN status ELSE $1 END, phase = $2, step_index = $3, \
+     current_step = $4, attempt = $5, step_started_at = $6, \
+     next_at = CASE WHEN cancel_requested THEN next_at ELSE $7 END, status_reason = $8, error = $9, \
+     output = CASE WHEN cancel_requested THEN NULL ELSE $10 END, \
+     finished_at = CASE WHEN cancel_requested THEN NULL ELSE $11 END, updated_at = $12, unwind_reason = $30, \
+     lease_owner = CASE WHEN cancel_requested THEN lease_owner END, \
+     lease_expires_at = CASE WHEN cancel_requested THEN lease_expires_at END, \
+     attempt_started_at = CASE WHEN cancel_requested THEN $12 END";
+
+/// How many timeline entries a commit adds, read on the run's row `r` (whose `cancel_requested`
+/// no commit changes): all of them ($28), or for a [`CommitShape::Finish`] that found a cancel
+/// only the step's row, its one entry (the `succeeded` entry is not written).
+fn entries(finish: bool, r: &str) -> String {
+    if finish { format!("CASE WHEN {r}cancel_requested THEN 1 ELSE $28 END") } else { "$28".to_owned() }
+}
+
+/// What a [`CommitShape::Finish`] adds to the condition on which its event rows are written,
+/// `NOT {r}cancel_requested`: the run ended. Other commits write theirs whenever the run's row
+/// matched the fence.
+fn ended(finish: bool, keyword: &str, r: &str) -> String {
+    if finish { format!(" {keyword} NOT {r}cancel_requested") } else { String::new() }
+}
+
 /// The commit on PostgreSQL: data-modifying CTEs run as one atomic statement, in one round
 /// trip; the step row and the events are written only if the fenced UPDATE matched. The run's
 /// timeline counter grows by the entries written ($28: the events, plus the step row when $29,
 /// a forward step that succeeded, which is its own `step-succeeded` entry); `base` is the
 /// counter before them.
-fn commit_postgres(set: &str) -> String {
+fn commit_postgres(set: &str, finish: bool) -> String {
+    let grown = entries(finish, "");
+    let ended = ended(finish, "WHERE", "run.");
     format!(
         "WITH run AS ( \
-           UPDATE engine_runs SET {set}, events = events + $28 \
+           UPDATE engine_runs SET {set}, events = events + {grown} \
            WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16 \
-           RETURNING id, cancel_requested, events - $28 AS base), \
+           RETURNING id, cancel_requested, events - {grown} AS base), \
          step AS ( \
            INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, finished_at, n) \
            SELECT run.id, $18, $19, $20, $21, $22, $23, $24, $25, $26, CASE WHEN $29 THEN run.base + 1 END \
@@ -62,7 +96,7 @@ fn commit_postgres(set: &str) -> String {
            INSERT INTO engine_events (run_id, n, at, kind, step, message) \
            SELECT run.id, run.base + CASE WHEN $29 THEN 1 ELSE 0 END + e.position, $12, \
              e.value ->> 'kind', e.value ->> 'step', e.value ->> 'message' \
-           FROM run, jsonb_array_elements($27::jsonb) WITH ORDINALITY AS e(value, position)) \
+           FROM run, jsonb_array_elements($27::jsonb) WITH ORDINALITY AS e(value, position){ended}) \
          SELECT cancel_requested FROM run"
     )
 }
@@ -72,21 +106,24 @@ fn commit_postgres(set: &str) -> String {
 /// release the lease) "it matched" reads as: the row still has the claimed generation (every
 /// claim increments it) and carries this commit's `updated_at`. The timeline counter before
 /// this commit's entries is `events - $28`.
-fn commit_sqlite(set: &str) -> String {
+fn commit_sqlite(set: &str, finish: bool) -> String {
+    let grown = entries(finish, "");
+    let base = format!("r.events - {}", entries(finish, "r."));
+    let ended = ended(finish, "AND", "r.");
     format!(
-        "UPDATE engine_runs SET {set}, events = events + $28 \
+        "UPDATE engine_runs SET {set}, events = events + {grown} \
          WHERE id = $14 AND lease_generation = $15 AND lease_owner = $16; \
          INSERT INTO engine_steps (run_id, phase, idx, name, status, attempts, output, error, started_at, finished_at, n) \
-         SELECT $14, $18, $19, $20, $21, $22, $23, $24, $25, $26, CASE WHEN $29 THEN r.events - $28 + 1 END \
+         SELECT $14, $18, $19, $20, $21, $22, $23, $24, $25, $26, CASE WHEN $29 THEN {base} + 1 END \
          FROM engine_runs r WHERE $17 AND changes() = 1 AND r.id = $14 \
          ON CONFLICT (run_id, phase, idx) DO UPDATE SET name = excluded.name, status = excluded.status, \
            attempts = excluded.attempts, output = excluded.output, error = excluded.error, \
            started_at = excluded.started_at, finished_at = excluded.finished_at, n = excluded.n; \
          INSERT INTO engine_events (run_id, n, at, kind, step, message) \
-         SELECT $14, r.events - $28 + CASE WHEN $29 THEN 1 ELSE 0 END + e.key + 1, $12, \
+         SELECT $14, {base} + CASE WHEN $29 THEN 1 ELSE 0 END + e.key + 1, $12, \
            e.value ->> 'kind', e.value ->> 'step', e.value ->> 'message' \
          FROM engine_runs r, json_each($27) AS e \
-         WHERE r.id = $14 AND r.lease_generation = $15 AND r.updated_at = $12; \
+         WHERE r.id = $14 AND r.lease_generation = $15 AND r.updated_at = $12{ended}; \
          SELECT cancel_requested FROM engine_runs WHERE id = $14 AND lease_generation = $15 AND updated_at = $12"
     )
 }
@@ -162,18 +199,20 @@ fn wait_sqlite() -> String {
     )
 }
 
-/// A SQLite commit as one self-contained batch (`BEGIN IMMEDIATE; ...; COMMIT`), by
-/// [`CommitShape`]: one round trip to the connection's worker thread instead of three, for a
-/// checkpoint that has the writer to itself.
-pub(super) static SQLITE_SELF_COMMIT: LazyLock<[String; 3]> = LazyLock::new(|| {
-    [commit_sqlite(SET_ALL), commit_sqlite(SET_ADVANCE), wait_sqlite()]
-        .map(|sql| format!("BEGIN IMMEDIATE; {sql}; COMMIT"))
-});
-
 /// The commit statements, built once: [postgres, sqlite] × [`CommitShape`].
-pub(super) static COMMIT_SQL: LazyLock<[[String; 3]; 2]> = LazyLock::new(|| {
+pub(super) static COMMIT_SQL: LazyLock<[[String; 4]; 2]> = LazyLock::new(|| {
     [
-        [commit_postgres(SET_ALL), commit_postgres(SET_ADVANCE), wait_postgres()],
-        [commit_sqlite(SET_ALL), commit_sqlite(SET_ADVANCE), wait_sqlite()],
+        [
+            commit_postgres(SET_ALL, false),
+            commit_postgres(SET_ADVANCE, false),
+            wait_postgres(),
+            commit_postgres(SET_FINISH, true),
+        ],
+        [
+            commit_sqlite(SET_ALL, false),
+            commit_sqlite(SET_ADVANCE, false),
+            wait_sqlite(),
+            commit_sqlite(SET_FINISH, true),
+        ],
     ]
 });

@@ -14,6 +14,7 @@ use super::fault::{DiskSpace, StoreFault};
 use super::group_commit::GroupCommit;
 use super::handle::Store;
 use super::pool::{BeginWrite, Pool, WriteTx};
+use super::writer::Writer;
 use crate::error::EngineError;
 
 /// How long a query waits for a connection to PostgreSQL. While the server is down (restarting,
@@ -52,6 +53,13 @@ impl Store {
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
         let path = options.get_filename().to_owned();
+        if path.as_os_str() == ":memory:" {
+            let err = std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an in-memory SQLite database keeps nothing across a restart; name a file (sqlite://PATH)",
+            );
+            return Err(EngineError::Store(sqlx::Error::Io(err)));
+        }
         // SQLite would open a database on a read-only mount read-only, without a word, and
         // refuse every write after; say so now.
         if DiskSpace::of(&directory_of(&path)).is_ok_and(|disk| disk.read_only) {
@@ -77,9 +85,8 @@ impl Store {
             .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
-        let group_commit = Some(GroupCommit::start(pool.clone()));
-        let sqlite_path = (path.as_os_str() != ":memory:").then_some(path);
-        Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader), group_commit, sqlite_path })
+        let group_commit = Some(GroupCommit::start(pool.clone(), Writer::open(&path)?));
+        Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader), group_commit, sqlite_path: Some(path) })
     }
 
     /// How long the server lets a transaction sit idle before it ends the session. A process
@@ -169,8 +176,12 @@ impl Store {
         DiskSpace::of(&directory_of(self.sqlite_path.as_deref()?)).ok()?.fault()
     }
 
-    /// Closes the pool, waiting for connections to be returned.
+    /// Closes the pool, waiting for connections to be returned, and on SQLite the checkpoint
+    /// writer's connection.
     pub async fn close(&self) {
+        if let Some(group) = &self.group_commit {
+            group.close().await;
+        }
         crate::with_pool!(&self.pool, |pool| pool.close().await);
         crate::with_pool!(&self.reader, |pool| pool.close().await)
     }

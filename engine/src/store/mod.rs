@@ -17,6 +17,7 @@
 //! | `commit_args.rs` | a checkpoint's values, as a driver hands them over and owned, and the one place they are bound |
 //! | `commit_sql.rs` | the statements a checkpoint runs, by shape, on either database |
 //! | `group_commit.rs` | on SQLite, the queue that commits many drivers' checkpoints in one transaction |
+//! | `writer.rs` | on SQLite, the thread that writes checkpoints' transactions on a connection of its own, with no hop between statements |
 //! | `self_commit.rs` | on SQLite, a write transaction sent as one batch, in a task of its own |
 //! | `read.rs` | runs, steps, timelines, outputs and signals, as inspection and the worker read them |
 //! | `operator.rs` | cancel, signal, retry, resume |
@@ -43,6 +44,7 @@ mod read;
 mod records;
 mod self_commit;
 mod submit;
+mod writer;
 
 pub(crate) use commit::CommitOutcome;
 pub(crate) use commit_args::Commit;

@@ -1,0 +1,205 @@
+//! On SQLite, the thread that writes checkpoints: it owns a connection of its own (rusqlite, on
+//! the same SQLite library that sqlx links) and runs a whole transaction per call, its
+//! statements prepared once, with no thread hop between them.
+//!
+//! ```text
+//!   group commit ──(checkpoints, one transaction)──> writer thread ── BEGIN IMMEDIATE
+//!        ^                                                         ── each checkpoint's statements
+//!        └──────────────── one answer per checkpoint ───────────── ── COMMIT
+//! ```
+//!
+//! Through sqlx every statement goes to its connection's worker thread and its result comes back
+//! over a channel: a transaction of four statements is four round trips between threads, or one
+//! long batch whose rows and results still come back one message each. Here the caller sends the
+//! transaction once and is woken once. Everything else (submits, claims, operators' actions, the
+//! domain's writes) still writes through sqlx's one writer connection; the group-commit task
+//! holds that connection while the thread writes, so the two never contend for SQLite's write
+//! lock inside this process.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use super::commit_args::CommitArgs;
+
+/// Most statements a checkpoint's transaction keeps prepared: each shape's few, with room.
+const PREPARED: usize = 64;
+
+type Answers = Result<Vec<Option<bool>>, sqlx::Error>;
+
+/// What the thread is asked to do.
+enum Job {
+    /// Write the checkpoints in order in one transaction, and answer.
+    Write { commits: Vec<CommitArgs>, answer: oneshot::Sender<Answers> },
+    /// Close the connection and end, then say so.
+    Close { closed: oneshot::Sender<()> },
+}
+
+/// The writer thread's queue; the thread ends when the last clone is dropped.
+#[derive(Clone, Debug)]
+pub(crate) struct Writer {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Writer {
+    /// Opens the database at `path` (already created and migrated) with the store's settings
+    /// and starts the thread.
+    pub(crate) fn open(path: &Path) -> Result<Self, sqlx::Error> {
+        let conn = connect(path).map_err(to_sqlx)?;
+        let (jobs, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("anycloud-sqlite-writer".into())
+            .spawn(move || serve(conn, &queue))
+            .map_err(sqlx::Error::Io)?;
+        Ok(Self { jobs })
+    }
+
+    /// Writes `commits` in one transaction; returns, for each, `None` if it was fenced, else
+    /// whether a cancel is requested. All or none: an error fails every one of them.
+    pub(crate) async fn write(&self, commits: Vec<CommitArgs>) -> Answers {
+        let (answer, answered) = oneshot::channel();
+        self.jobs.send(Job::Write { commits, answer }).map_err(|_| stopped())?;
+        answered.await.map_err(|_| stopped())?
+    }
+
+    /// Closes the thread's connection (its file is then closed, as `Store::close` promises) and
+    /// ends the thread; later writes fail.
+    pub(crate) async fn close(&self) {
+        let (closed, done) = oneshot::channel();
+        if self.jobs.send(Job::Close { closed }).is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
+/// A connection with the settings of the store's own (`connect.rs`): WAL (the file's), a full
+/// sync on every commit, the busy timeout and foreign keys (the connection's).
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.set_prepared_statement_cache_capacity(PREPARED);
+    Ok(conn)
+}
+
+fn serve(mut conn: Connection, queue: &mpsc::Receiver<Job>) {
+    while let Ok(job) = queue.recv() {
+        match job {
+            Job::Write { commits, answer } => {
+                let _ = answer.send(transaction(&mut conn, &commits).map_err(to_sqlx));
+            }
+            Job::Close { closed } => {
+                drop(conn);
+                let _ = closed.send(());
+                return;
+            }
+        }
+    }
+}
+
+/// One transaction for all of `commits`. If a statement fails, the transaction is rolled back
+/// (unless SQLite already did, as it may on a full disk) and nothing of it stays.
+fn transaction(conn: &mut Connection, commits: &[CommitArgs]) -> rusqlite::Result<Vec<Option<bool>>> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let written = commits.iter().map(|commit| checkpoint(conn, commit)).collect::<rusqlite::Result<Vec<_>>>();
+    let committed = written.and_then(|answers| conn.execute_batch("COMMIT").map(|()| answers));
+    if committed.is_err() && !conn.is_autocommit() {
+        // Failing too would mean the connection is broken; the next BEGIN says so.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    committed
+}
+
+/// Runs one checkpoint's statements in order (`commit_sql.rs`, separated by `;`), binding each
+/// `$N` to the checkpoint's value N; the last statement's row is the answer.
+fn checkpoint(conn: &Connection, commit: &CommitArgs) -> rusqlite::Result<Option<bool>> {
+    let values = commit.values();
+    let mut answer = None;
+    for sql in commit.sql.split(';').map(str::trim).filter(|sql| !sql.is_empty()) {
+        let mut statement = conn.prepare_cached(sql)?;
+        for index in 1..=statement.parameter_count() {
+            let number = statement.parameter_name(index).and_then(|name| name.strip_prefix('$')?.parse::<usize>().ok());
+            let value = number.and_then(|number| values.get(number.checked_sub(1)?));
+            let value = value.ok_or_else(|| rusqlite::Error::InvalidParameterName(sql.to_owned()))?;
+            statement.raw_bind_parameter(index, value)?;
+        }
+        let mut rows = statement.raw_query();
+        answer = rows.next()?.map(|row| row.get::<_, bool>(0)).transpose()?;
+    }
+    Ok(answer)
+}
+
+impl CommitArgs {
+    /// The checkpoint's values in parameter order ($1 first), as SQLite takes them (a bool is
+    /// an integer, as sqlx binds it).
+    fn values(&self) -> [Value; 32] {
+        fn text(value: Option<&str>) -> Value {
+            value.map_or(Value::Null, |value| Value::Text(value.to_owned()))
+        }
+        fn int(value: Option<i64>) -> Value {
+            value.map_or(Value::Null, Value::Integer)
+        }
+        let flag = |value: bool| Value::Integer(i64::from(value));
+        [
+            text(Some(self.status)),
+            text(Some(self.phase)),
+            Value::Integer(self.step_index),
+            text(self.current_step.as_deref()),
+            Value::Integer(self.attempt),
+            int(self.step_started_at),
+            Value::Integer(self.next_at),
+            text(self.status_reason.as_deref()),
+            text(self.error.as_deref()),
+            text(self.output.as_deref()),
+            int(self.finished_at),
+            Value::Integer(self.now),
+            flag(self.release),
+            text(Some(&self.id)),
+            Value::Integer(self.generation),
+            text(Some(&self.owner)),
+            flag(self.has_step),
+            text(self.step_phase),
+            int(self.step_position),
+            text(self.step_name.as_deref()),
+            text(self.step_status),
+            int(self.step_attempts),
+            text(self.step_output.as_deref()),
+            text(self.step_error.as_deref()),
+            int(self.step_started),
+            int(self.step_finished),
+            text(Some(&self.events)),
+            Value::Integer(self.entries),
+            flag(self.step_entry),
+            text(self.unwind_reason.as_deref()),
+            text(self.waiting_step.as_deref()),
+            text(self.waiting_message.as_deref()),
+        ]
+    }
+}
+
+/// A rusqlite error as the store reports errors: a full or read-only disk as the I/O error kind
+/// `StoreFault` reads, a busy database or failing disk as an I/O error (the database cannot be
+/// written now: `Store::is_unreachable`), anything else as what it says.
+fn to_sqlx(err: rusqlite::Error) -> sqlx::Error {
+    use rusqlite::ErrorCode;
+    use std::io::{Error, ErrorKind};
+    let message = err.to_string();
+    match err.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => sqlx::Error::Io(Error::new(ErrorKind::StorageFull, message)),
+        Some(ErrorCode::ReadOnly) => sqlx::Error::Io(Error::new(ErrorKind::ReadOnlyFilesystem, message)),
+        Some(
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::SystemIoFailure | ErrorCode::CannotOpen,
+        ) => sqlx::Error::Io(Error::other(message)),
+        _ => sqlx::Error::Protocol(format!("writing a checkpoint: {message}")),
+    }
+}
+
+fn stopped() -> sqlx::Error {
+    sqlx::Error::Protocol("the SQLite writer thread has stopped".into())
+}
