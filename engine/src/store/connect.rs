@@ -85,7 +85,7 @@ impl Store {
             .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
-        let group_commit = Some(GroupCommit::start(pool.clone(), Writer::open(&path)?));
+        let group_commit = Some(GroupCommit::start(pool.clone(), Writer::open(&path, &pool).await?));
         Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader), group_commit, sqlite_path: Some(path) })
     }
 

@@ -18,7 +18,6 @@
 
 use std::path::Path;
 use std::sync::mpsc;
-use std::time::Duration;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags};
@@ -45,11 +44,22 @@ pub(crate) struct Writer {
     jobs: mpsc::Sender<Job>,
 }
 
+/// The settings of a connection that SQLite keeps per connection, not in the file: the writer
+/// thread's connection takes them from sqlx's writer connection, so that it writes as the rest
+/// of the store does (a checkpointed API's `wal_autocheckpoint=0` above all: a connection that
+/// folded the WAL into the database by itself would rewrite frames not yet shipped).
+const PER_CONNECTION: [&str; 4] = ["synchronous", "wal_autocheckpoint", "foreign_keys", "busy_timeout"];
+
 impl Writer {
-    /// Opens the database at `path` (already created and migrated) with the store's settings
-    /// and starts the thread.
-    pub(crate) fn open(path: &Path) -> Result<Self, sqlx::Error> {
-        let conn = connect(path).map_err(to_sqlx)?;
+    /// Opens the database at `path` (already created and migrated), with the per-connection
+    /// settings that `pool`'s connection has, and starts the thread.
+    pub(crate) async fn open(path: &Path, pool: &sqlx::SqlitePool) -> Result<Self, sqlx::Error> {
+        let mut settings = Vec::with_capacity(PER_CONNECTION.len());
+        for name in PER_CONNECTION {
+            let value: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("PRAGMA {name}"))).fetch_one(pool).await?;
+            settings.push((name, value));
+        }
+        let conn = connect(path, &settings).map_err(to_sqlx)?;
         let (jobs, queue) = mpsc::channel();
         std::thread::Builder::new()
             .name("anycloud-sqlite-writer".into())
@@ -76,14 +86,13 @@ impl Writer {
     }
 }
 
-/// A connection with the settings of the store's own (`connect.rs`): WAL (the file's), a full
-/// sync on every commit, the busy timeout and foreign keys (the connection's).
-fn connect(path: &Path) -> rusqlite::Result<Connection> {
+/// A connection to the store's file (in WAL mode already: that is the file's) with these
+/// per-connection settings.
+fn connect(path: &Path, settings: &[(&str, i64)]) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.pragma_update(None, "foreign_keys", "ON")?;
-    conn.busy_timeout(Duration::from_secs(30))?;
+    for (name, value) in settings {
+        conn.pragma_update(None, name, value)?;
+    }
     conn.set_prepared_statement_cache_capacity(PREPARED);
     Ok(conn)
 }
