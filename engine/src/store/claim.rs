@@ -1,14 +1,15 @@
 //! Claims and leases: taking due runs (first in their resource key), renewing the leases of the
 //! runs an engine drives, and giving them up.
 
+use std::sync::LazyLock;
+
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, FromRow, Row};
 use uuid::Uuid;
 
-use super::events::{Entry, insert_event};
 use super::handle::Store;
 use super::pool::BeginWrite;
-use super::records::{Claimed, Millis, NewEvent, RUN_COLUMNS, RunRecord, RunRow, parse_json, parse_uuid};
+use super::records::{Claimed, Millis, NewEvent, RUN_COLUMNS, RunRecord, RunRow, parse_json, parse_uuid, to_json};
 use crate::status::Phase;
 use crate::timeline::EventKind;
 
@@ -48,38 +49,41 @@ impl Store {
         lease_until: Millis,
         limit: u32,
     ) -> Result<Vec<Claimed>, sqlx::Error> {
-        let candidates_sql = if self.is_postgres() {
-            AssertSqlSafe(format!("{CLAIM_CANDIDATES} FOR UPDATE SKIP LOCKED"))
-        } else {
-            AssertSqlSafe(CLAIM_CANDIDATES.to_owned())
-        };
-        let update_sql = format!(
-            "UPDATE engine_runs SET lease_owner = $1, lease_expires_at = $2, \
-               lease_generation = lease_generation + 1, \
-               status = CASE WHEN status IN ('pending', 'waiting', 'retrying') THEN 'running' ELSE status END, \
-               attempt = CASE WHEN lease_owner IS NOT NULL THEN attempt + 1 ELSE attempt END, \
-               updated_at = $3, attempt_started_at = $3, events = events + $5 \
-             WHERE seq = $4 RETURNING {RUN_COLUMNS}, events"
-        );
+        let sql = &CLAIM_SQL[usize::from(!self.is_postgres())];
+        let claimed_message = format!("claimed by {label}");
         let runs = crate::with_pool!(&self.pool, |pool| {
             let mut tx = BeginWrite::begin_write(pool).await?;
             let candidates: Vec<(i64, Option<String>, Option<String>)> =
-                sqlx::query_as(candidates_sql).bind(now).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
-            let mut runs = Vec::with_capacity(candidates.len());
-            for (seq, previous_owner, last_claim) in candidates {
-                let claimed_message = format!("claimed by {label}");
-                let quiet = last_claim.as_deref() == Some(claimed_message.as_str());
-                // The claim's event is the run's next timeline entry: its number comes with the row.
-                let row = sqlx::query(AssertSqlSafe(update_sql.as_str()))
-                    .bind(owner)
-                    .bind(lease_until)
+                sqlx::query_as(AssertSqlSafe(sql.candidates.as_str()))
                     .bind(now)
-                    .bind(seq)
-                    .bind(i64::from(!quiet))
-                    .fetch_one(&mut *tx)
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *tx)
                     .await?;
+            if candidates.is_empty() {
+                return Ok(Vec::new());
+            }
+            // A waiting run whose latest claim was this process's is claimed quietly.
+            let quiet: Vec<i64> = candidates
+                .iter()
+                .filter(|(_, _, last)| last.as_deref() == Some(claimed_message.as_str()))
+                .map(|(seq, _, _)| *seq)
+                .collect();
+            let seqs: Vec<i64> = candidates.iter().map(|(seq, _, _)| *seq).collect();
+            // Each claim's event is its run's next timeline entry: the number comes with the row.
+            let rows = sqlx::query(AssertSqlSafe(sql.update.as_str()))
+                .bind(owner)
+                .bind(lease_until)
+                .bind(now)
+                .bind(to_json(&seqs))
+                .bind(to_json(&quiet))
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut runs = Vec::with_capacity(rows.len());
+            let mut events = Vec::with_capacity(rows.len());
+            for row in rows {
                 let entry: i64 = row.try_get("events")?;
                 let run = RunRecord::try_from(RunRow::from_row(&row)?)?;
+                let previous_owner = candidates.iter().find(|(seq, _, _)| *seq == run.seq).and_then(|c| c.1.clone());
                 let recovered = previous_owner.is_some();
                 let event = match previous_owner {
                     Some(previous) => NewEvent::new(
@@ -87,20 +91,43 @@ impl Store {
                         run.current_step.as_deref(),
                         format!("claimed by {label} after the lease of {previous} lapsed: {}", cut_short(&run)),
                     ),
-                    None => NewEvent::new(EventKind::Claimed, run.current_step.as_deref(), claimed_message),
+                    None => NewEvent::new(EventKind::Claimed, run.current_step.as_deref(), claimed_message.clone()),
                 };
-                if !quiet {
-                    insert_event(&mut tx, run.id, Entry::Numbered(entry), now, &event).await?;
+                if !quiet.contains(&run.seq) {
+                    events.push(serde_json::json!({
+                        "run": run.id.to_string(), "n": entry, "kind": event.kind.as_str(),
+                        "step": event.step, "message": event.message,
+                    }));
                 }
-                // Read before the commit, on the claim's own connection: a read that failed
-                // after it (a connection cut) would leave the run leased to no driver until
-                // its lease lapsed.
-                let outputs: Vec<OutputRow> =
-                    sqlx::query_as(COMPLETED_OUTPUTS).bind(run.id.to_string()).fetch_all(&mut *tx).await?;
-                runs.push((run, recovered, outputs));
+                runs.push((run, recovered));
             }
+            if !events.is_empty() {
+                sqlx::query(AssertSqlSafe(sql.events.as_str()))
+                    .bind(now)
+                    .bind(to_json(&events))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            // Read before the commit, on the claim's own connection: a read that failed after it
+            // (a connection cut) would leave the runs leased to no driver until their leases
+            // lapsed.
+            let ids: Vec<String> = runs.iter().map(|(run, _)| run.id.to_string()).collect();
+            let outputs: Vec<(String, i64, String, Option<String>)> =
+                sqlx::query_as(AssertSqlSafe(sql.outputs.as_str())).bind(to_json(&ids)).fetch_all(&mut *tx).await?;
             tx.commit().await?;
-            Ok::<_, sqlx::Error>(runs)
+            Ok::<_, sqlx::Error>(
+                runs.into_iter()
+                    .map(|(run, recovered)| {
+                        let id = run.id.to_string();
+                        let mine = outputs
+                            .iter()
+                            .filter(|(run_id, ..)| *run_id == id)
+                            .map(|(_, idx, name, output)| (*idx, name.clone(), output.clone()))
+                            .collect();
+                        (run, recovered, mine)
+                    })
+                    .collect::<Vec<_>>(),
+            )
         })?;
         let mut claimed = Vec::with_capacity(runs.len());
         for (run, recovered, outputs) in runs {
@@ -190,9 +217,69 @@ impl Store {
     }
 }
 
-/// Outputs of the run's completed forward steps, by position.
-const COMPLETED_OUTPUTS: &str = "SELECT idx, name, output FROM engine_steps \
-     WHERE run_id = $1 AND phase = 'forward' AND status = 'succeeded' ORDER BY idx";
+/// A claim's statements on one database: each claims a whole batch at once, so a batch of 64 is
+/// four statements rather than three per run (each statement is a round trip: to the server on
+/// PostgreSQL, to the connection's thread on SQLite).
+struct ClaimSql {
+    /// The due runs ($1 now, $2 limit), locked on PostgreSQL.
+    candidates: String,
+    /// Leases the runs whose `seq` is in the JSON array $4 to $1 until $2 at $3, counting a
+    /// timeline entry for each but those in $5 (claimed quietly); returns the runs and their
+    /// counters.
+    update: String,
+    /// The claims' entries: the JSON array $2 of `{run, n, kind, step, message}`, at $1.
+    events: String,
+    /// The outputs of the completed forward steps of the runs whose ids are in the JSON array $1.
+    outputs: String,
+}
+
+/// [PostgreSQL, SQLite].
+static CLAIM_SQL: LazyLock<[ClaimSql; 2]> = LazyLock::new(|| {
+    let postgres = |name: &str, cast: &str| format!("SELECT jsonb_array_elements_text(${name}::jsonb){cast}");
+    let sqlite = |name: &str| format!("SELECT value FROM json_each(${name})");
+    [
+        ClaimSql {
+            candidates: format!("{CLAIM_CANDIDATES} FOR UPDATE SKIP LOCKED"),
+            update: claim_update(&postgres("4", "::bigint"), &postgres("5", "::bigint")),
+            events: "INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+                 SELECT e ->> 'run', CAST(e ->> 'n' AS BIGINT), $1, e ->> 'kind', e ->> 'step', e ->> 'message' \
+                 FROM jsonb_array_elements($2::jsonb) AS e"
+                .to_owned(),
+            outputs: completed_outputs(&postgres("1", "")),
+        },
+        ClaimSql {
+            candidates: CLAIM_CANDIDATES.to_owned(),
+            update: claim_update(&sqlite("4"), &sqlite("5")),
+            events: "INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+                 SELECT e.value ->> 'run', CAST(e.value ->> 'n' AS INTEGER), $1, e.value ->> 'kind', \
+                   e.value ->> 'step', e.value ->> 'message' \
+                 FROM json_each($2) AS e"
+                .to_owned(),
+            outputs: completed_outputs(&sqlite("1")),
+        },
+    ]
+});
+
+/// See [`ClaimSql::update`]; `claimed` and `quiet` list the `seq`s of $4 and $5.
+fn claim_update(claimed: &str, quiet: &str) -> String {
+    format!(
+        "UPDATE engine_runs SET lease_owner = $1, lease_expires_at = $2, \
+           lease_generation = lease_generation + 1, \
+           status = CASE WHEN status IN ('pending', 'waiting', 'retrying') THEN 'running' ELSE status END, \
+           attempt = CASE WHEN lease_owner IS NOT NULL THEN attempt + 1 ELSE attempt END, \
+           updated_at = $3, attempt_started_at = $3, \
+           events = events + CASE WHEN seq IN ({quiet}) THEN 0 ELSE 1 END \
+         WHERE seq IN ({claimed}) RETURNING {RUN_COLUMNS}, events"
+    )
+}
+
+/// Outputs of the completed forward steps of the runs `ids` lists, by run and position.
+fn completed_outputs(ids: &str) -> String {
+    format!(
+        "SELECT run_id, idx, name, output FROM engine_steps \
+         WHERE run_id IN ({ids}) AND phase = 'forward' AND status = 'succeeded' ORDER BY run_id, idx"
+    )
+}
 
 type OutputRow = (i64, String, Option<String>);
 
