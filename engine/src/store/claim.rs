@@ -51,7 +51,7 @@ impl Store {
     ) -> Result<Vec<Claimed>, sqlx::Error> {
         let sql = &CLAIM_SQL[usize::from(!self.is_postgres())];
         let claimed_message = format!("claimed by {label}");
-        let runs = crate::with_pool!(&self.pool, |pool| {
+        let (runs, outputs) = crate::with_pool!(&self.pool, |pool| {
             let mut tx = BeginWrite::begin_write(pool).await?;
             let candidates: Vec<(i64, Option<String>, Option<String>)> =
                 sqlx::query_as(AssertSqlSafe(sql.candidates.as_str()))
@@ -83,23 +83,16 @@ impl Store {
             for row in rows {
                 let entry: i64 = row.try_get("events")?;
                 let run = RunRecord::try_from(RunRow::from_row(&row)?)?;
-                let previous_owner = candidates.iter().find(|(seq, _, _)| *seq == run.seq).and_then(|c| c.1.clone());
-                let recovered = previous_owner.is_some();
-                let event = match previous_owner {
-                    Some(previous) => NewEvent::new(
-                        EventKind::Recovered,
-                        run.current_step.as_deref(),
-                        format!("claimed by {label} after the lease of {previous} lapsed: {}", cut_short(&run)),
-                    ),
-                    None => NewEvent::new(EventKind::Claimed, run.current_step.as_deref(), claimed_message.clone()),
-                };
+                let previous =
+                    candidates.iter().find(|(seq, _, _)| *seq == run.seq).and_then(|(_, owner, _)| owner.clone());
                 if !quiet.contains(&run.seq) {
+                    let event = claim_entry(&run, previous.as_deref(), label);
                     events.push(serde_json::json!({
                         "run": run.id.to_string(), "n": entry, "kind": event.kind.as_str(),
                         "step": event.step, "message": event.message,
                     }));
                 }
-                runs.push((run, recovered));
+                runs.push((run, previous.is_some()));
             }
             if !events.is_empty() {
                 sqlx::query(AssertSqlSafe(sql.events.as_str()))
@@ -115,23 +108,14 @@ impl Store {
             let outputs: Vec<(String, i64, String, Option<String>)> =
                 sqlx::query_as(AssertSqlSafe(sql.outputs.as_str())).bind(to_json(&ids)).fetch_all(&mut *tx).await?;
             tx.commit().await?;
-            Ok::<_, sqlx::Error>(
-                runs.into_iter()
-                    .map(|(run, recovered)| {
-                        let id = run.id.to_string();
-                        let mine = outputs
-                            .iter()
-                            .filter(|(run_id, ..)| *run_id == id)
-                            .map(|(_, idx, name, output)| (*idx, name.clone(), output.clone()))
-                            .collect();
-                        (run, recovered, mine)
-                    })
-                    .collect::<Vec<_>>(),
-            )
+            Ok::<_, sqlx::Error>((runs, outputs))
         })?;
         let mut claimed = Vec::with_capacity(runs.len());
-        for (run, recovered, outputs) in runs {
-            claimed.push(Claimed { run, outputs: parse_outputs(outputs)?, recovered });
+        for (run, recovered) in runs {
+            let id = run.id.to_string();
+            let mine = outputs.iter().filter(|(run_id, ..)| *run_id == id);
+            let mine = mine.map(|(_, idx, name, output)| (*idx, name.clone(), output.clone())).collect();
+            claimed.push(Claimed { run, outputs: parse_outputs(mine)?, recovered });
         }
         Ok(claimed)
     }
@@ -290,6 +274,20 @@ fn parse_outputs(rows: Vec<OutputRow>) -> Result<Vec<(u32, String, Value)>, sqlx
             Ok((idx as u32, name, output))
         })
         .collect()
+}
+
+/// The entry a claim writes for `run`: `recovered` if the lease of `previous` lapsed, else
+/// `claimed`, both naming `label` (the owner and its process).
+fn claim_entry(run: &RunRecord, previous: Option<&str>, label: &str) -> NewEvent {
+    let step = run.current_step.as_deref();
+    match previous {
+        Some(previous) => NewEvent::new(
+            EventKind::Recovered,
+            step,
+            format!("claimed by {label} after the lease of {previous} lapsed: {}", cut_short(run)),
+        ),
+        None => NewEvent::new(EventKind::Claimed, step, format!("claimed by {label}")),
+    }
 }
 
 /// What the lapsed lease means for the run: which attempt ended without its checkpoint.
