@@ -13,9 +13,10 @@
 //!   them unfairly (a few make nearly every commit: the bench prints how many committed);
 //! - the engine's throughput on workflows of 10 no-op steps at concurrency 1 and 16:
 //!   workflows/s, durable steps/s, p50/p99 workflow latency (submit to end), and the ratio
-//!   steps/s ÷ bare commits/s at the same concurrency, against its target; on SQLite also the
-//!   raw client's commits/s, its speed over sqlx's, and steps/s ÷ its bare commits/s (no
-//!   target: the targets are on the sqlx figure);
+//!   steps/s ÷ bare commits/s at the same concurrency; on SQLite also the raw client's
+//!   commits/s, its speed over sqlx's, and steps/s ÷ its bare commits/s. The target (issue 28)
+//!   is on the raw client's figure on SQLite and on sqlx's on PostgreSQL (which has no raw
+//!   client here): the disk's or the server's own speed, not a driver's;
 //! - the resident memory of the process with 10,000 runs waiting on timers;
 //! - the time a fresh engine takes to claim 10,000 in-flight runs left by a killed one (and,
 //!   for comparison, a restart under the dead engine's own name).
@@ -66,10 +67,12 @@ type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
 /// Steps of the throughput workflow.
 const STEPS: usize = 10;
-/// Concurrencies measured, with the target ratio of steps/s to bare commits/s at each.
-const LEVELS: [(usize, f64); 2] = [(1, 0.8), (16, 0.7)];
+/// Concurrencies measured, with the target ratio of steps/s to bare commits/s at each (issue 28).
+const LEVELS: [(usize, f64); 2] = [(1, 0.9), (16, 0.9)];
 /// Resident memory target with the runs waiting on timers, in MB (10^6 bytes).
-const RSS_TARGET_MB: f64 = 100.0;
+const RSS_TARGET_MB: f64 = 20.0;
+/// Target for a fresh engine to claim the runs a killed one left.
+const CLAIM_TARGET: Duration = Duration::from_secs(1);
 /// Client tasks submitting the runs of the memory and claim parts.
 const SUBMITTERS: usize = 32;
 /// Longest wait for any one condition before the bench gives up on it.
@@ -504,6 +507,12 @@ impl Level {
         self.steps_per_sec() / self.bare.per_sec
     }
 
+    /// The ratio the target is on: against the raw client where there is one (SQLite), else
+    /// against sqlx's bare commits.
+    fn judged(&self) -> f64 {
+        self.raw_ratios().map_or_else(|| self.ratio(), |(raw_ratio, _)| raw_ratio)
+    }
+
     fn rounds(&self) -> String {
         let ratios: Vec<String> = self.round_ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
         ratios.join(" ")
@@ -782,12 +791,15 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
         println!("[{name}] c={concurrency:<2} bare commits: {}", level.bare.line("commits/s"));
         println!("[{name}] c={concurrency:<2} engine:       {}", level.engine.line("workflows/s"));
         println!(
-            "[{name}] c={concurrency:<2} => {:.0} durable steps/s ÷ {:.0} bare commits/s = {:.3} (target >= {target}) {}; \
+            "[{name}] c={concurrency:<2} => {:.0} durable steps/s ÷ {:.0} bare commits/s = {:.3} {}; \
              round by round: {}",
             level.steps_per_sec(),
             level.bare.per_sec,
             level.ratio(),
-            verdict(level.ratio() >= target),
+            match level.raw {
+                Some(_) => "(the target is on the raw client's commits, below)".to_owned(),
+                None => format!("(target >= {target}) {}", verdict(level.ratio() >= target)),
+            },
             level.rounds()
         );
         if let (Some(raw), Some((raw_ratio, speed))) = (&level.raw, level.raw_ratios()) {
@@ -802,9 +814,10 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
             );
             println!(
                 "[{name}] c={concurrency:<2} => {:.0} durable steps/s ÷ {:.0} bare commits/s of a raw client (rusqlite) = {raw_ratio:.3} \
-                 (vs a raw client (rusqlite); the target is on sqlx's bare commits); round by round: {}",
+                 (target >= {target}) {}; round by round: {}",
                 level.steps_per_sec(),
                 raw.per_sec,
+                verdict(raw_ratio >= target),
                 level.raw_rounds()
             );
         }
@@ -904,11 +917,13 @@ async fn part_claim(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
     let rss_in_flight = proc_mb("VmRSS");
     println!(
         "[{name}] claim: a fresh engine (bench-b: claim_batch {}, poll {} ms, lease_ttl {} s) claimed {fresh_claimed} \
-         of {runs} in {:.2} s  (VmRSS with them in flight in this process: {rss_in_flight:.1} MB)",
+         of {runs} in {:.2} s, target < {} s {}  (VmRSS with them in flight in this process: {rss_in_flight:.1} MB)",
         fresh_config.claim_batch,
         fresh_config.poll_interval.as_millis(),
         fresh_config.lease_ttl.as_secs(),
-        fresh.as_secs_f64()
+        fresh.as_secs_f64(),
+        CLAIM_TARGET.as_secs(),
+        verdict(fresh_claimed >= runs && fresh < CLAIM_TARGET)
     );
 
     // Killed again; this time the same name comes back and takes its runs back at once.
@@ -1022,7 +1037,7 @@ fn summary(reports: &[Report], options: &Options) {
     );
     println!();
     println!(
-        "| store | concurrency | bare commits/s | workflows/s | durable steps/s | p50 workflow latency | p99 workflow latency | steps/s ÷ bare commits/s | target | round by round | machine CPU busy, bare / engine |"
+        "| store | concurrency | bare commits/s (sqlx) | workflows/s | durable steps/s | p50 workflow latency | p99 workflow latency | steps/s ÷ bare commits/s (raw client on SQLite, sqlx on PostgreSQL) | target | round by round (÷ sqlx) | machine CPU busy, bare / engine |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for report in reports {
@@ -1036,9 +1051,9 @@ fn summary(reports: &[Report], options: &Options) {
                 level.steps_per_sec(),
                 level.engine.p50_ms,
                 level.engine.p99_ms,
-                level.ratio(),
+                level.judged(),
                 level.target,
-                verdict(level.ratio() >= level.target),
+                verdict(level.judged() >= level.target),
                 level.rounds(),
                 level.bare.cpu_machine,
                 level.engine.cpu_machine,
@@ -1077,7 +1092,7 @@ fn summary(reports: &[Report], options: &Options) {
     }
     println!();
     println!(
-        "| store | runs | VmRSS with the runs waiting on timers | target | a fresh engine claims the runs of a killed one | restart under the same name |"
+        "| store | runs | VmRSS with the runs waiting on timers | target | a fresh engine claims the runs of a killed one (target < 1 s) | restart under the same name |"
     );
     println!("|---|---|---|---|---|---|");
     for report in reports {
@@ -1090,12 +1105,13 @@ fn summary(reports: &[Report], options: &Options) {
             }
         };
         println!(
-            "| {} | {} | {:.1} MB | < {RSS_TARGET_MB} MB {} | {} (plus {:.2} s for the leases to lapse) | {} |",
+            "| {} | {} | {:.1} MB | < {RSS_TARGET_MB} MB {} | {} {} (plus {:.2} s for the leases to lapse) | {} |",
             report.kind.name(),
             memory.runs,
             memory.rss_mb,
             verdict(memory.rss_mb < RSS_TARGET_MB),
             claimed(claim.fresh_claimed, claim.fresh_s),
+            verdict(claim.fresh_claimed >= claim.runs && claim.fresh_s < CLAIM_TARGET.as_secs_f64()),
             claim.lapse_s,
             claimed(claim.restart_claimed, claim.restart_s)
         );
