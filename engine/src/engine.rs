@@ -296,6 +296,20 @@ impl Engine {
         self.after_action(id, outcome, "the run has already ended")
     }
 
+    /// Tells the engine that something under `resource_key` changed (a watch saw it): its runs
+    /// that wait in a poll or a sleep check now rather than at their planned time, and one in a
+    /// check now, which may have looked too early, checks once more right after. No timeline
+    /// entry: a check is not an event, and the planned checks stay as the safety net should a
+    /// change go unreported. Returns how many waiting runs were made due.
+    pub async fn changed(&self, resource_key: &str) -> Result<u64, EngineError> {
+        self.inner.tell_changed(resource_key);
+        let due = self.inner.store.make_due(resource_key, now_ms()).await?;
+        if due > 0 {
+            self.inner.wake.notify_one();
+        }
+        Ok(due)
+    }
+
     fn after_action(&self, id: Uuid, outcome: ActionOutcome, hint: &'static str) -> Result<RunStatus, EngineError> {
         match outcome {
             ActionOutcome::Done(status) => {
@@ -356,11 +370,14 @@ impl Inner {
         let id = claimed.run.id;
         let span = tracing::info_span!("run", run_id = %id, kind = %claimed.run.kind);
         let (cancel, cancelled) = watch::channel(false);
+        let resource_key = claimed.run.resource_key.clone();
+        let changed = Arc::new(AtomicBool::new(false));
+        let told = changed.clone();
         // Hold the map while spawning, so the task's own removal comes after this insert.
         let Ok(mut drivers) = self.drivers.lock() else { return };
         let handle = tokio::spawn(
             async move {
-                let ended = worker::drive(&inner, claimed, cancelled).await;
+                let ended = worker::drive(&inner, claimed, cancelled, &told).await;
                 if let Ok(mut drivers) = inner.drivers.lock()
                     && drivers.get(&id).is_some_and(|driver| driver.task.id() == tokio::task::id())
                 {
@@ -377,7 +394,9 @@ impl Inner {
             .instrument(span),
         );
         // A driver already here lost its lease (its heartbeat failed) and is fenced: stop it.
-        if let Some(stale) = drivers.insert(id, DriverHandle { task: handle.abort_handle(), cancel }) {
+        if let Some(stale) =
+            drivers.insert(id, DriverHandle { task: handle.abort_handle(), cancel, resource_key, changed })
+        {
             stale.task.abort();
         }
     }

@@ -3,7 +3,7 @@
 //! state, which `engine.rs` keeps.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, Semaphore, broadcast, watch};
@@ -38,10 +38,16 @@ pub(crate) struct Inner {
     pub(crate) owner_lock: Mutex<Option<OwnerLock>>,
 }
 
-/// A run this engine drives now: its task, and how to tell it that the run was cancelled.
+/// A run this engine drives now: its task, how to tell it that the run was cancelled, and how
+/// to tell it that what it polls for may have changed ([`crate::Engine::changed`]).
 pub(crate) struct DriverHandle {
     pub(crate) task: AbortHandle,
     pub(crate) cancel: watch::Sender<bool>,
+    /// The run's resource key, which [`crate::Engine::changed`] names.
+    pub(crate) resource_key: Option<String>,
+    /// Set when a change was reported while the run is driven here: a check that finds the
+    /// step not ready then plans its next check for now, since it may have looked too early.
+    pub(crate) changed: Arc<AtomicBool>,
 }
 
 impl Inner {
@@ -61,6 +67,16 @@ impl Inner {
             && let Some(driver) = drivers.get(&id)
         {
             driver.cancel.send_replace(true);
+        }
+    }
+
+    /// Tells the drivers here of runs under `resource_key` that what they poll for may have
+    /// changed.
+    pub(crate) fn tell_changed(&self, resource_key: &str) {
+        if let Ok(drivers) = self.drivers.lock() {
+            for driver in drivers.values().filter(|driver| driver.resource_key.as_deref() == Some(resource_key)) {
+                driver.changed.store(true, Ordering::Release);
+            }
         }
     }
 

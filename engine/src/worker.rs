@@ -11,6 +11,7 @@
 //!   cancel       ──> Unwind ─────────────────────────────────────────────┘
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -68,8 +69,14 @@ enum Attempt {
 }
 
 /// Drives a claimed run until it waits, parks, ends or is taken over; returns the run as
-/// committed if it ended here. `cancel` turns true when an operator cancels the run.
-pub(crate) async fn drive(inner: &Inner, claimed: Claimed, cancel: watch::Receiver<bool>) -> Option<RunRecord> {
+/// committed if it ended here. `cancel` turns true when an operator cancels the run; `changed`
+/// when something the run polls for may have changed ([`crate::Engine::changed`]).
+pub(crate) async fn drive(
+    inner: &Inner,
+    claimed: Claimed,
+    cancel: watch::Receiver<bool>,
+    changed: &AtomicBool,
+) -> Option<RunRecord> {
     let Claimed { mut run, outputs, recovered } = claimed;
     let instance = match prepare(inner, &run, &outputs) {
         Ok(instance) => instance,
@@ -82,7 +89,7 @@ pub(crate) async fn drive(inner: &Inner, claimed: Claimed, cancel: watch::Receiv
             return None;
         }
     };
-    let mut driver = Driver { inner, instance, recovered, cancel };
+    let mut driver = Driver { inner, instance, recovered, cancel, changed };
     loop {
         if inner.stopping() {
             if let Err(err) = inner.store.release(&run, &inner.config.owner).await {
@@ -133,6 +140,8 @@ struct Driver<'a> {
     /// The run was taken over from a holder whose lease lapsed: its step in hand was cut short.
     recovered: bool,
     cancel: watch::Receiver<bool>,
+    /// A change was reported since the current check began.
+    changed: &'a AtomicBool,
 }
 
 impl Driver<'_> {
@@ -165,13 +174,16 @@ impl Driver<'_> {
                     Ok(Check::NotYet(format!("sleeping until {wake}")))
                 }
             }
-            Shape::Action | Shape::Poll { .. } => match self.execute(run, index).await {
-                Attempt::Returned(result) => result,
-                Attempt::Cancelled => {
-                    run.cancel_requested = true;
-                    return self.turn_back_for_cancel(run, true);
+            Shape::Action | Shape::Poll { .. } => {
+                self.changed.store(false, Ordering::Release);
+                match self.execute(run, index).await {
+                    Attempt::Returned(result) => result,
+                    Attempt::Cancelled => {
+                        run.cancel_requested = true;
+                        return self.turn_back_for_cancel(run, true);
+                    }
                 }
-            },
+            }
         };
         match result {
             Ok(Check::Ready(output)) => self.completed(run, index, output),
@@ -189,7 +201,13 @@ impl Driver<'_> {
                             ));
                             return self.give_up(run, index, error, &policy, "timed out");
                         }
-                        after(now, next_check(interval, slowest, since(started, now))).min(deadline)
+                        if self.changed.swap(false, Ordering::AcqRel) {
+                            // A change was reported while this check ran: it may have looked
+                            // too early, so the next one comes now.
+                            now
+                        } else {
+                            after(now, next_check(interval, slowest, since(started, now))).min(deadline)
+                        }
                     }
                     Shape::Action => now,
                 };
@@ -488,6 +506,10 @@ async fn apply(inner: &Inner, run: &mut RunRecord, transition: Transition) -> Re
             run.next_at = Some(next_at);
             run.status_reason = Some(reason);
             commit(inner, run, true, None, &events).await?;
+            if next_at <= now_ms() {
+                // Due already (a change was reported during the check): claim it again now.
+                inner.wake.notify_one();
+            }
             Ok(Next::Stop)
         }
         Transition::Retry { error, delay } => retry(inner, run, error, delay, now).await,

@@ -6,7 +6,9 @@
 //! - `action_failure_can_unwind`: failing each step in turn (every undo run twice) ends the run
 //!   `failed`, with no Kubernetes object of the job left and no process left running;
 //! - `cancel_in_flight_can_unwind`: each step does its work, then a cancel arrives and the process
-//!   "dies" before the checkpoint: the run ends `cancelled` and leaves nothing behind either.
+//!   "dies" before the checkpoint: the run ends `cancelled` and leaves nothing behind either;
+//! - the API's watch of the cluster (`watches::watch_clusters`): a change to a deployment's Pod
+//!   wakes the run waiting on that deployment long before its planned check.
 //!
 //! What is left is read outside anycloud's records: the Jobs and Pods through the Kubernetes API
 //! (by the job's label), and the processes running in the kubelet's directory from `/proc`.
@@ -183,4 +185,89 @@ async fn a_cancel_in_flight_at_every_step_leaves_no_object_and_no_process() {
     })
     .await
     .unwrap();
+}
+
+/// Ready once the cluster lists a Pod of the deployment; checked every ten minutes otherwise.
+struct PodListed {
+    deps: Deps,
+    cluster: Cluster,
+    deployment_id: String,
+}
+
+impl anycloud_engine::Workflow for PodListed {
+    const KIND: &'static str = "test.pod_listed";
+    const VERSION: u32 = 1;
+    type Input = ();
+    type Output = ();
+
+    fn steps() -> anycloud_engine::Steps<Self> {
+        anycloud_engine::Steps::new().then(
+            anycloud_engine::Step::poll("wait_for_pod", |ctx: anycloud_engine::StepCtx<Self>| async move {
+                let this = ctx.workflow();
+                let client = this.deps.kube_client(&this.cluster).await?;
+                let selector = ListParams::default().labels(&format!("{DEPLOYMENT_ID}={}", this.deployment_id));
+                let pods = Api::<Pod>::all(client).list(&selector).await;
+                Ok(match pods {
+                    Ok(pods) if !pods.items.is_empty() => anycloud_engine::Check::Ready(()),
+                    _ => anycloud_engine::Check::NotYet("no Pod yet".into()),
+                })
+            })
+            .every(Duration::from_secs(600))
+            .timeout(Duration::from_secs(3600)),
+        )
+    }
+
+    fn output(_: &anycloud_engine::StepCtx<Self>) -> Result<(), anycloud_engine::StepError> {
+        Ok(())
+    }
+}
+
+/// The API's watch of the cluster (`watches::watch_clusters`) tells the engine of a change to a
+/// deployment's Pod, and the run waiting on that deployment checks at once, not at its planned
+/// check ten minutes away. The Pod is touched once a second, since the watch starts within
+/// `CLUSTERS_EVERY` of the task and only sees changes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_to_a_deployments_pod_wakes_the_run_waiting_on_it() {
+    let harness = Harness::new("sleep 30").await;
+    let deployment_id = harness.input.deployment_id.clone();
+    let workflow = Arc::new(PodListed {
+        deps: harness.deps.clone(),
+        cluster: harness.cluster.clone(),
+        deployment_id: deployment_id.clone(),
+    });
+    let engine = Arc::new(
+        Engine::start(harness.store.clone(), Registry::new().with(workflow), EngineConfig::default()).await.unwrap(),
+    );
+    let watching = tokio::spawn(anycloud_workflows::watches::watch_clusters(harness.deps.clone(), engine.clone()));
+    let key = anycloud_workflows::db::deployments::Deployment::resource_key(&deployment_id);
+    let run = engine.submit::<PodListed>(&(), Some(&key)).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while engine.run(run).await.unwrap().status != RunStatus::Waiting {
+        assert!(std::time::Instant::now() < deadline, "the run never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let pods: Api<Pod> = Api::namespaced(harness.deps.kube_client(&harness.cluster).await.unwrap(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "watched", "labels": {
+            "app.kubernetes.io/managed-by": "anycloud", DEPLOYMENT_ID: deployment_id,
+        } },
+        "spec": { "containers": [{ "name": "main", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 30"] }] },
+    }))
+    .unwrap();
+    pods.create(&kube::api::PostParams::default(), &pod).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for touch in 0.. {
+        if engine.run(run).await.unwrap().status == RunStatus::Succeeded {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run was not woken: {:?}", engine.run(run).await.unwrap());
+        let patch = serde_json::json!({ "metadata": { "labels": { "touched": touch.to_string() } } });
+        pods.patch("watched", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    watching.abort();
+    let _ = watching.await;
+    pods.delete("watched", &kube::api::DeleteParams::default()).await.unwrap();
+    Arc::try_unwrap(engine).ok().unwrap().shutdown(Duration::from_secs(5)).await;
 }

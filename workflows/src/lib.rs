@@ -13,6 +13,8 @@
 //!   ([`cluster::sides`]), its network ([`cluster::network`]), its sealed secrets
 //!   ([`cluster::secrets`]) and what its VMs run when they boot ([`cluster::user_data`]).
 //! - [`kubernetes`]: what the workflows ask of a cluster's Kubernetes API, and the objects they apply.
+//! - [`watches`]: the API's watches of every ready cluster, which wake the runs waiting on what
+//!   changed.
 //! - [`hosting`]: a hosted API: its binary, bucket, identity, keys and boot script.
 //! - [`db`]: the domain's tables and every SQL statement on them.
 //! - [`providers`]: the clouds behind [`cloud::Cloud`] (AWS, GCP), re-exported from their own crate,
@@ -30,6 +32,7 @@ pub mod operations;
 pub mod refusal;
 pub mod seams;
 pub mod secrets;
+pub mod watches;
 pub mod wire;
 pub mod workflows;
 pub mod workload;

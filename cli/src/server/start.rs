@@ -58,6 +58,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         binaries: data_dir.join("binaries"),
     };
     let (engine, owner) = start_engine(&options, &store, &deps, checkpointer.clone()).await?;
+    let watching = tokio::spawn(anycloud_workflows::watches::watch_clusters(deps.clone(), engine.clone()));
     if options.use_it {
         remember(&options, &url, &token, tls.as_ref())?;
     }
@@ -96,9 +97,12 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
     let tls_config = tls.as_ref().map(|tls| tls.config.clone());
     let renewing = tls.as_ref().map(|tls| tokio::spawn(tls.serving.clone().keep_renewed(tls::RENEWAL_CHECK)));
     listener::serve(listener, app, tls_config, connections, stop_signal(terminate)).await;
-    let background = [kube.map(|(_, serving)| serving), renewing];
+    let background = [kube.map(|(_, serving)| serving), renewing, Some(watching)];
     for task in background.into_iter().flatten() {
+        // Awaited, so that what the task held (the watches hold the engine) is dropped before
+        // the engine is shut down.
         task.abort();
+        let _ = task.await;
     }
     stop(engine, checkpointer, store).await;
     Ok(OK)

@@ -50,7 +50,7 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<Claimed>, sqlx::Error> {
         let sql = &CLAIM_SQL[usize::from(!self.is_postgres())];
-        let claimed_message = format!("claimed by {label}");
+        let claimed_message = claimed_by(label);
         let (runs, outputs) = crate::with_pool!(&self.pool, |pool| {
             let mut tx = BeginWrite::begin_write(pool).await?;
             let candidates: Vec<(i64, Option<String>, Option<String>)> =
@@ -286,8 +286,14 @@ fn claim_entry(run: &RunRecord, previous: Option<&str>, label: &str) -> NewEvent
             step,
             format!("claimed by {label} after the lease of {previous} lapsed: {}", cut_short(run)),
         ),
-        None => NewEvent::new(EventKind::Claimed, step, format!("claimed by {label}")),
+        None => NewEvent::new(EventKind::Claimed, step, claimed_by(label)),
     }
+}
+
+/// The message of a `claimed` entry. A claim compares it with a waiting run's latest one to
+/// claim the run quietly when this process claimed it last, so both are made here.
+fn claimed_by(label: &str) -> String {
+    format!("claimed by {label}")
 }
 
 /// What the lapsed lease means for the run: which attempt ended without its checkpoint.

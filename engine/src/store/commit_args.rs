@@ -24,6 +24,7 @@ pub(crate) struct Commit<'a> {
 /// entry's step and message $31-$32.
 pub(crate) struct CommitArgs {
     pub(crate) sql: &'static str,
+    pub(crate) shape: CommitShape,
     pub(crate) status: &'static str,
     pub(crate) phase: &'static str,
     pub(crate) step_index: i64,
@@ -76,6 +77,7 @@ impl CommitArgs {
         let step_entry = step.is_some_and(|step| step.phase == Phase::Forward && step.status == StepStatus::Succeeded);
         Self {
             sql,
+            shape: commit.shape,
             status: run.status.as_str(),
             phase: run.phase.as_str(),
             step_index: i64::from(run.step_index),

@@ -199,6 +199,12 @@ fn wait_sqlite() -> String {
     )
 }
 
+/// SQLite's commit statements of each [`CommitShape`] one by one, split once: the checkpoint
+/// writer thread (`writer.rs`) prepares and runs each on its own.
+pub(super) static SQLITE_STATEMENTS: LazyLock<[Vec<&'static str>; 4]> = LazyLock::new(|| {
+    COMMIT_SQL[1].each_ref().map(|sql| sql.split(';').map(str::trim).filter(|sql| !sql.is_empty()).collect())
+});
+
 /// The commit statements, built once: [postgres, sqlite] × [`CommitShape`].
 pub(super) static COMMIT_SQL: LazyLock<[[String; 4]; 2]> = LazyLock::new(|| {
     [

@@ -33,6 +33,7 @@ mod commit;
 mod commit_args;
 mod commit_sql;
 mod connect;
+mod due;
 mod events;
 pub(crate) mod fault;
 mod group_commit;

@@ -19,11 +19,11 @@
 use std::path::Path;
 use std::sync::mpsc;
 
-use rusqlite::types::Value;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, ToSql};
 use tokio::sync::oneshot;
 
 use super::commit_args::CommitArgs;
+use super::commit_sql::SQLITE_STATEMENTS;
 
 /// Most statements a checkpoint's transaction keeps prepared: each shape's few, with room.
 const PREPARED: usize = 64;
@@ -125,18 +125,18 @@ fn transaction(conn: &mut Connection, commits: &[CommitArgs]) -> rusqlite::Resul
     committed
 }
 
-/// Runs one checkpoint's statements in order (`commit_sql.rs`, separated by `;`), binding each
-/// `$N` to the checkpoint's value N; the last statement's row is the answer.
+/// Runs one checkpoint's statements in order (`commit_sql.rs`, split once), binding each `$N` to
+/// the checkpoint's value N; the last statement's row is the answer.
 fn checkpoint(conn: &Connection, commit: &CommitArgs) -> rusqlite::Result<Option<bool>> {
     let values = commit.values();
     let mut answer = None;
-    for sql in commit.sql.split(';').map(str::trim).filter(|sql| !sql.is_empty()) {
+    for &sql in &SQLITE_STATEMENTS[commit.shape.index()] {
         let mut statement = conn.prepare_cached(sql)?;
         for index in 1..=statement.parameter_count() {
             let number = statement.parameter_name(index).and_then(|name| name.strip_prefix('$')?.parse::<usize>().ok());
             let value = number.and_then(|number| values.get(number.checked_sub(1)?));
             let value = value.ok_or_else(|| rusqlite::Error::InvalidParameterName(sql.to_owned()))?;
-            statement.raw_bind_parameter(index, value)?;
+            statement.raw_bind_parameter(index, *value)?;
         }
         let mut rows = statement.raw_query();
         answer = rows.next()?.map(|row| row.get::<_, bool>(0)).transpose()?;
@@ -145,49 +145,42 @@ fn checkpoint(conn: &Connection, commit: &CommitArgs) -> rusqlite::Result<Option
 }
 
 impl CommitArgs {
-    /// The checkpoint's values in parameter order ($1 first), as SQLite takes them (a bool is
-    /// an integer, as sqlx binds it).
-    fn values(&self) -> [Value; 32] {
-        fn text(value: Option<&str>) -> Value {
-            value.map_or(Value::Null, |value| Value::Text(value.to_owned()))
-        }
-        fn int(value: Option<i64>) -> Value {
-            value.map_or(Value::Null, Value::Integer)
-        }
-        let flag = |value: bool| Value::Integer(i64::from(value));
+    /// The checkpoint's values in parameter order ($1 first), borrowed, bound as sqlx binds them
+    /// (`None` as NULL, a bool as 0 or 1).
+    fn values(&self) -> [&dyn ToSql; 32] {
         [
-            text(Some(self.status)),
-            text(Some(self.phase)),
-            Value::Integer(self.step_index),
-            text(self.current_step.as_deref()),
-            Value::Integer(self.attempt),
-            int(self.step_started_at),
-            Value::Integer(self.next_at),
-            text(self.status_reason.as_deref()),
-            text(self.error.as_deref()),
-            text(self.output.as_deref()),
-            int(self.finished_at),
-            Value::Integer(self.now),
-            flag(self.release),
-            text(Some(&self.id)),
-            Value::Integer(self.generation),
-            text(Some(&self.owner)),
-            flag(self.has_step),
-            text(self.step_phase),
-            int(self.step_position),
-            text(self.step_name.as_deref()),
-            text(self.step_status),
-            int(self.step_attempts),
-            text(self.step_output.as_deref()),
-            text(self.step_error.as_deref()),
-            int(self.step_started),
-            int(self.step_finished),
-            text(Some(&self.events)),
-            Value::Integer(self.entries),
-            flag(self.step_entry),
-            text(self.unwind_reason.as_deref()),
-            text(self.waiting_step.as_deref()),
-            text(self.waiting_message.as_deref()),
+            &self.status,
+            &self.phase,
+            &self.step_index,
+            &self.current_step,
+            &self.attempt,
+            &self.step_started_at,
+            &self.next_at,
+            &self.status_reason,
+            &self.error,
+            &self.output,
+            &self.finished_at,
+            &self.now,
+            &self.release,
+            &self.id,
+            &self.generation,
+            &self.owner,
+            &self.has_step,
+            &self.step_phase,
+            &self.step_position,
+            &self.step_name,
+            &self.step_status,
+            &self.step_attempts,
+            &self.step_output,
+            &self.step_error,
+            &self.step_started,
+            &self.step_finished,
+            &self.events,
+            &self.entries,
+            &self.step_entry,
+            &self.unwind_reason,
+            &self.waiting_step,
+            &self.waiting_message,
         ]
     }
 }
