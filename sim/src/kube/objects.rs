@@ -134,8 +134,9 @@ async fn list_objects(
     }
     let revision = kube.store.revision(&scope.cluster).await?;
     let equalities = selector.label_equalities();
-    let objects =
-        kube.store.list_labelled(&scope.cluster, scope.resource, scope.namespace.as_deref(), &equalities).await?;
+    let subject = selector.field_equality("involvedObject.name");
+    let namespace = scope.namespace.as_deref();
+    let objects = kube.store.list_labelled(&scope.cluster, scope.resource, namespace, &equalities, subject).await?;
     let items: Vec<Value> = objects.into_iter().filter(|object| selector.matches(object)).collect();
     if tables::wanted(&headers) {
         let include = query.get("includeObject").map(String::as_str);

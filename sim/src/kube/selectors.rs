@@ -41,6 +41,14 @@ impl Selector {
             .collect()
     }
 
+    /// The value a `field=value` requirement of the field selector asks of `field`, if any.
+    pub(crate) fn field_equality(&self, field: &str) -> Option<&str> {
+        self.fields.iter().find_map(|requirement| match requirement {
+            Requirement::Equals(key, value) if key == field => Some(value.as_str()),
+            _ => None,
+        })
+    }
+
     /// Whether the object is selected.
     pub(crate) fn matches(&self, object: &Value) -> bool {
         let labels = &object["metadata"]["labels"];

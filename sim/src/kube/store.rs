@@ -45,6 +45,7 @@ const SCHEMA: [&str; 6] = [
         owner TEXT NOT NULL DEFAULT '',
         settled BIGINT NOT NULL DEFAULT 0,
         owners TEXT NOT NULL DEFAULT '',
+        subject TEXT NOT NULL DEFAULT '',
         PRIMARY KEY (cluster, resource, namespace, name)
     )",
     "CREATE INDEX IF NOT EXISTS sim_kube_objects_settled ON sim_kube_objects (cluster, resource, settled)",
@@ -97,11 +98,12 @@ pub(crate) struct ProcessRecord {
 
 /// Columns that an earlier version of the table lacked, added (and filled) on first use:
 /// (column, its definition).
-const DERIVED: [(&str, &str); 4] = [
+const DERIVED: [(&str, &str); 5] = [
     ("labels", "TEXT NOT NULL DEFAULT ''"),
     ("owner", "TEXT NOT NULL DEFAULT ''"),
     ("settled", "BIGINT NOT NULL DEFAULT 0"),
     ("owners", "TEXT NOT NULL DEFAULT ''"),
+    ("subject", "TEXT NOT NULL DEFAULT ''"),
 ];
 
 /// An object that has owners, as the garbage collector first reads it.
@@ -150,6 +152,13 @@ fn label_pattern(equalities: &[(&str, &str)]) -> String {
         pattern.push_str(&format!("\n{key}={value}\n%"));
     }
     pattern
+}
+
+/// What an Event is about (its `involvedObject.name`), as the `subject` column holds it: a
+/// `fieldSelector` on it (what `kubectl describe` and a Pod's wait ask) then reads the Events of
+/// one object, not every Event of the namespace. `""` for every other object.
+fn subject_of(object: &Value) -> &str {
+    object["involvedObject"]["name"].as_str().unwrap_or_default()
 }
 
 /// The object's controller: its `ownerReferences` entry with `controller: true`.
@@ -267,7 +276,7 @@ impl Store {
                 .is_some_and(|resource| settled(resource, &object));
             execute!(
                 pool,
-                "UPDATE sim_kube_objects SET labels = $1, owner = $2, settled = $3, owners = $8 \
+                "UPDATE sim_kube_objects SET labels = $1, owner = $2, settled = $3, owners = $8, subject = $9 \
                  WHERE cluster = $4 AND resource = $5 AND namespace = $6 AND name = $7",
                 label_text(&object),
                 owner_of(&object),
@@ -276,7 +285,8 @@ impl Store {
                 plural,
                 namespace,
                 name,
-                owners_text(&object)
+                owners_text(&object),
+                subject_of(&object)
             )?;
         }
         Ok(())
@@ -339,29 +349,32 @@ impl Store {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> Result<Vec<Value>, sqlx::Error> {
-        self.list_labelled(cluster, resource, namespace, &[]).await
+        self.list_labelled(cluster, resource, namespace, &[], None).await
     }
 
-    /// Like [`Store::list`], without most of the objects whose labels lack `equalities` (the
-    /// caller's selector decides on the rest).
+    /// Like [`Store::list`], without most of the objects whose labels lack `equalities`, and,
+    /// given a `subject`, without the Events about another object (the caller's selector decides
+    /// on the rest).
     pub(crate) async fn list_labelled(
         &self,
         cluster: &str,
         resource: &Resource,
         namespace: Option<&str>,
         equalities: &[(&str, &str)],
+        subject: Option<&str>,
     ) -> Result<Vec<Value>, sqlx::Error> {
         let pool = self.ready().await?;
         let bodies: Vec<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar(
                 "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 \
-                 AND ($3 = '*' OR namespace = $3) AND labels LIKE $4 AND deleted_revision IS NULL \
-                 ORDER BY namespace, name",
+                 AND ($3 = '*' OR namespace = $3) AND labels LIKE $4 AND ($5 IS NULL OR subject = $5) \
+                 AND deleted_revision IS NULL ORDER BY namespace, name",
             )
             .bind(cluster)
             .bind(resource.plural)
             .bind(namespace.unwrap_or("*"))
             .bind(label_pattern(equalities))
+            .bind(subject)
             .fetch_all(pool)
             .await
         })?;
@@ -444,12 +457,12 @@ impl Store {
         let created = execute!(
             self.ready().await?,
             "INSERT INTO sim_kube_objects (cluster, resource, namespace, name, uid, resource_version, created_revision, \
-             body, labels, owner, settled, owners) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11) \
+             body, labels, owner, settled, owners, subject) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (cluster, resource, namespace, name) \
              DO UPDATE SET uid = excluded.uid, resource_version = excluded.resource_version, \
              created_revision = excluded.created_revision, deleted_revision = NULL, deleted_at = NULL, \
              body = excluded.body, labels = excluded.labels, owner = excluded.owner, settled = excluded.settled, \
-             owners = excluded.owners \
+             owners = excluded.owners, subject = excluded.subject \
              WHERE sim_kube_objects.deleted_revision IS NOT NULL",
             cluster,
             resource.plural,
@@ -461,7 +474,8 @@ impl Store {
             label_text(&object),
             owner_of(&object),
             i64::from(settled(resource, &object)),
-            owners_text(&object)
+            owners_text(&object),
+            subject_of(&object)
         )?;
         Ok((created == 1).then_some(object))
     }
@@ -481,7 +495,7 @@ impl Store {
         let updated = execute!(
             self.ready().await?,
             "UPDATE sim_kube_objects SET resource_version = $1, body = $2, labels = $8, owner = $9, settled = $10, \
-             owners = $11 \
+             owners = $11, subject = $12 \
              WHERE cluster = $3 AND resource = $4 AND namespace = $5 AND name = $6 AND resource_version = $7 \
              AND deleted_revision IS NULL",
             revision,
@@ -494,7 +508,8 @@ impl Store {
             label_text(&object),
             owner_of(&object),
             i64::from(settled(resource, &object)),
-            owners_text(&object)
+            owners_text(&object),
+            subject_of(&object)
         )?;
         Ok((updated == 1).then_some(object))
     }
@@ -678,7 +693,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::kube::resources::{JOBS, PODS};
+    use crate::kube::resources::{EVENTS, JOBS, PODS};
 
     async fn store() -> (tempfile::TempDir, Pool) {
         let dir = tempfile::tempdir().unwrap();
@@ -702,12 +717,20 @@ mod tests {
             objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_owned()).collect()
         };
         // The prefilter may let `WEB` through (LIKE ignores case on SQLite); it never drops a match.
-        let web = names(store.list_labelled("c", &PODS, Some("ns"), &[("app", "web")]).await.unwrap());
+        let web = names(store.list_labelled("c", &PODS, Some("ns"), &[("app", "web")], None).await.unwrap());
         assert!(web.contains(&"a".to_owned()) && web.contains(&"b".to_owned()), "{web:?}");
-        let both = names(store.list_labelled("c", &PODS, None, &[("tier", "x"), ("app", "web")]).await.unwrap());
+        let both = names(store.list_labelled("c", &PODS, None, &[("tier", "x"), ("app", "web")], None).await.unwrap());
         assert_eq!(both, ["a"]);
         assert_eq!(names(store.unsettled("c", &PODS).await.unwrap()), ["a", "c"]);
         assert!(store.unsettled("c", &JOBS).await.unwrap().is_empty());
+        // Events are listed by what they are about.
+        for (name, about) in [("a.1", "a"), ("a.2", "a"), ("b.1", "b")] {
+            let event = json!({ "metadata": { "name": name, "namespace": "ns", "uid": name },
+                                "involvedObject": { "kind": "Pod", "name": about } });
+            store.create("c", &EVENTS, event).await.unwrap();
+        }
+        assert_eq!(names(store.list_labelled("c", &EVENTS, Some("ns"), &[], Some("a")).await.unwrap()), ["a.1", "a.2"]);
+        assert_eq!(store.list_labelled("c", &EVENTS, Some("ns"), &[], None).await.unwrap().len(), 3);
     }
 
     #[tokio::test]
@@ -729,7 +752,7 @@ mod tests {
         )
         .unwrap();
         let store = Store::new(pool);
-        assert_eq!(store.list_labelled("c", &PODS, None, &[("app", "web")]).await.unwrap().len(), 1);
+        assert_eq!(store.list_labelled("c", &PODS, None, &[("app", "web")], None).await.unwrap().len(), 1);
         assert!(store.unsettled("c", &PODS).await.unwrap().is_empty(), "an ended Pod is settled");
     }
 }
