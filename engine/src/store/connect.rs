@@ -127,6 +127,13 @@ impl Store {
         &self.pool
     }
 
+    /// The pool for reads outside a transaction: on SQLite, read connections beside the one
+    /// writer, so that a read does not queue behind the writes (WAL: each sees every commit made
+    /// before it began); on PostgreSQL, the same pool as [`Store::pool`].
+    pub fn reader(&self) -> &Pool {
+        &self.reader
+    }
+
     /// Begins a write transaction, in which the domain can write its records and submit runs
     /// (with `Engine::submit_in`) atomically.
     pub async fn begin_write(&self) -> Result<WriteTx, sqlx::Error> {

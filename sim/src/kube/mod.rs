@@ -195,7 +195,7 @@ pub(crate) type Shared = axum::extract::State<Arc<Kube>>;
 pub fn router(machines: Arc<dyn Machines>, storage: Storage, proxy: ProxyCommand) -> Router {
     let kube = Arc::new(Kube {
         machines,
-        store: store::Store::new(storage.pool().clone()),
+        store: store::Store::new(storage.pool().clone(), storage.reader().clone()),
         kubelet: kubelet::Kubelet::new(storage.kubelet_dir().to_owned()),
         proxies: proxies::Proxies::new(storage.kubelet_dir(), proxy),
         seeded: auth::Seeded::new(),

@@ -11,6 +11,7 @@ use anycloud_workflows::db::Db;
 #[derive(Debug)]
 pub struct Storage {
     pool: Pool,
+    reader: Pool,
     kubelet_dir: PathBuf,
     /// A temporary storage's directory, removed when the storage is dropped (after its
     /// processes are killed).
@@ -32,7 +33,7 @@ impl Storage {
     /// Objects in `db` (tables created when the routes start), Pods' files under `kubelet_dir`
     /// (created when the first Pod starts; the API host passes `{data dir}/sim-kubelet`).
     pub fn new(db: &Db, kubelet_dir: impl Into<PathBuf>) -> Self {
-        Self { pool: db.pool().clone(), kubelet_dir: kubelet_dir.into(), _temporary: None }
+        Self { pool: db.pool().clone(), reader: db.reader().clone(), kubelet_dir: kubelet_dir.into(), _temporary: None }
     }
 
     /// A SQLite database and a kubelet directory in a new temporary directory, for servers
@@ -41,11 +42,16 @@ impl Storage {
         let dir = tempfile::tempdir().map_err(StorageError::Directory)?;
         let store = Store::sqlite(&dir.path().join("sim-kube.db")).await.map_err(StorageError::Database)?;
         let kubelet_dir = dir.path().join("sim-kubelet");
-        Ok(Self { pool: store.pool().clone(), kubelet_dir, _temporary: Some(dir) })
+        Ok(Self { pool: store.pool().clone(), reader: store.reader().clone(), kubelet_dir, _temporary: Some(dir) })
     }
 
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// The pool for reads outside a write.
+    pub(crate) fn reader(&self) -> &Pool {
+        &self.reader
     }
 
     /// Where its Pods' files (and its clusters' kube-proxies) live.

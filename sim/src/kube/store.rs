@@ -124,6 +124,9 @@ pub(crate) struct Dependent {
 /// The objects of every simulated cluster of one API.
 pub(crate) struct Store {
     pool: Pool,
+    /// Reads outside a write go here ([`anycloud_engine::Store::reader`]): on SQLite they do not
+    /// queue behind the writer that the API's checkpoints and records share.
+    reader: Pool,
     schema: OnceCell<()>,
     /// Recorded processes, by `{pod uid}/{container}`: a record never changes once written, and
     /// the kubelet asks for every running container's on every pass.
@@ -221,8 +224,20 @@ fn parse(bodies: Vec<String>) -> Result<Vec<Value>, sqlx::Error> {
 }
 
 impl Store {
-    pub(crate) fn new(pool: Pool) -> Self {
-        Self { pool, schema: OnceCell::new(), processes: Mutex::new(HashMap::new()), removals: AtomicU64::new(0) }
+    pub(crate) fn new(pool: Pool, reader: Pool) -> Self {
+        Self {
+            pool,
+            reader,
+            schema: OnceCell::new(),
+            processes: Mutex::new(HashMap::new()),
+            removals: AtomicU64::new(0),
+        }
+    }
+
+    /// The pool to read from, once the tables are there.
+    async fn reading(&self) -> Result<&Pool, sqlx::Error> {
+        self.ready().await?;
+        Ok(&self.reader)
     }
 
     async fn ready(&self) -> Result<&Pool, sqlx::Error> {
@@ -294,7 +309,7 @@ impl Store {
 
     /// The cluster's last `resourceVersion` (0 before its first write).
     pub(crate) async fn revision(&self, cluster: &str) -> Result<i64, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let revision: Option<i64> = with_pool!(pool, |pool| {
             sqlx::query_scalar("SELECT revision FROM sim_kube_revisions WHERE cluster = $1")
                 .bind(cluster)
@@ -326,7 +341,7 @@ impl Store {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Value>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let body: Option<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar(
                 "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 AND namespace = $3 AND name = $4 \
@@ -363,7 +378,7 @@ impl Store {
         equalities: &[(&str, &str)],
         subject: Option<&str>,
     ) -> Result<Vec<Value>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let bodies: Vec<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar(
                 "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 \
@@ -383,7 +398,7 @@ impl Store {
 
     /// The objects of a resource that the control loop still drives (not [`settled`]).
     pub(crate) async fn unsettled(&self, cluster: &str, resource: &Resource) -> Result<Vec<Value>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let bodies: Vec<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar(
                 "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 AND settled = 0 \
@@ -404,7 +419,7 @@ impl Store {
         resource: &Resource,
         owner: &str,
     ) -> Result<Vec<Value>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let bodies: Vec<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar(
                 "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 AND owner = $3 \
@@ -427,7 +442,7 @@ impl Store {
         resource: &Resource,
         owners: &Resource,
     ) -> Result<Vec<Value>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let bodies: Vec<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar(
                 "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 AND deleted_revision IS NULL \
@@ -545,7 +560,7 @@ impl Store {
 
     /// Every object, of every cluster, that has owners.
     pub(crate) async fn dependents(&self) -> Result<Vec<Dependent>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let rows: Vec<(String, String, String, String, String)> = with_pool!(pool, |pool| {
             sqlx::query_as(
                 "SELECT cluster, resource, namespace, name, owners FROM sim_kube_objects \
@@ -568,7 +583,7 @@ impl Store {
 
     /// The uids of every object of the cluster.
     pub(crate) async fn live_uids(&self, cluster: &str) -> Result<HashSet<String>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let uids: Vec<String> = with_pool!(pool, |pool| {
             sqlx::query_scalar("SELECT uid FROM sim_kube_objects WHERE cluster = $1 AND deleted_revision IS NULL")
                 .bind(cluster)
@@ -587,7 +602,7 @@ impl Store {
         namespace: Option<&str>,
         since: i64,
     ) -> Result<Vec<Change>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let rows: Vec<(String, i64, i64, Option<i64>)> = with_pool!(pool, |pool| {
             sqlx::query_as(
                 "SELECT body, resource_version, created_revision, deleted_revision FROM sim_kube_objects \
@@ -622,7 +637,7 @@ impl Store {
 
     /// The clusters that have objects the control loop still drives (see [`settled`]).
     pub(crate) async fn busy_clusters(&self) -> Result<Vec<String>, sqlx::Error> {
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         with_pool!(pool, |pool| {
             sqlx::query_scalar(
                 "SELECT DISTINCT cluster FROM sim_kube_objects WHERE settled = 0 AND deleted_revision IS NULL \
@@ -639,7 +654,7 @@ impl Store {
         if let Some(record) = self.processes.lock().ok().and_then(|known| known.get(&key).copied()) {
             return Ok(Some(record));
         }
-        let pool = self.ready().await?;
+        let pool = self.reading().await?;
         let row: Option<(i64, i64)> = with_pool!(pool, |pool| {
             sqlx::query_as("SELECT pid, start_ticks FROM sim_kube_processes WHERE pod_uid = $1 AND container = $2")
                 .bind(pod_uid)
@@ -709,7 +724,7 @@ mod tests {
     #[tokio::test]
     async fn lists_by_label_and_the_loop_sees_only_what_may_change() {
         let (_dir, pool) = store().await;
-        let store = Store::new(pool);
+        let store = Store::new(pool.clone(), pool);
         store.create("c", &PODS, pod("a", json!({ "app": "web", "tier": "x" }), "Running")).await.unwrap();
         store.create("c", &PODS, pod("b", json!({ "app": "web" }), "Succeeded")).await.unwrap();
         store.create("c", &PODS, pod("c", json!({ "app": "WEB" }), "Running")).await.unwrap();
@@ -751,7 +766,7 @@ mod tests {
             old.to_string()
         )
         .unwrap();
-        let store = Store::new(pool);
+        let store = Store::new(pool.clone(), pool);
         assert_eq!(store.list_labelled("c", &PODS, None, &[("app", "web")], None).await.unwrap().len(), 1);
         assert!(store.unsettled("c", &PODS).await.unwrap().is_empty(), "an ended Pod is settled");
     }

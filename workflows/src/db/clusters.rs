@@ -262,7 +262,7 @@ pub async fn get_by_name(db: &Db, name: &str) -> Result<Option<Cluster>, sqlx::E
 /// One cluster by id.
 pub async fn get(db: &Db, id: &str) -> Result<Option<Cluster>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM clusters WHERE id = $1"));
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)
+    with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)
 }
 
 /// A page of the clusters that are not deleted, by name: the first `limit` after the name `after`.
@@ -341,7 +341,7 @@ pub async fn keep_secrets(db: &Db, id: &str, sealed: &str) -> Result<(), sqlx::E
 
 /// The sealed secrets, when generated.
 pub async fn sealed_secrets(db: &Db, id: &str) -> Result<Option<String>, sqlx::Error> {
-    let found: Option<Option<String>> = with_pool!(db.pool(), |pool| {
+    let found: Option<Option<String>> = with_pool!(db.reader(), |pool| {
         sqlx::query_scalar("SELECT secrets FROM clusters WHERE id = $1").bind(id).fetch_optional(pool).await
     })?;
     Ok(found.flatten())

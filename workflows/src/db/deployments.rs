@@ -426,7 +426,7 @@ pub async fn lock_in(tx: &mut WriteTx, key: &str) -> Result<Option<Deployment>, 
 
 /// The deployment with this id.
 pub async fn get(db: &Db, id: &str) -> Result<Option<Deployment>, sqlx::Error> {
-    let row: Option<Row> = with_pool!(db.pool(), |pool| {
+    let row: Option<Row> = with_pool!(db.reader(), |pool| {
         sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE id = $1"))).bind(id).fetch_optional(pool).await
     })?;
     row.map(Deployment::try_from).transpose()

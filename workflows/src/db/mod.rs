@@ -53,6 +53,12 @@ impl Db {
     pub fn pool(&self) -> &Pool {
         self.store.pool()
     }
+
+    /// The pool for reads outside a transaction ([`anycloud_engine::Store::reader`]): what a
+    /// step's checks read, without queueing behind the writer.
+    pub fn reader(&self) -> &Pool {
+        self.store.reader()
+    }
 }
 
 /// Whether a write failed on a unique constraint: another request took the name first.

@@ -64,7 +64,7 @@ pub async fn mark_gone(db: &Db, cluster_id: &str, live: &[Vm]) -> Result<(), sql
 
 /// The cluster's VMs, control plane first.
 pub async fn of_cluster(db: &Db, cluster_id: &str) -> Result<Vec<VmRecord>, sqlx::Error> {
-    with_pool!(db.pool(), |pool| {
+    with_pool!(db.reader(), |pool| {
         sqlx::query_as(
             "SELECT provider_id, name, role, state, private_ip, public_ip, updated_at FROM vms \
              WHERE cluster_id = $1 ORDER BY (role <> 'control-plane'), name, updated_at",
