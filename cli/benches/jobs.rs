@@ -438,8 +438,11 @@ async fn bench_jobs(api: &Api, client: &reqwest::Client, jobs: usize) -> Res<()>
 /// wrapper writes when the command ends) to the end of its run's `wait_for_end` step (the check
 /// that saw the Job or Pod ended), in ms.
 async fn end_seen(api: &Api, conn: &mut SqliteConnection) -> Res<Vec<f64>> {
+    // The simulated cluster's objects are in a file of their own beside the API's.
+    let objects = api.data_dir().join(anycloud_sim::kube::OBJECTS_FILE);
+    sqlx::query("ATTACH DATABASE $1 AS kube").bind(objects.display().to_string()).execute(&mut *conn).await?;
     let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT o.uid, s.finished_at FROM sim_kube_objects o \
+        "SELECT o.uid, s.finished_at FROM kube.sim_kube_objects o \
          JOIN deployments d ON d.id = json_extract(o.body, '$.metadata.labels.\"anycloud.dev/deployment-id\"') \
          JOIN engine_steps s ON s.run_id = d.workflow_id AND s.phase = 'forward' AND s.name = 'wait_for_end' \
          WHERE o.resource = 'pods' AND d.kind = 'job'",

@@ -71,10 +71,10 @@ impl SimCloud {
         self
     }
 
-    /// Where its clusters' Kubernetes keeps its objects (this database) and Pods' files, for
-    /// [`crate::kube::router`].
-    pub fn kube_storage(&self) -> crate::kube::Storage {
-        crate::kube::Storage::new(&self.db, &self.kubelet_dir)
+    /// Where its clusters' Kubernetes keeps its objects and Pods' files, for
+    /// [`crate::kube::router`] (see [`crate::kube::Storage::open`]).
+    pub async fn kube_storage(&self) -> Result<crate::kube::Storage, crate::kube::StorageError> {
+        crate::kube::Storage::open(&self.db, &self.kubelet_dir).await
     }
 
     pub(crate) fn pool(&self) -> &Pool {
@@ -115,10 +115,11 @@ impl SimCloud {
     }
 
     /// Every simulated VM of every account that is not terminated, for the simulated
-    /// Kubernetes API and for tests that check what the "provider" holds.
+    /// Kubernetes API and for tests that check what the "provider" holds. Read from the reader
+    /// pool, as its other reads: the simulated API asks on every request and every pass.
     pub async fn live_vms(&self) -> Result<Vec<SimVm>, sqlx::Error> {
         let now = now_ms();
-        let rows: Vec<SimVmRow> = with_pool!(self.pool(), |pool| {
+        let rows: Vec<SimVmRow> = with_pool!(self.db.reader(), |pool| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "{SELECT_VMS} WHERE terminated_at IS NULL OR terminated_at > $1 ORDER BY launched_at, id"
             )))
@@ -131,7 +132,7 @@ impl SimCloud {
 
     /// One simulated VM by id, whatever its state.
     pub async fn vm(&self, id: &str) -> Result<Option<SimVm>, sqlx::Error> {
-        let row: Option<SimVmRow> = with_pool!(self.pool(), |pool| {
+        let row: Option<SimVmRow> = with_pool!(self.db.reader(), |pool| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_VMS} WHERE id = $1")))
                 .bind(id)
                 .fetch_optional(pool)

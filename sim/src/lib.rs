@@ -19,14 +19,15 @@
 //!   pulled, commands run on the API's host as its user, `resources` are recorded, not
 //!   enforced. Tests also serve it for clusters on moto and the fake Compute server, whose VMs
 //!   cannot boot here, so the project has one fake Kubernetes. Mount it with
-//!   `kube::router(Arc::new(sim.clone()), sim.kube_storage(), proxy)`, where `proxy` says how to
+//!   `kube::router(Arc::new(sim.clone()), sim.kube_storage().await?, proxy)`, where `proxy` says how to
 //!   start a cluster's kube-proxy process (the `anycloud` binary's `sim-kube-proxy` command).
 //!
 //! Its cloud tables (`sim_api_calls`, `sim_vms`, `sim_networks`) were created by the domain's
 //! first migrations, which cannot move (sqlx checksums applied migrations); later changes to them
 //! belong in this crate. Its Kubernetes tables (`sim_kube_objects`, `sim_kube_revisions`,
 //! `sim_kube_processes`) are this crate's own, created with `CREATE TABLE IF NOT EXISTS` when its
-//! routes first use them.
+//! routes first use them, in a file of their own beside an API on SQLite
+//! ([`kube::Storage::open`]).
 
 mod account;
 mod cloud;

@@ -90,7 +90,8 @@ impl Harness {
         let addr = listener.local_addr().unwrap();
         let sim = SimCloud::new(db.clone(), sealer.clone(), format!("http://{addr}"))
             .with_kubelet_dir(dir.path().join("sim-kubelet"));
-        let app = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage(), e2e::kube_proxy());
+        let app =
+            anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage().await.unwrap(), e2e::kube_proxy());
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let account = format!("acct-{}", uuid::Uuid::new_v4().simple());

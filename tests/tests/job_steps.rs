@@ -69,7 +69,8 @@ impl Harness {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let sim = SimCloud::new(db.clone(), sealer.clone(), format!("http://{addr}")).with_kubelet_dir(&kubelet_dir);
-        let app = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage(), e2e::kube_proxy());
+        let app =
+            anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage().await.unwrap(), e2e::kube_proxy());
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let now = anycloud_workflows::now_ms();

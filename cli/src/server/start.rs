@@ -89,7 +89,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
         .map_err(|err| CliError::new(NOT_OBSERVED, "SIGNALS", format!("listening for SIGTERM: {err}")))?;
     announce(&options, &state, &url);
     let kube = match sim {
-        Some((sim, kube_tls)) => Some(serve_sim_kube(sim, kube_tls)?),
+        Some((sim, kube_tls)) => Some(serve_sim_kube(sim, kube_tls).await?),
         None => None,
     };
     let kube_routes = kube.as_ref().map_or_else(Router::new, |(routes, _)| routes.clone());
@@ -219,11 +219,18 @@ async fn start_sim(
 /// this very binary, run as `sim-kube-proxy`.
 type SimKube = (Router, tokio::task::JoinHandle<()>);
 
-fn serve_sim_kube(sim: SimCloud, kube_tls: tokio::net::TcpListener) -> Result<SimKube, CliError> {
+async fn serve_sim_kube(sim: SimCloud, kube_tls: tokio::net::TcpListener) -> Result<SimKube, CliError> {
     let proxy = std::env::current_exe()
         .map(|exe| anycloud_sim::kube::ProxyCommand::new(exe, ["sim-kube-proxy"]))
         .map_err(|err| CliError::new(NOT_OBSERVED, "API_START", format!("finding this binary's path: {err}")))?;
-    let routes = anycloud_sim::kube::router(Arc::new(sim.clone()), sim.kube_storage(), proxy);
+    let storage = sim.kube_storage().await.map_err(|err| {
+        CliError::new(
+            NOT_OBSERVED,
+            "API_START",
+            format!("the simulated clusters' storage: {}", anycloud_engine::error_chain(&err)),
+        )
+    })?;
+    let routes = anycloud_sim::kube::router(Arc::new(sim.clone()), storage, proxy);
     let serving = tokio::spawn(anycloud_sim::kube::tls::serve(kube_tls, routes.clone(), Arc::new(sim)));
     Ok((routes, serving))
 }

@@ -8,7 +8,7 @@
 //! - [`auth`]: which control plane a request is for, and its token, checked before anything
 //!   else answers; [`body_limit`]: bodies of at most 3 MiB, as the apiserver's.
 //! - [`store`]: objects (namespaces, Jobs, Pods, Deployments, ReplicaSets, Services, Endpoints,
-//!   Secrets, Events) kept in SQL (`sim_kube_objects`) in the database of the API that hosts them, with
+//!   Secrets, Events) kept in SQL (`sim_kube_objects`; where: [`storage`]), with
 //!   uids, a monotonic `resourceVersion` per cluster and `generation`s.
 //! - [`objects`]: get, list (label and `metadata.name` field selectors), create, replace,
 //!   patch, the `/status` subresource, delete with propagation, and watch (by polling the
@@ -136,7 +136,7 @@ use axum::routing::{any, get};
 pub use process::kill_processes_under;
 pub use proxies::ProxyCommand;
 pub use proxy::run as run_proxy;
-pub use storage::{Storage, StorageError};
+pub use storage::{OBJECTS_FILE, Storage, StorageError};
 
 /// A VM as the simulated Kubernetes sees it: what its kubelet, or the server on it, would know.
 #[derive(Debug, Clone)]

@@ -114,7 +114,7 @@ impl Cluster {
         let url = format!("http://{}/sim/kube/{CONTROL_PLANE}", listener.local_addr().unwrap());
         let router = anycloud_sim::kube::router(
             self.machines.clone(),
-            Storage::new(&self.db, self.kubelet_dir()),
+            Storage::open(&self.db, self.kubelet_dir()).await.unwrap(),
             ProxyCommand::new(env!("CARGO_BIN_EXE_sim-kube-proxy"), Vec::<String>::new()),
         );
         let tls_listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
