@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use anycloud_engine::{EngineError, Pool, Store};
+use anycloud_engine::Pool;
 use anycloud_workflows::db::Db;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
@@ -33,9 +33,6 @@ pub enum StorageError {
     /// The temporary directory could not be created.
     #[error("creating a temporary directory for the simulated Kubernetes")]
     Directory(#[source] std::io::Error),
-    /// Its SQLite database could not be opened.
-    #[error("opening the simulated Kubernetes's temporary database")]
-    Database(#[source] EngineError),
     /// The file of its objects could not be opened.
     #[error("opening the simulated Kubernetes's objects at {0}")]
     Objects(PathBuf, #[source] sqlx::Error),
@@ -61,9 +58,10 @@ impl Storage {
     /// whose clusters' objects need not outlive them (tests of other providers).
     pub async fn temporary() -> Result<Self, StorageError> {
         let dir = tempfile::tempdir().map_err(StorageError::Directory)?;
-        let store = Store::sqlite(&dir.path().join("sim-kube.db")).await.map_err(StorageError::Database)?;
+        let path = dir.path().join(OBJECTS_FILE);
+        let (pool, reader) = open_sqlite(&path).await.map_err(|err| StorageError::Objects(path, err))?;
         let kubelet_dir = dir.path().join("sim-kubelet");
-        Ok(Self { pool: store.pool().clone(), reader: store.reader().clone(), kubelet_dir, _temporary: Some(dir) })
+        Ok(Self { pool, reader, kubelet_dir, _temporary: Some(dir) })
     }
 
     pub(crate) fn pool(&self) -> &Pool {
@@ -122,7 +120,7 @@ mod tests {
     #[tokio::test]
     async fn beside_sqlite_the_objects_have_a_file_of_their_own() {
         let dir = tempfile::tempdir().unwrap();
-        let api = Store::sqlite(&dir.path().join("anycloud.db")).await.unwrap();
+        let api = anycloud_engine::Store::sqlite(&dir.path().join("anycloud.db")).await.unwrap();
         let db = Db::open(&api).await.unwrap();
         let storage = Storage::open(&db, dir.path().join("sim-kubelet")).await.unwrap();
         let objects = store::Store::new(storage.pool().clone(), storage.reader().clone());
