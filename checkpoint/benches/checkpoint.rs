@@ -2,7 +2,8 @@
 //!
 //! 1. **Acknowledgement latency**: a client submits a workflow of five durable steps and waits
 //!    for `flush` (what the API does before answering), one after another; beside it the same
-//!    submissions on the same store without a bucket (the bare commit). p50/p99 of each.
+//!    submissions on the same store without a bucket (the bare commit), and moto's own `PUT` of
+//!    the segments' mean stored size, alone (the floor a ship adds). p50/p99 of each.
 //! 2. **Bytes per workflow**: WAL bytes shipped per finished five-step workflow.
 //! 3. **Restore of 10,000 runs**: a fresh directory restores the bucket (HEAD, snapshot, every
 //!    WAL segment), then begins its own generation (truncate, upload, HEAD); both timed.
@@ -108,6 +109,21 @@ async fn submit_each(engine: &Engine, runs: usize, checkpointer: Option<&Checkpo
     latencies
 }
 
+/// `count` conditional PUTs of a `size`-byte object, one after another, as the checkpointer
+/// writes its segments; their latencies, sorted.
+async fn put_each(bucket: &S3Bucket, count: usize, size: usize) -> Vec<Duration> {
+    use anycloud_checkpoint::Bucket;
+    let body = bytes::Bytes::from((0..size).map(|n| (n * 7919 % 251) as u8).collect::<Vec<u8>>());
+    let mut latencies = Vec::with_capacity(count);
+    for n in 0..count {
+        let started = Instant::now();
+        bucket.create(&format!("floor/{n:08}"), body.clone()).await.unwrap();
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    latencies
+}
+
 async fn wait_all_done(store: &Store) {
     let deadline = Instant::now() + Duration::from_secs(900);
     loop {
@@ -163,6 +179,10 @@ async fn main() {
     let shipped = after.shipped_bytes - before.shipped_bytes;
     let stored = after.stored_bytes - before.stored_bytes;
     let snapshots = after.snapshot_bytes_uploaded - before.snapshot_bytes_uploaded;
+    // The bucket's own PUT of the segments' mean stored size, one after another: the floor that
+    // an acknowledgement adds to its commit (every acknowledged submit waits for one).
+    let segment = (stored / (after.segments_shipped - before.segments_shipped).max(1)) as usize;
+    let floor = put_each(bucket.as_ref(), runs, segment).await;
     println!("checkpoint bench: {runs} five-step workflows submitted one at a time, SQLite, moto S3 on loopback");
     println!(
         "  acknowledged submit (commit + ship): p50 {:.2} ms  p99 {:.2} ms",
@@ -174,6 +194,11 @@ async fn main() {
         percentile(&bare, 0.5),
         percentile(&bare, 0.99),
         percentile(&acked, 0.5) / percentile(&bare, 0.5)
+    );
+    println!(
+        "  one PUT of a segment's mean stored size ({segment} B) alone: p50 {:.2} ms  p99 {:.2} ms (the floor a ship adds)",
+        percentile(&floor, 0.5),
+        percentile(&floor, 0.99)
     );
     println!(
         "  WAL shipped: {shipped} bytes = {:.1} KiB per workflow (submit + 5 steps + end), stored deflated as {:.1} KiB; compactions: {} ({snapshots} snapshot bytes uploaded)",

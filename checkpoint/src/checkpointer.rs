@@ -42,6 +42,8 @@ pub struct Stats {
     pub wal_bytes: u64,
     /// Generations begun by this process.
     pub generations_begun: u64,
+    /// WAL segments shipped by this process, over all its generations.
+    pub segments_shipped: u64,
     /// WAL bytes shipped by this process, over all its generations.
     pub shipped_bytes: u64,
     /// What they took in the bucket (deflated, with each object's header).
@@ -293,6 +295,7 @@ impl Shipper {
         self.objects.push(key.to_owned());
         if let Ok(mut stats) = self.stats.lock() {
             stats.segments += 1;
+            stats.segments_shipped += 1;
             stats.wal_bytes += len as u64;
             stats.shipped_bytes += len as u64;
             stats.stored_bytes += stored as u64;
@@ -358,6 +361,7 @@ impl Shipper {
                 segments: 0,
                 wal_bytes: 0,
                 generations_begun: stats.generations_begun + 1,
+                segments_shipped: stats.segments_shipped,
                 shipped_bytes: stats.shipped_bytes,
                 stored_bytes: stats.stored_bytes,
                 snapshot_bytes_uploaded: stats.snapshot_bytes_uploaded + database.len() as u64,

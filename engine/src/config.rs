@@ -18,7 +18,8 @@ pub struct EngineConfig {
     pub lease_ttl: Duration,
     /// How often the store is asked for due runs when nothing wakes the engine sooner.
     pub poll_interval: Duration,
-    /// Most runs taken in one claim.
+    /// Runs taken in one claim. While claims come back full (a backlog) each next one takes
+    /// twice as many, up to 16 times this; the first that does not starts from this again.
     pub claim_batch: u32,
     /// Renew leases (turn off only to test fencing).
     pub heartbeats: bool,

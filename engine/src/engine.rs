@@ -409,8 +409,9 @@ async fn claim_loop(inner: Arc<Inner>) {
     // The leases that failed claims may have taken all the same (the first and last expiry),
     // until they are given up.
     let mut lost_claims: Option<(Millis, Millis)> = None;
+    let mut batch = inner.config.claim_batch;
     while !inner.stopping() {
-        let free = inner.slots.available_permits().min(inner.config.claim_batch as usize) as u32;
+        let free = inner.slots.available_permits().min(batch as usize) as u32;
         let mut full_batch = false;
         if free > 0 {
             let now = now_ms();
@@ -422,6 +423,7 @@ async fn claim_loop(inner: Arc<Inner>) {
                     }
                     full_batch = claimed.len() as u32 == free;
                     inner.backlog.store(full_batch, Ordering::Relaxed);
+                    batch = next_batch(&inner.config, batch, full_batch);
                     for run in claimed {
                         match inner.slots.clone().try_acquire_owned() {
                             Ok(permit) => inner.spawn_driver(run, permit),
@@ -464,6 +466,20 @@ async fn claim_loop(inner: Arc<Inner>) {
             _ = tokio::time::sleep(inner.config.poll_interval) => {}
             _ = stop.changed() => {}
         }
+    }
+}
+
+/// How far a backlog grows the claim's batch: up to this many times `claim_batch`.
+const BACKLOG_GROWTH: u32 = 16;
+
+/// The next claim's batch: twice this one while claims come back full (a backlog, such as the
+/// runs of a dead engine: a few large transactions rather than one per `claim_batch`), and
+/// `claim_batch` again once one does not.
+fn next_batch(config: &EngineConfig, batch: u32, full: bool) -> u32 {
+    if full {
+        batch.saturating_mul(2).min(config.claim_batch.saturating_mul(BACKLOG_GROWTH))
+    } else {
+        config.claim_batch
     }
 }
 
@@ -554,5 +570,25 @@ impl Inner {
             *slot = Some(lock);
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backlog_doubles_the_claim_up_to_sixteen_times_and_a_short_claim_resets_it() {
+        let config = EngineConfig { claim_batch: 64, ..EngineConfig::named("test") };
+        let mut batch = config.claim_batch;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            batch = next_batch(&config, batch, true);
+            seen.push(batch);
+        }
+        assert_eq!(seen, [128, 256, 512, 1024, 1024, 1024]);
+        assert_eq!(next_batch(&config, batch, false), 64, "a claim that came back short starts over");
+        let huge = EngineConfig { claim_batch: u32::MAX, ..EngineConfig::named("test") };
+        assert_eq!(next_batch(&huge, u32::MAX, true), u32::MAX, "no overflow");
     }
 }

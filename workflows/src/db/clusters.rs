@@ -277,7 +277,7 @@ pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<Cluste
 /// Every cluster, deleted ones too (deployments keep naming the cluster they ran on).
 pub async fn list_all(db: &Db) -> Result<Vec<Cluster>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM clusters ORDER BY name, created_at"));
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).fetch_all(pool).await)
+    with_pool!(db.reader(), |pool| sqlx::query_as(sql).fetch_all(pool).await)
 }
 
 /// Sets the phase and its reason.
