@@ -46,10 +46,7 @@ impl Storage {
         let kubelet_dir = kubelet_dir.into();
         let (pool, reader) = match db.pool() {
             Pool::Postgres(_) => (db.pool().clone(), db.reader().clone()),
-            Pool::Sqlite(_) => {
-                let path = kubelet_dir.with_file_name(OBJECTS_FILE);
-                open_sqlite(&path).await.map_err(|err| StorageError::Objects(path, err))?
-            }
+            Pool::Sqlite(_) => open_sqlite(kubelet_dir.with_file_name(OBJECTS_FILE)).await?,
         };
         Ok(Self { pool, reader, kubelet_dir, _temporary: None })
     }
@@ -58,8 +55,7 @@ impl Storage {
     /// whose clusters' objects need not outlive them (tests of other providers).
     pub async fn temporary() -> Result<Self, StorageError> {
         let dir = tempfile::tempdir().map_err(StorageError::Directory)?;
-        let path = dir.path().join(OBJECTS_FILE);
-        let (pool, reader) = open_sqlite(&path).await.map_err(|err| StorageError::Objects(path, err))?;
+        let (pool, reader) = open_sqlite(dir.path().join(OBJECTS_FILE)).await?;
         let kubelet_dir = dir.path().join("sim-kubelet");
         Ok(Self { pool, reader, kubelet_dir, _temporary: Some(dir) })
     }
@@ -85,15 +81,18 @@ pub const OBJECTS_FILE: &str = "sim-kube.db";
 /// One writer connection and a few readers on the objects' file. `synchronous = NORMAL`: in WAL
 /// mode a commit survives the process being killed; only a power loss may take the last ones,
 /// which a simulated cluster may lose (the API's own state keeps its stricter setting).
-async fn open_sqlite(path: &Path) -> Result<(Pool, Pool), sqlx::Error> {
-    let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(Duration::from_secs(30));
-    let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
-    let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
-    Ok((Pool::Sqlite(writer), Pool::Sqlite(reader)))
+async fn open_sqlite(path: PathBuf) -> Result<(Pool, Pool), StorageError> {
+    let pools = async {
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(30));
+        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+        Ok((Pool::Sqlite(writer), Pool::Sqlite(reader)))
+    };
+    pools.await.map_err(|err| StorageError::Objects(path, err))
 }
 
 impl Drop for Storage {

@@ -124,8 +124,8 @@ pub(crate) struct Dependent {
 /// The objects of every simulated cluster of one API.
 pub(crate) struct Store {
     pool: Pool,
-    /// Reads outside a write go here ([`anycloud_engine::Store::reader`]): on SQLite they do not
-    /// queue behind the writer that the API's checkpoints and records share.
+    /// Reads outside a write go here (the readers of [`super::Storage`]): on SQLite they do not
+    /// queue behind the objects' one writer.
     reader: Pool,
     schema: OnceCell<()>,
     /// Recorded processes, by `{pod uid}/{container}`: a record never changes once written, and
