@@ -302,8 +302,17 @@ impl Engine {
     /// entry: a check is not an event, and the planned checks stay as the safety net should a
     /// change go unreported. Returns how many waiting runs were made due.
     pub async fn changed(&self, resource_key: &str) -> Result<u64, EngineError> {
-        self.inner.tell_changed(resource_key);
-        let due = self.inner.store.make_due(resource_key, now_ms()).await?;
+        self.changed_all(&[resource_key]).await
+    }
+
+    /// [`Engine::changed`] for many keys at once, in one transaction: what a watch that saw many
+    /// changes since it last told the engine asks, so that a burst of changes costs one commit
+    /// rather than one each.
+    pub async fn changed_all(&self, resource_keys: &[&str]) -> Result<u64, EngineError> {
+        for resource_key in resource_keys {
+            self.inner.tell_changed(resource_key);
+        }
+        let due = self.inner.store.make_due(resource_keys, now_ms()).await?;
         if due > 0 {
             self.inner.wake.notify_one();
         }

@@ -1,8 +1,9 @@
 //! Waits that wake on events: the API watches the Pods and Deployments that Anycloud applied on
 //! every ready cluster (`app.kubernetes.io/managed-by=anycloud`), and each change to one tells
 //! the engine that the runs of its deployment (the `anycloud.dev/deployment-id` label) may find
-//! what they poll for ([`Engine::changed`]): a job's Pod that started or ended, a rollout's
-//! replica that became ready, an object that went. The polls stay as the safety net: a watch
+//! what they poll for ([`Engine::changed_all`]): a job's Pod that started or ended, a rollout's
+//! replica that became ready, an object that went. The changes that arrive while the engine is
+//! being told are told together, each deployment once, in one transaction. The polls stay as the safety net: a watch
 //! that breaks, a cluster not watched yet, a change between two watches only make a run wait
 //! for its planned check.
 //!
@@ -13,7 +14,7 @@
 //! every [`CLUSTERS_EVERY`]: a cluster that became ready is watched, one that is no longer
 //! ready is not.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,9 +60,15 @@ pub async fn watch_clusters(deps: Deps, engine: Arc<Engine>) {
         tokio::select! {
             _ = ticker.tick() => watch_ready(&deps, &mut watched, &changes).await,
             Some(deployment_id) = changed.recv() => {
-                let key = Deployment::resource_key(&deployment_id);
-                if let Err(err) = engine.changed(&key).await {
-                    tracing::debug!(deployment = %deployment_id, error = %error_chain(&err), "could not wake its runs");
+                // What came meanwhile goes in the same transaction, each deployment once.
+                let mut ids = BTreeSet::from([deployment_id]);
+                while ids.len() < CHANGES_QUEUED && let Ok(id) = changed.try_recv() {
+                    ids.insert(id);
+                }
+                let keys: Vec<String> = ids.iter().map(|id| Deployment::resource_key(id)).collect();
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                if let Err(err) = engine.changed_all(&keys).await {
+                    tracing::debug!(deployments = ids.len(), error = %error_chain(&err), "could not wake their runs");
                 }
             }
         }

@@ -13,14 +13,18 @@ const MAKE_DUE: &str = "UPDATE engine_runs SET next_at = $2 \
        AND next_at > $2";
 
 impl Store {
-    /// Makes the waiting runs of `resource_key` due at `now`; returns how many there were. The
-    /// timeline is left as it is: the check that follows writes what it finds.
-    pub(crate) async fn make_due(&self, resource_key: &str, now: Millis) -> Result<u64, sqlx::Error> {
+    /// Makes the waiting runs of each of `resource_keys` due at `now`, in one transaction;
+    /// returns how many there were. The timeline is left as it is: the check that follows writes
+    /// what it finds.
+    pub(crate) async fn make_due(&self, resource_keys: &[&str], now: Millis) -> Result<u64, sqlx::Error> {
         crate::with_pool!(&self.pool, |pool| {
             let mut tx = pool.begin_write().await?;
-            let done = sqlx::query(MAKE_DUE).bind(resource_key).bind(now).execute(&mut *tx).await?;
+            let mut due = 0;
+            for resource_key in resource_keys {
+                due += sqlx::query(MAKE_DUE).bind(resource_key).bind(now).execute(&mut *tx).await?.rows_affected();
+            }
             tx.commit().await?;
-            Ok(done.rows_affected())
+            Ok(due)
         })
     }
 }

@@ -5,10 +5,37 @@
 //! Event (`count`, `lastTimestamp`) rather than making a new one. Recording one never fails the
 //! action it reports: an event that cannot be written is logged and dropped.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use serde_json::{Value, json};
 
 use super::resources::{self, Resource};
 use super::{Kube, defaults, time};
+
+/// Past this many remembered reports, those whose time has come are forgotten.
+const REMEMBERED: usize = 4096;
+
+/// When each Event that [`record_every`] counts at most every so many seconds may be counted
+/// again (Unix seconds), as this process last read or wrote it: a pass that finds a Pod still not
+/// fitting, or a probe still failing, before that time reads nothing. Another API sharing the
+/// store only makes this one read again when the time comes, as it does without the memory.
+#[derive(Default)]
+pub(crate) struct Reported(Mutex<HashMap<String, i64>>);
+
+impl Reported {
+    fn not_due(&self, key: &str, now: i64) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(key).is_some_and(|due| now < *due)
+    }
+
+    fn remember(&self, key: String, due: i64, now: i64) {
+        let mut reported = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if reported.len() >= REMEMBERED {
+            reported.retain(|_, due| now < *due);
+        }
+        reported.insert(key, due);
+    }
+}
 
 /// `Normal` or `Warning`.
 #[derive(Debug, Clone, Copy)]
@@ -59,16 +86,26 @@ pub(crate) async fn record_every(
     let id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes());
     let name = format!("{object_name}.{}", &id.simple().to_string()[..16]);
     let now = time::now();
+    let now_seconds = time::now_seconds();
+    let remembered = format!("{cluster}/{namespace}/{name}");
+    if seconds > 0 && kube.events.not_due(&remembered, now_seconds) {
+        return;
+    }
     match kube.store.get(cluster, &resources::EVENTS, namespace, &name).await {
         Ok(Some(mut event)) => {
             let last = time::seconds(&event["lastTimestamp"]).unwrap_or(0);
-            if time::now_seconds() < last + seconds {
+            if now_seconds < last + seconds {
+                kube.events.remember(remembered, last + seconds, now_seconds);
                 return;
             }
             event["count"] = json!(event["count"].as_i64().unwrap_or(1) + 1);
             event["lastTimestamp"] = json!(now);
-            if let Err(err) = kube.store.update(cluster, &resources::EVENTS, event).await {
-                tracing::warn!(%cluster, reason, error = %err, "simulated Kubernetes: counting an event again");
+            match kube.store.update(cluster, &resources::EVENTS, event).await {
+                Ok(_) if seconds > 0 => kube.events.remember(remembered, now_seconds + seconds, now_seconds),
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(%cluster, reason, error = %err, "simulated Kubernetes: counting an event again")
+                }
             }
             return;
         }
@@ -89,7 +126,9 @@ pub(crate) async fn record_every(
         "firstTimestamp": now, "lastTimestamp": now, "eventTime": null, "count": 1,
     });
     defaults::on_create(&resources::EVENTS, namespace, &mut event);
-    if let Err(err) = kube.store.create(cluster, &resources::EVENTS, event).await {
-        tracing::warn!(%cluster, reason, error = %err, "simulated Kubernetes: recording an event");
+    match kube.store.create(cluster, &resources::EVENTS, event).await {
+        Ok(_) if seconds > 0 => kube.events.remember(remembered, now_seconds + seconds, now_seconds),
+        Ok(_) => {}
+        Err(err) => tracing::warn!(%cluster, reason, error = %err, "simulated Kubernetes: recording an event"),
     }
 }

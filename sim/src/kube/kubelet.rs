@@ -38,23 +38,47 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
 
 use super::events::{self, Note, Severity};
+use super::exits::{Exit, Exits};
 use super::probes::Readiness;
 use super::process::{self, ContainerFiles, Probe};
 use super::resources::PODS;
 use super::status::ApiError;
 use super::{Kube, container_env, images, network, probes, time};
 
-/// The kubelets' shared directory, the Pods this process has sent SIGTERM, and the image pulls
-/// that failed.
+/// The kubelets' shared directory, the Pods this process has sent SIGTERM, the image pulls
+/// that failed, the Pods a pass holds now, and the containers' exits not yet recorded.
 pub(crate) struct Kubelet {
     dir: PathBuf,
     terminated: Mutex<HashSet<String>>,
     pub(crate) pulls: images::Pulls,
+    held: Mutex<HashSet<String>>,
+    pub(crate) exits: Exits,
+}
+
+/// Whether a pass over a Pod ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Synced {
+    Done,
+    /// Another pass holds the Pod now (the loop's, or one for an exit): nothing was done.
+    Busy,
+}
+
+/// A Pod that one pass holds: no other starts, stops or records its containers meanwhile (the
+/// kubelet's one worker per Pod).
+pub(crate) struct Held<'a> {
+    kubelet: &'a Kubelet,
+    uid: String,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.kubelet.held.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.uid);
+    }
 }
 
 /// What a kubelet knows of its cluster on a pass.
@@ -71,7 +95,19 @@ const NOT_STARTED: [&str; 3] = ["ErrImagePull", "ImagePullBackOff", "CreateConta
 
 impl Kubelet {
     pub(crate) fn new(dir: PathBuf) -> Self {
-        Self { dir, terminated: Mutex::new(HashSet::new()), pulls: images::Pulls::default() }
+        Self {
+            dir,
+            terminated: Mutex::new(HashSet::new()),
+            pulls: images::Pulls::default(),
+            held: Mutex::new(HashSet::new()),
+            exits: Exits::new(),
+        }
+    }
+
+    /// Holds the Pod for one pass, unless another pass holds it.
+    pub(crate) fn hold(&self, uid: &str) -> Option<Held<'_>> {
+        let fresh = self.held.lock().unwrap_or_else(PoisonError::into_inner).insert(uid.to_owned());
+        fresh.then(|| Held { kubelet: self, uid: uid.to_owned() })
     }
 
     /// A Pod's scratch directory (its containers' working directory).
@@ -94,16 +130,24 @@ fn argv(container: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Reconciles one Pod with its processes.
-pub(crate) async fn sync(kube: &Kube, node: &Node<'_>, pod: Value) -> Result<(), ApiError> {
-    let cluster = node.cluster;
+/// Reconciles one Pod with its processes, unless another pass holds it now.
+pub(crate) async fn sync(kube: &Kube, node: &Node<'_>, pod: Value) -> Result<Synced, ApiError> {
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+    let Some(_held) = kube.kubelet.hold(&uid) else { return Ok(Synced::Busy) };
     if !pod["metadata"]["deletionTimestamp"].is_null() {
-        return finish_deletion(kube, cluster, &uid, pod).await;
+        finish_deletion(kube, node.cluster, &uid, pod).await?;
+    } else if pod["spec"]["nodeName"].is_string()
+        && !matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+    {
+        run(kube, node, &uid, pod).await?;
     }
-    if pod["spec"]["nodeName"].is_null() || matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed")) {
-        return Ok(());
-    }
+    Ok(Synced::Done)
+}
+
+/// A scheduled Pod that has not ended: its containers start, run, end or restart.
+async fn run(kube: &Kube, node: &Node<'_>, uid: &str, pod: Value) -> Result<(), ApiError> {
+    let cluster = node.cluster;
+    let uid = uid.to_owned();
     let pod = if network::needs_setup(&pod) {
         match network::setup(kube, cluster, &pod).await? {
             Some(written) => written,
@@ -319,7 +363,15 @@ async fn start(
     };
     let spawned = match cannot {
         Some(message) => Err(message),
-        None => process::spawn(pod_dir, &files, &argv, &env).map_err(|err| format!("starting {command}: {err}")),
+        None => {
+            let on_exit = kube.kubelet.exits.reporter(Exit {
+                cluster: node.cluster.to_owned(),
+                namespace: pod["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(),
+                name: pod["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                uid: uid.to_owned(),
+            });
+            process::spawn(pod_dir, &files, &argv, &env, on_exit).map_err(|err| format!("starting {command}: {err}"))
+        }
     };
     match spawned {
         Ok(record) => {

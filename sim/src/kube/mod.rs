@@ -92,6 +92,7 @@ mod discovery;
 mod endpoints;
 mod events;
 mod exec;
+mod exits;
 mod fields;
 mod garbage;
 mod images;
@@ -180,8 +181,23 @@ pub(crate) struct Kube {
     pub(crate) kubelet: kubelet::Kubelet,
     pub(crate) proxies: proxies::Proxies,
     pub(crate) seeded: auth::Seeded,
+    pub(crate) events: events::Reported,
     /// Keeps a temporary [`Storage`]'s directory for as long as the API lives.
     _storage: Storage,
+}
+
+impl Kube {
+    fn new(machines: Arc<dyn Machines>, storage: Storage, proxy: ProxyCommand) -> Self {
+        Self {
+            machines,
+            store: store::Store::new(storage.pool().clone(), storage.reader().clone()),
+            kubelet: kubelet::Kubelet::new(storage.kubelet_dir().to_owned()),
+            proxies: proxies::Proxies::new(storage.kubelet_dir(), proxy),
+            seeded: auth::Seeded::new(),
+            events: events::Reported::default(),
+            _storage: storage,
+        }
+    }
 }
 
 /// The shared state of the routes.
@@ -193,14 +209,7 @@ pub(crate) type Shared = axum::extract::State<Arc<Kube>>;
 /// dropped. Each cluster's Services are served by a kube-proxy process that `proxy` starts. Must
 /// be called within a tokio runtime.
 pub fn router(machines: Arc<dyn Machines>, storage: Storage, proxy: ProxyCommand) -> Router {
-    let kube = Arc::new(Kube {
-        machines,
-        store: store::Store::new(storage.pool().clone(), storage.reader().clone()),
-        kubelet: kubelet::Kubelet::new(storage.kubelet_dir().to_owned()),
-        proxies: proxies::Proxies::new(storage.kubelet_dir(), proxy),
-        seeded: auth::Seeded::new(),
-        _storage: storage,
-    });
+    let kube = Arc::new(Kube::new(machines, storage, proxy));
     reconcile::start(&kube);
     let at = |path: &str| format!("/sim/kube/{{vm}}{path}");
     let one = || get(objects::get).put(objects::replace).patch(objects::patch).delete(objects::delete);

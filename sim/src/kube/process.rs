@@ -9,7 +9,8 @@
 //!   renamed, so a reader never sees half a file). An exit while no API runs is still known.
 //! - Its pid and start time (clock ticks after boot, `/proc/{pid}/stat` field 22) are recorded
 //!   in SQL; the start time tells it apart from a later process that reuses the pid.
-//! - While the API lives, a task waits on the child, so no zombie is left behind.
+//! - While the API lives, a task waits on the child, so no zombie is left behind, and tells the
+//!   kubelet the moment it ends ([`super::exits`]).
 //!
 //! Those files live in `{pod dir}/.sim/`, beside the container's log (`{container}.log`, its
 //! stdout and stderr).
@@ -153,12 +154,14 @@ pub(crate) fn cannot_start(pod_dir: &Path, command: &str, path: &str) -> Option<
     })
 }
 
-/// Starts `argv` in `pod_dir` with exactly `env`, detached in a process group of its own.
+/// Starts `argv` in `pod_dir` with exactly `env`, detached in a process group of its own;
+/// `on_exit` runs once the wrapper has ended (its exit code written), if this API still runs.
 pub(crate) fn spawn(
     pod_dir: &Path,
     files: &ContainerFiles,
     argv: &[String],
     env: &[(String, String)],
+    on_exit: impl FnOnce() + Send + 'static,
 ) -> io::Result<ProcessRecord> {
     let mut child = start_unless_closed(pod_dir, || {
         std::fs::create_dir_all(pod_dir.join(".sim"))?;
@@ -181,7 +184,9 @@ pub(crate) fn spawn(
     let start_ticks = stat(pid).map(|(_, ticks)| ticks).unwrap_or(0);
     // Reap it when it exits, so that it leaves no zombie while this API lives.
     tokio::spawn(async move {
-        let _ = child.wait().await;
+        if child.wait().await.is_ok() {
+            on_exit();
+        }
     });
     Ok(ProcessRecord { pid, start_ticks })
 }
@@ -275,13 +280,13 @@ mod tests {
         let files = ContainerFiles::new(dir.path(), "c");
         let argv = ["sh".to_owned(), "-c".to_owned(), "echo out; echo err >&2; exit 3".to_owned()];
         let env = [("PATH".to_owned(), DEFAULT_PATH.to_owned())];
-        let record = spawn(dir.path(), &files, &argv, &env).unwrap();
-        for _ in 0..100 {
-            if probe(record, &files) != Probe::Running {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        let (exited, ended) = tokio::sync::oneshot::channel();
+        let record = spawn(dir.path(), &files, &argv, &env, move || {
+            let _ = exited.send(());
+        })
+        .unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), ended).await.unwrap().unwrap();
+        // Told once the exit code is written, not before.
         assert_eq!(probe(record, &files), Probe::Exited(3));
         assert_eq!(std::fs::read_to_string(files.log()).unwrap(), "out\nerr\n");
         assert_eq!(files.started().map(|started| started.pid), Some(record.pid));

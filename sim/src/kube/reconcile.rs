@@ -13,6 +13,9 @@
 //! 6. the kubelet ([`super::kubelet`]) passes over every Pod: it starts, probes, restarts,
 //!    follows and ends their processes.
 //!
+//! Beside the loop, a container's exit is recorded the moment its process ends ([`super::exits`]):
+//! a second task takes each exit and passes the kubelet over that one Pod.
+//!
 //! Each step reads the objects it needs once and groups them by owner. State advances without
 //! anyone asking, and after an API restart the first pass picks up every Pod whose process still
 //! runs or exited meanwhile (their pids and exit files are on disk and in SQL), and hands each
@@ -27,6 +30,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::exits::Exit;
 use super::resources::{self, ALL, DEPLOYMENTS, ENDPOINTS, JOBS, NAMESPACES, PODS, REPLICASETS, SERVICES};
 use super::status::ApiError;
 use super::{Kube, deployments, endpoints, garbage, jobs, kubelet, objects, replicasets, scheduler, store};
@@ -34,11 +38,15 @@ use super::{Kube, deployments, endpoints, garbage, jobs, kubelet, objects, repli
 /// How often the loop passes.
 const PERIOD: Duration = Duration::from_millis(250);
 
+/// How long an exit whose Pod another pass holds waits before it is tried again.
+const BUSY_RETRY: Duration = Duration::from_millis(50);
+
 /// How long a deleted object's tombstone stays for watches.
 const TOMBSTONE_MS: i64 = 5 * 60 * 1000;
 
 /// Starts the loop on the current tokio runtime.
 pub(crate) fn start(kube: &Arc<Kube>) {
+    handle_exits(kube);
     let kube: Weak<Kube> = Arc::downgrade(kube);
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(PERIOD);
@@ -61,6 +69,47 @@ pub(crate) fn start(kube: &Arc<Kube>) {
             }
         }
     });
+}
+
+/// Starts handling the containers' exits ([`super::exits`]) on the current tokio runtime; the
+/// task ends with the routes.
+fn handle_exits(kube: &Arc<Kube>) {
+    let Some(mut receiver) = kube.kubelet.exits.take() else { return };
+    let kube: Weak<Kube> = Arc::downgrade(kube);
+    tokio::spawn(async move {
+        while let Some(exit) = receiver.recv().await {
+            let Some(kube) = kube.upgrade() else { return };
+            if let Err(err) = exit_pass(&kube, &exit).await {
+                tracing::warn!(cluster = %exit.cluster, pod = %exit.name, error = ?err,
+                    "simulated kubelet: recording a container's exit; the next pass does");
+            }
+        }
+    });
+}
+
+/// The kubelet's pass over the Pod whose container ended.
+async fn exit_pass(kube: &Kube, exit: &Exit) -> Result<(), ApiError> {
+    let Some(pod) = kube.store.get(&exit.cluster, &PODS, &exit.namespace, &exit.name).await? else {
+        return Ok(());
+    };
+    let another = pod["metadata"]["uid"].as_str() != Some(exit.uid.as_str());
+    if another || !pod["metadata"]["deletionTimestamp"].is_null() {
+        return Ok(());
+    }
+    let control_plane = kube.machines.machine(&exit.cluster).await;
+    if control_plane_gone(&control_plane) {
+        return Ok(());
+    }
+    let private_registries = control_plane.ok().flatten().map(|cp| cp.private_registries).unwrap_or_default();
+    let node = kubelet::Node { cluster: &exit.cluster, private_registries: &private_registries };
+    if kubelet::sync(kube, &node, pod).await? == kubelet::Synced::Busy {
+        let retry = kube.kubelet.exits.reporter(exit.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(BUSY_RETRY).await;
+            retry();
+        });
+    }
+    Ok(())
 }
 
 /// One pass over every cluster.
@@ -205,4 +254,85 @@ async fn empty_namespace(kube: &Kube, cluster: &str, namespace: serde_json::Valu
         kube.store.remove(cluster, &NAMESPACES, &namespace).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use async_trait::async_trait;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::kube::{Machine, Machines, ProxyCommand, Storage, defaults, process};
+
+    /// A cluster of one running control plane, `cp-1`.
+    struct ControlPlane;
+
+    #[async_trait]
+    impl Machines for ControlPlane {
+        async fn machine(&self, id: &str) -> Result<Option<Machine>, String> {
+            Ok(Some(Machine {
+                id: id.to_owned(),
+                name: "cp".to_owned(),
+                control_plane: true,
+                state: "running".to_owned(),
+                running: true,
+                user_data: String::new(),
+                private_ip: Some("10.0.0.2".to_owned()),
+                public_ip: None,
+                node_ready: true,
+                private_registries: Vec::new(),
+            }))
+        }
+
+        async fn running(&self) -> Result<Vec<Machine>, String> {
+            Ok(vec![self.machine("cp-1").await?.unwrap()])
+        }
+    }
+
+    #[tokio::test]
+    async fn an_exit_is_recorded_with_no_pass_of_the_loop() {
+        let storage = Storage::temporary().await.unwrap();
+        let kubelet_dir = storage.kubelet_dir().to_owned();
+        let proxy = ProxyCommand::new("/bin/false", Vec::<String>::new());
+        let kube = Arc::new(Kube::new(Arc::new(ControlPlane), storage, proxy));
+        // The exits are handled; the control loop is not started.
+        handle_exits(&kube);
+        let mut pod = json!({
+            "metadata": { "name": "p" },
+            "spec": { "nodeName": "cp", "restartPolicy": "Never", "containers": [
+                { "name": "main", "image": "busybox", "command": ["sh", "-c", "sleep 0.3; exit 3"] },
+            ] },
+        });
+        defaults::on_create(&PODS, "default", &mut pod);
+        let pod = kube.store.create("cp-1", &PODS, pod).await.unwrap().unwrap();
+        let node = kubelet::Node { cluster: "cp-1", private_registries: &[] };
+        // One pass of the kubelet, as the loop's: it starts the container.
+        assert_eq!(kubelet::sync(&kube, &node, pod).await.unwrap(), kubelet::Synced::Done);
+        let read = || async { kube.store.get("cp-1", &PODS, "default", "p").await.unwrap().unwrap() };
+        assert_eq!(read().await["status"]["phase"], "Running");
+        let mut ended = read().await;
+        for _ in 0..200 {
+            if ended["status"]["phase"] != "Running" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            ended = read().await;
+        }
+        process::kill_processes_under(&kubelet_dir);
+        assert_eq!(ended["status"]["phase"], "Failed", "no pass ran: only the exit can have recorded it");
+        assert_eq!(ended["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
+    }
+
+    #[tokio::test]
+    async fn a_pod_is_held_by_one_pass_at_a_time() {
+        let kubelet = kubelet::Kubelet::new(std::env::temp_dir());
+        let held = kubelet.hold("uid-1").unwrap();
+        assert!(kubelet.hold("uid-1").is_none(), "held by the first pass");
+        assert!(kubelet.hold("uid-2").is_some(), "another Pod is free");
+        drop(held);
+        assert!(kubelet.hold("uid-1").is_some(), "free once the first pass ends");
+    }
 }
