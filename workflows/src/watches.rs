@@ -3,9 +3,9 @@
 //! the engine that the runs of its deployment (the `anycloud.dev/deployment-id` label) may find
 //! what they poll for ([`Engine::changed_all`]): a job's Pod that started or ended, a rollout's
 //! replica that became ready, an object that went. The changes that arrive while the engine is
-//! being told are told together, each deployment once, in one transaction. The polls stay as the safety net: a watch
-//! that breaks, a cluster not watched yet, a change between two watches only make a run wait
-//! for its planned check.
+//! being told are told together, each deployment once, in one transaction. The polls stay as the
+//! safety net: a watch that breaks, a cluster not watched yet, a change between two watches only
+//! make a run wait for its planned check.
 //!
 //! One watch per kind and cluster, as a Kubernetes controller holds them: it starts from the
 //! current `resourceVersion` (what is already there was checked when its run planned the check),

@@ -147,7 +147,6 @@ pub(crate) async fn sync(kube: &Kube, node: &Node<'_>, pod: Value) -> Result<Syn
 /// A scheduled Pod that has not ended: its containers start, run, end or restart.
 async fn run(kube: &Kube, node: &Node<'_>, uid: &str, pod: Value) -> Result<(), ApiError> {
     let cluster = node.cluster;
-    let uid = uid.to_owned();
     let pod = if network::needs_setup(&pod) {
         match network::setup(kube, cluster, &pod).await? {
             Some(written) => written,
@@ -156,7 +155,7 @@ async fn run(kube: &Kube, node: &Node<'_>, uid: &str, pod: Value) -> Result<(), 
     } else {
         pod
     };
-    let pod_dir = kube.kubelet.pod_dir(&uid);
+    let pod_dir = kube.kubelet.pod_dir(uid);
     let containers = pod["spec"]["containers"].as_array().cloned().unwrap_or_default();
     let previous = pod["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
     let restarts = pod["spec"]["restartPolicy"] == "Always";
@@ -173,8 +172,8 @@ async fn run(kube: &Kube, node: &Node<'_>, uid: &str, pod: Value) -> Result<(), 
             Some(state) if state["waiting"]["reason"] == "CrashLoopBackOff" => {
                 let finished = time::seconds(&last_state["terminated"]["finishedAt"]).unwrap_or(0);
                 if time::now_seconds() >= finished + back_off(restart_count) {
-                    kube.kubelet.files(&uid, name).clear();
-                    start(kube, node, &uid, &pod_dir, &pod, container, &mut notes).await?
+                    kube.kubelet.files(uid, name).clear();
+                    start(kube, node, uid, &pod_dir, &pod, container, &mut notes).await?
                 } else {
                     state.clone()
                 }
@@ -183,11 +182,11 @@ async fn run(kube: &Kube, node: &Node<'_>, uid: &str, pod: Value) -> Result<(), 
             // a start whose status was never written left its process.
             Some(state)
                 if state["waiting"]["reason"].as_str().is_some_and(|reason| NOT_STARTED.contains(&reason))
-                    && kube.kubelet.files(&uid, name).started().is_none() =>
+                    && kube.kubelet.files(uid, name).started().is_none() =>
             {
-                start(kube, node, &uid, &pod_dir, &pod, container, &mut notes).await?
+                start(kube, node, uid, &pod_dir, &pod, container, &mut notes).await?
             }
-            _ => container_state(kube, node, &uid, &pod_dir, &pod, container, &mut notes).await?,
+            _ => container_state(kube, node, uid, &pod_dir, &pod, container, &mut notes).await?,
         };
         if restarts && before["state"].get("terminated").is_none() && state.get("terminated").is_some() {
             last_state = state.clone();
@@ -205,8 +204,8 @@ async fn run(kube: &Kube, node: &Node<'_>, uid: &str, pod: Value) -> Result<(), 
                 message: format!("Back-off restarting failed container {name} in pod {pod_name}"),
             });
             state = if back_off(restart_count) == 0 {
-                kube.kubelet.files(&uid, name).clear();
-                start(kube, node, &uid, &pod_dir, &pod, container, &mut notes).await?
+                kube.kubelet.files(uid, name).clear();
+                start(kube, node, uid, &pod_dir, &pod, container, &mut notes).await?
             } else {
                 json!({ "waiting": { "reason": "CrashLoopBackOff", "message": message } })
             };
@@ -223,7 +222,7 @@ async fn run(kube: &Kube, node: &Node<'_>, uid: &str, pod: Value) -> Result<(), 
             },
             None => false,
         };
-        statuses.push(container_status(&uid, container, state, last_state, restart_count, ready));
+        statuses.push(container_status(uid, container, state, last_state, restart_count, ready));
     }
     let mut next = pod.clone();
     next["status"] = pod_status(&pod, &statuses);
