@@ -17,6 +17,11 @@
 //!   commits/s, its speed over sqlx's, and steps/s ÷ its bare commits/s. The target (issue 28)
 //!   is on the raw client's figure on SQLite and on sqlx's on PostgreSQL (which has no raw
 //!   client here): the disk's or the server's own speed, not a driver's;
+//! - on SQLite at concurrency 1 also the floor (`support/raw_checkpoints.rs`): the engine's own
+//!   writes for each run (its 11 commits), made in the same rounds by a raw client with no
+//!   engine on a file with the engine's schema, its steps/s ÷ the raw bare commits/s (what those
+//!   writes cost against a one-row insert) and the engine's steps/s ÷ the floor's (how much of
+//!   it the engine keeps);
 //! - the resident memory of the process with 10,000 runs waiting on timers;
 //! - the time a fresh engine takes to claim 10,000 in-flight runs left by a killed one (and,
 //!   for comparison, a restart under the dead engine's own name).
@@ -59,8 +64,11 @@ use sqlx::{AssertSqlSafe, Connection};
 mod machine;
 use machine::{Cpu, cores, load_average, machine, now_ms, proc_mb, verdict};
 
+#[path = "support/raw_checkpoints.rs"]
+mod raw_checkpoints;
 #[path = "support/raw_sqlite.rs"]
 mod raw_sqlite;
+use raw_checkpoints::RawCheckpoints;
 use raw_sqlite::RawSqlite;
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -496,6 +504,11 @@ struct Level {
     raw_round_ratios: Vec<f64>,
     /// Raw clients that made at least one commit in each round's window, in order.
     raw_clients: Vec<usize>,
+    /// SQLite at concurrency 1 only: the engine's writes for each run made by a raw client with
+    /// no engine (`support/raw_checkpoints.rs`), in the same rounds.
+    floor: Option<Figures>,
+    /// Durable steps/s ÷ the floor's steps/s in each round, in order.
+    floor_round_ratios: Vec<f64>,
 }
 
 impl Level {
@@ -531,6 +544,17 @@ impl Level {
 
     fn raw_rounds(&self) -> String {
         let ratios: Vec<String> = self.raw_round_ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
+        ratios.join(" ")
+    }
+
+    /// The floor's steps/s, and the engine's durable steps/s ÷ that.
+    fn floor_ratios(&self) -> Option<(f64, f64)> {
+        let floor = self.floor.as_ref()?.per_sec * STEPS as f64;
+        Some((floor, self.steps_per_sec() / floor))
+    }
+
+    fn floor_rounds(&self) -> String {
+        let ratios: Vec<String> = self.floor_round_ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
         ratios.join(" ")
     }
 }
@@ -751,6 +775,10 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
     if let Some(raw) = &raw {
         println!("[{name}] {}", raw.describe()?);
     }
+    let floor = match &db.dir {
+        Some(dir) => Some(floor_file(dir.path()).await?),
+        None => None,
+    };
     let mut levels = Vec::new();
     for (concurrency, target) in LEVELS {
         if options.concurrency.is_some_and(|only| only != concurrency) {
@@ -759,6 +787,7 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
         let engine = throughput_engine(&db.store, concurrency).await?;
         let (mut bare, mut driven, mut round_ratios) = (Vec::new(), Vec::new(), Vec::new());
         let (mut raw_bare, mut raw_round_ratios, mut raw_clients) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut floor_runs, mut floor_round_ratios) = (Vec::new(), Vec::new());
         for _ in 0..options.rounds {
             let commits = bare_commits(&db.store, concurrency, options).await?;
             let raw_commits = match raw.clone() {
@@ -768,8 +797,20 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
                 }
                 None => None,
             };
+            let floor_sample = match floor.clone().filter(|_| concurrency == 1) {
+                Some(floor) => {
+                    let (warmup, window) = (options.warmup(), options.window());
+                    Some(tokio::task::spawn_blocking(move || floor.runs(warmup, window)).await??)
+                }
+                None => None,
+            };
             let workflows = engine_throughput(&engine, concurrency, options).await?;
             let steps = (workflows.latencies.len() * STEPS) as f64 / workflows.window.as_secs_f64();
+            if let Some(floor_sample) = floor_sample {
+                let floor_steps = (floor_sample.latencies.len() * STEPS) as f64 / floor_sample.window.as_secs_f64();
+                floor_round_ratios.push(steps / floor_steps);
+                floor_runs.push(floor_sample);
+            }
             round_ratios.push(steps / (commits.latencies.len() as f64 / commits.window.as_secs_f64()));
             if let Some((raw_commits, clients)) = raw_commits {
                 raw_round_ratios.push(steps / (raw_commits.latencies.len() as f64 / raw_commits.window.as_secs_f64()));
@@ -792,6 +833,8 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
             raw: raw.is_some().then(|| Figures::of(&raw_bare)),
             raw_round_ratios,
             raw_clients,
+            floor: (!floor_runs.is_empty()).then(|| Figures::of(&floor_runs)),
+            floor_round_ratios,
         };
         println!("[{name}] c={concurrency:<2} bare commits: {}", level.bare.line("commits/s"));
         println!("[{name}] c={concurrency:<2} engine:       {}", level.engine.line("workflows/s"));
@@ -826,9 +869,29 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
                 level.raw_rounds()
             );
         }
+        if let (Some(floor), Some((floor_steps, kept))) = (&level.floor, level.floor_ratios()) {
+            println!("[{name}] c={concurrency:<2} floor:        {}", floor.line("runs/s"));
+            println!(
+                "[{name}] c={concurrency:<2} => the engine's own writes by a raw client with no engine (the floor): \
+                 {floor_steps:.0} steps/s{}; the engine's {:.0} durable steps/s = {kept:.3} of the floor; round by round: {}",
+                level.raw.as_ref().map_or_else(String::new, |raw| format!(
+                    " = {:.3} of the raw client's bare commits",
+                    floor_steps / raw.per_sec
+                )),
+                level.steps_per_sec(),
+                level.floor_rounds()
+            );
+        }
         levels.push(level);
     }
     Ok(Outcome::Throughput(levels))
+}
+
+/// The floor's file, `floor.db` in `dir`, created and migrated by the engine's own store.
+async fn floor_file(dir: &std::path::Path) -> Res<RawCheckpoints> {
+    let path = dir.join("floor.db");
+    Store::connect(&format!("sqlite://{}", path.display())).await?.close().await;
+    Ok(RawCheckpoints::new(&path))
 }
 
 async fn part_memory(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
@@ -1091,6 +1154,31 @@ fn summary(reports: &[Report], options: &Options) {
                     level.concurrency,
                     raw.cpu_machine,
                     cores()
+                );
+            }
+        }
+    }
+    if reports.iter().flat_map(|report| &report.levels).any(|level| level.floor.is_some()) {
+        println!();
+        println!(
+            "The floor: the engine's own writes for each run (its 11 commits) made by a raw client with no engine \
+             (rusqlite, one thread, a file with the engine's schema), timed in the same rounds:"
+        );
+        println!();
+        println!(
+            "| store | concurrency | floor steps/s | floor ÷ raw bare commits/s | durable steps/s | steps/s ÷ floor | round by round |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for report in reports {
+            for level in &report.levels {
+                let Some((floor_steps, kept)) = level.floor_ratios() else { continue };
+                let of_raw = level.raw.as_ref().map_or(f64::NAN, |raw| floor_steps / raw.per_sec);
+                println!(
+                    "| {} | {} | {floor_steps:.0} | {of_raw:.3} | {:.0} | {kept:.3} | {} |",
+                    report.kind.name(),
+                    level.concurrency,
+                    level.steps_per_sec(),
+                    level.floor_rounds()
                 );
             }
         }

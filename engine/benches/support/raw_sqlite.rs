@@ -21,7 +21,7 @@
 //! the clients that committed in the window, and the bench prints that count beside the figure.
 
 use std::error::Error;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
@@ -46,16 +46,7 @@ impl RawSqlite {
 
     /// A connection with the engine store's settings.
     fn connect(&self) -> Res<Connection> {
-        // Read-write, create, no mutex, URIs: the flags sqlx opens its connections with too.
-        let conn = Connection::open_with_flags(&self.path, OpenFlags::default())?;
-        let journal: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
-        if !journal.eq_ignore_ascii_case("wal") {
-            return Err(format!("the raw client's journal_mode is {journal}, not wal").into());
-        }
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.busy_timeout(Duration::from_secs(30))?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        Ok(conn)
+        connect(&self.path)
     }
 
     /// The client's settings, read back from a connection, on one line.
@@ -110,6 +101,20 @@ impl RawSqlite {
             Ok::<_, Box<dyn Error + Send + Sync>>((sample, committed))
         })
     }
+}
+
+/// A connection to `path` with the engine store's settings (`engine/src/store/connect.rs`).
+pub fn connect(path: &Path) -> Res<Connection> {
+    // Read-write, create, no mutex, URIs: the flags sqlx opens its connections with too.
+    let conn = Connection::open_with_flags(path, OpenFlags::default())?;
+    let journal: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if !journal.eq_ignore_ascii_case("wal") {
+        return Err(format!("the raw client's journal_mode is {journal}, not wal").into());
+    }
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
 }
 
 /// One client thread: commits in a loop until `end`; returns the latencies of those that ended
