@@ -17,11 +17,11 @@
 //!   commits/s, its speed over sqlx's, and steps/s ÷ its bare commits/s. The target (issue 28)
 //!   is on the raw client's figure on SQLite and on sqlx's on PostgreSQL (which has no raw
 //!   client here): the disk's or the server's own speed, not a driver's;
-//! - on SQLite at concurrency 1 also the floor (`support/raw_checkpoints.rs`): the engine's own
-//!   writes for each run (its 11 commits), made in the same rounds by a raw client with no
-//!   engine on a file with the engine's schema, its steps/s ÷ the raw bare commits/s (what those
-//!   writes cost against a one-row insert) and the engine's steps/s ÷ the floor's (how much of
-//!   it the engine keeps);
+//! - at concurrency 1 also the floor (`support/floor.rs`): the engine's own writes for each run
+//!   (its 11 commits), made in the same rounds by a bare client with no engine (rusqlite on
+//!   SQLite, one sqlx connection on PostgreSQL) into a database with the engine's schema, its
+//!   steps/s ÷ the bare commits/s the target is on (what those writes cost against a one-row
+//!   insert) and the engine's steps/s ÷ the floor's (how much of it the engine keeps);
 //! - the resident memory of the process with 10,000 runs waiting on timers;
 //! - the time a fresh engine takes to claim 10,000 in-flight runs left by a killed one (and,
 //!   for comparison, a restart under the dead engine's own name).
@@ -64,11 +64,11 @@ use sqlx::{AssertSqlSafe, Connection};
 mod machine;
 use machine::{Cpu, cores, load_average, machine, now_ms, proc_mb, verdict};
 
-#[path = "support/raw_checkpoints.rs"]
-mod raw_checkpoints;
+#[path = "support/floor.rs"]
+mod floor;
 #[path = "support/raw_sqlite.rs"]
 mod raw_sqlite;
-use raw_checkpoints::RawCheckpoints;
+use floor::{PostgresFloor, SqliteFloor};
 use raw_sqlite::RawSqlite;
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -334,11 +334,18 @@ impl Db {
         }
     }
 
+    /// The schema of the floor (`support/floor.rs`) beside the engine's `schema`.
+    fn floor_schema(schema: &str) -> String {
+        format!("{schema}_floor")
+    }
+
     async fn close(self) -> Res<()> {
         self.store.close().await;
         if let Some(schema) = &self.schema {
             let mut conn = sqlx::PgConnection::connect(&anycloud_engine::testing::postgres_url()).await?;
             sqlx::query(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut conn).await?;
+            let floor = Self::floor_schema(schema);
+            sqlx::query(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {floor} CASCADE"))).execute(&mut conn).await?;
             conn.close().await?;
         }
         Ok(())
@@ -504,8 +511,8 @@ struct Level {
     raw_round_ratios: Vec<f64>,
     /// Raw clients that made at least one commit in each round's window, in order.
     raw_clients: Vec<usize>,
-    /// SQLite at concurrency 1 only: the engine's writes for each run made by a raw client with
-    /// no engine (`support/raw_checkpoints.rs`), in the same rounds.
+    /// Concurrency 1 only: the engine's writes for each run made by a bare client with no engine
+    /// (`support/floor.rs`), in the same rounds.
     floor: Option<Figures>,
     /// Durable steps/s ÷ the floor's steps/s in each round, in order.
     floor_round_ratios: Vec<f64>,
@@ -545,6 +552,15 @@ impl Level {
     fn raw_rounds(&self) -> String {
         let ratios: Vec<String> = self.raw_round_ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
         ratios.join(" ")
+    }
+
+    /// The bare commits/s the target is on, and whose: the raw client's on SQLite, sqlx's on
+    /// PostgreSQL.
+    fn judged_bare(&self) -> (f64, &'static str) {
+        match &self.raw {
+            Some(raw) => (raw.per_sec, "a raw client (rusqlite)"),
+            None => (self.bare.per_sec, "sqlx"),
+        }
     }
 
     /// The floor's steps/s, and the engine's durable steps/s ÷ that.
@@ -775,10 +791,7 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
     if let Some(raw) = &raw {
         println!("[{name}] {}", raw.describe()?);
     }
-    let floor = match &db.dir {
-        Some(dir) => Some(floor_file(dir.path()).await?),
-        None => None,
-    };
+    let mut floor = Floor::open(db).await?;
     let mut levels = Vec::new();
     for (concurrency, target) in LEVELS {
         if options.concurrency.is_some_and(|only| only != concurrency) {
@@ -797,12 +810,9 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
                 }
                 None => None,
             };
-            let floor_sample = match floor.clone().filter(|_| concurrency == 1) {
-                Some(floor) => {
-                    let (warmup, window) = (options.warmup(), options.window());
-                    Some(tokio::task::spawn_blocking(move || floor.runs(warmup, window)).await??)
-                }
-                None => None,
+            let floor_sample = match concurrency {
+                1 => Some(floor.runs(options).await?),
+                _ => None,
             };
             let workflows = engine_throughput(&engine, concurrency, options).await?;
             let steps = (workflows.latencies.len() * STEPS) as f64 / workflows.window.as_secs_f64();
@@ -871,13 +881,12 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
         }
         if let (Some(floor), Some((floor_steps, kept))) = (&level.floor, level.floor_ratios()) {
             println!("[{name}] c={concurrency:<2} floor:        {}", floor.line("runs/s"));
+            let (bare, client) = level.judged_bare();
             println!(
-                "[{name}] c={concurrency:<2} => the engine's own writes by a raw client with no engine (the floor): \
-                 {floor_steps:.0} steps/s{}; the engine's {:.0} durable steps/s = {kept:.3} of the floor; round by round: {}",
-                level.raw.as_ref().map_or_else(String::new, |raw| format!(
-                    " = {:.3} of the raw client's bare commits",
-                    floor_steps / raw.per_sec
-                )),
+                "[{name}] c={concurrency:<2} => the engine's own writes by a bare client with no engine (the floor): \
+                 {floor_steps:.0} steps/s = {:.3} of the bare commits of {client}; the engine's {:.0} durable steps/s = \
+                 {kept:.3} of the floor; round by round: {}",
+                floor_steps / bare,
                 level.steps_per_sec(),
                 level.floor_rounds()
             );
@@ -887,11 +896,46 @@ async fn part_throughput(name: &str, db: &Db, options: &Options) -> Res<Outcome>
     Ok(Outcome::Throughput(levels))
 }
 
-/// The floor's file, `floor.db` in `dir`, created and migrated by the engine's own store.
-async fn floor_file(dir: &std::path::Path) -> Res<RawCheckpoints> {
-    let path = dir.join("floor.db");
-    Store::connect(&format!("sqlite://{}", path.display())).await?.close().await;
-    Ok(RawCheckpoints::new(&path))
+/// The floor (`support/floor.rs`) beside the engine's database: on SQLite a file of its own in
+/// the same directory, on PostgreSQL a schema of its own; either migrated by the engine's store.
+enum Floor {
+    Sqlite(SqliteFloor),
+    Postgres(PostgresFloor),
+}
+
+impl Floor {
+    async fn open(db: &Db) -> Res<Self> {
+        match (&db.dir, &db.schema) {
+            (Some(dir), _) => {
+                let path = dir.path().join("floor.db");
+                Store::connect(&format!("sqlite://{}", path.display())).await?.close().await;
+                Ok(Self::Sqlite(SqliteFloor::new(&path)))
+            }
+            (None, Some(schema)) => {
+                let url = anycloud_engine::testing::postgres_url();
+                let floor_schema = Db::floor_schema(schema);
+                let mut conn = sqlx::PgConnection::connect(&url).await?;
+                sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {floor_schema}"))).execute(&mut conn).await?;
+                conn.close().await?;
+                let connect = PgConnectOptions::from_str(&url)?.options([("search_path", floor_schema.as_str())]);
+                Store::open_postgres(connect.clone(), 1).await?.close().await;
+                Ok(Self::Postgres(PostgresFloor::new(sqlx::PgConnection::connect_with(&connect).await?)))
+            }
+            (None, None) => Err("the database is neither a SQLite file nor a PostgreSQL schema".into()),
+        }
+    }
+
+    /// The floor's runs through one warm-up and measured window.
+    async fn runs(&mut self, options: &Options) -> Res<Sample> {
+        let (warmup, window) = (options.warmup(), options.window());
+        match self {
+            Self::Sqlite(floor) => {
+                let floor = floor.clone();
+                tokio::task::spawn_blocking(move || floor.runs(warmup, window)).await?
+            }
+            Self::Postgres(floor) => floor.runs(warmup, window).await,
+        }
+    }
 }
 
 async fn part_memory(name: &str, db: &Db, options: &Options) -> Res<Outcome> {
@@ -1161,20 +1205,21 @@ fn summary(reports: &[Report], options: &Options) {
     if reports.iter().flat_map(|report| &report.levels).any(|level| level.floor.is_some()) {
         println!();
         println!(
-            "The floor: the engine's own writes for each run (its 11 commits) made by a raw client with no engine \
-             (rusqlite, one thread, a file with the engine's schema), timed in the same rounds:"
+            "The floor: the engine's own writes for each run (its 11 commits) made by a bare client with no engine \
+             (SQLite: rusqlite on one thread; PostgreSQL: one sqlx connection; the engine's schema), timed in the \
+             same rounds, against the bare commits the target is on (SQLite: the raw client's; PostgreSQL: sqlx's):"
         );
         println!();
         println!(
-            "| store | concurrency | floor steps/s | floor ÷ raw bare commits/s | durable steps/s | steps/s ÷ floor | round by round |"
+            "| store | concurrency | floor steps/s | floor ÷ bare commits/s | durable steps/s | steps/s ÷ floor | round by round |"
         );
         println!("|---|---|---|---|---|---|---|");
         for report in reports {
             for level in &report.levels {
                 let Some((floor_steps, kept)) = level.floor_ratios() else { continue };
-                let of_raw = level.raw.as_ref().map_or(f64::NAN, |raw| floor_steps / raw.per_sec);
+                let of_bare = floor_steps / level.judged_bare().0;
                 println!(
-                    "| {} | {} | {floor_steps:.0} | {of_raw:.3} | {:.0} | {kept:.3} | {} |",
+                    "| {} | {} | {floor_steps:.0} | {of_bare:.3} | {:.0} | {kept:.3} | {} |",
                     report.kind.name(),
                     level.concurrency,
                     level.steps_per_sec(),
