@@ -322,16 +322,20 @@ impl Db {
                 Ok(Self { store, dir: Some(dir), schema: None })
             }
             Kind::Postgres => {
-                let url = anycloud_engine::testing::postgres_url();
                 let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-                let mut conn = sqlx::PgConnection::connect(&url).await?;
-                sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await?;
-                conn.close().await?;
-                let connect = PgConnectOptions::from_str(&url)?.options([("search_path", schema.as_str())]);
-                let store = Store::open_postgres(connect, options.pg_pool).await?;
+                let store = Store::open_postgres(Self::create_schema(&schema).await?, options.pg_pool).await?;
                 Ok(Self { store, dir: None, schema: Some(schema) })
             }
         }
+    }
+
+    /// Creates `schema` on the test server; returns options that connect into it.
+    async fn create_schema(schema: &str) -> Res<PgConnectOptions> {
+        let url = anycloud_engine::testing::postgres_url();
+        let mut conn = sqlx::PgConnection::connect(&url).await?;
+        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await?;
+        conn.close().await?;
+        Ok(PgConnectOptions::from_str(&url)?.options([("search_path", schema)]))
     }
 
     /// The schema of the floor (`support/floor.rs`) beside the engine's `schema`.
@@ -912,12 +916,7 @@ impl Floor {
                 Ok(Self::Sqlite(SqliteFloor::new(&path)))
             }
             (None, Some(schema)) => {
-                let url = anycloud_engine::testing::postgres_url();
-                let floor_schema = Db::floor_schema(schema);
-                let mut conn = sqlx::PgConnection::connect(&url).await?;
-                sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {floor_schema}"))).execute(&mut conn).await?;
-                conn.close().await?;
-                let connect = PgConnectOptions::from_str(&url)?.options([("search_path", floor_schema.as_str())]);
+                let connect = Db::create_schema(&Db::floor_schema(schema)).await?;
                 Store::open_postgres(connect.clone(), 1).await?.close().await;
                 Ok(Self::Postgres(PostgresFloor::new(sqlx::PgConnection::connect_with(&connect).await?)))
             }

@@ -98,12 +98,13 @@ impl SqliteFloor {
             run(&conn)?;
             timed.ended(began);
         }
+        let sample = timed.sample();
         let (made, ended): (i64, i64) =
             conn.query_row(&format!("SELECT (SELECT count(*) FROM engine_runs), ({ENDED})"), [], |row| {
                 Ok((row.get(0)?, row.get(1)?))
             })?;
         ended_as_the_engine_ends(made, ended)?;
-        Ok(timed.sample())
+        Ok(sample)
     }
 }
 
@@ -226,12 +227,13 @@ impl PostgresFloor {
             pg_run(&mut self.conn).await?;
             timed.ended(began);
         }
+        let sample = timed.sample();
         let (made, ended): (i64, i64) =
             sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT (SELECT count(*) FROM engine_runs), ({ENDED})")))
                 .fetch_one(&mut self.conn)
                 .await?;
         ended_as_the_engine_ends(made, ended)?;
-        Ok(timed.sample())
+        Ok(sample)
     }
 }
 

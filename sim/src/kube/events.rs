@@ -28,7 +28,11 @@ impl Reported {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).get(key).is_some_and(|due| now < *due)
     }
 
+    /// Remembers that the Event `key` is not due before `due`; one due now is not remembered.
     fn remember(&self, key: String, due: i64, now: i64) {
+        if due <= now {
+            return;
+        }
         let mut reported = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if reported.len() >= REMEMBERED {
             reported.retain(|_, due| now < *due);
@@ -101,8 +105,7 @@ pub(crate) async fn record_every(
             event["count"] = json!(event["count"].as_i64().unwrap_or(1) + 1);
             event["lastTimestamp"] = json!(now);
             match kube.store.update(cluster, &resources::EVENTS, event).await {
-                Ok(_) if seconds > 0 => kube.events.remember(remembered, now_seconds + seconds, now_seconds),
-                Ok(_) => {}
+                Ok(_) => kube.events.remember(remembered, now_seconds + seconds, now_seconds),
                 Err(err) => {
                     tracing::warn!(%cluster, reason, error = %err, "simulated Kubernetes: counting an event again")
                 }
@@ -127,8 +130,7 @@ pub(crate) async fn record_every(
     });
     defaults::on_create(&resources::EVENTS, namespace, &mut event);
     match kube.store.create(cluster, &resources::EVENTS, event).await {
-        Ok(_) if seconds > 0 => kube.events.remember(remembered, now_seconds + seconds, now_seconds),
-        Ok(_) => {}
+        Ok(_) => kube.events.remember(remembered, now_seconds + seconds, now_seconds),
         Err(err) => tracing::warn!(%cluster, reason, error = %err, "simulated Kubernetes: recording an event"),
     }
 }

@@ -96,11 +96,7 @@ async fn exit_pass(kube: &Kube, exit: &Exit) -> Result<(), ApiError> {
     if another || !pod["metadata"]["deletionTimestamp"].is_null() {
         return Ok(());
     }
-    let control_plane = kube.machines.machine(&exit.cluster).await;
-    if control_plane_gone(&control_plane) {
-        return Ok(());
-    }
-    let private_registries = control_plane.ok().flatten().map(|cp| cp.private_registries).unwrap_or_default();
+    let Some(private_registries) = private_registries(kube, &exit.cluster).await else { return Ok(()) };
     let node = kubelet::Node { cluster: &exit.cluster, private_registries: &private_registries };
     if kubelet::sync(kube, &node, pod).await? == kubelet::Synced::Busy {
         let retry = kube.kubelet.exits.reporter(exit.clone());
@@ -129,11 +125,9 @@ async fn run(kube: &Kube, pass: u64) -> Result<(), ApiError> {
 }
 
 async fn cluster_pass(kube: &Kube, cluster: &str) -> Result<(), ApiError> {
-    let control_plane = kube.machines.machine(cluster).await;
-    if control_plane_gone(&control_plane) {
+    let Some(private_registries) = private_registries(kube, cluster).await else {
         return wind_down(kube, cluster).await;
-    }
-    let private_registries = control_plane.ok().flatten().map(|cp| cp.private_registries).unwrap_or_default();
+    };
     let node = kubelet::Node { cluster, private_registries: &private_registries };
     for namespace in kube.store.list(cluster, &NAMESPACES, None).await? {
         if !namespace["metadata"]["deletionTimestamp"].is_null() {
@@ -205,6 +199,16 @@ fn controller(object: &Value) -> Option<(&str, &str)> {
 
 /// Whether the cluster's control plane VM (as just read) is terminated (or no longer known): its
 /// workloads die with its VMs.
+/// The private registries the cluster's kubelets pull from, as its control plane's VM says, or
+/// `None` if that VM is gone (a VM that cannot be read now is not gone: it pulls from none).
+async fn private_registries(kube: &Kube, cluster: &str) -> Option<Vec<String>> {
+    let control_plane = kube.machines.machine(cluster).await;
+    if control_plane_gone(&control_plane) {
+        return None;
+    }
+    Some(control_plane.ok().flatten().map(|cp| cp.private_registries).unwrap_or_default())
+}
+
 fn control_plane_gone(control_plane: &Result<Option<super::Machine>, String>) -> bool {
     match control_plane {
         Ok(None) => true,
