@@ -9,6 +9,7 @@ use super::commit_args::{Commit, CommitArgs, bind_commit};
 use super::commit_sql::COMMIT_SQL;
 use super::events::{Entry, insert_event};
 use super::handle::Store;
+use super::kept_connections::on_kept_connection;
 use super::pool::{BeginWrite, Pool};
 use super::records::NewEvent;
 use crate::timeline::EventKind;
@@ -48,7 +49,11 @@ impl Store {
         let sql = COMMIT_SQL[usize::from(!self.is_postgres())][commit.shape.index()].as_str();
         let args = CommitArgs::new(sql, commit);
         let cancel_requested = match (&self.pool, &self.group_commit) {
-            (Pool::Postgres(pool), _) => bind_commit!(args).fetch_optional(pool).await?,
+            (Pool::Postgres(pool), _) => {
+                on_kept_connection!(self.kept_connections.as_deref(), pool, |executor| {
+                    bind_commit!(args).fetch_optional(executor)
+                })
+            }
             (Pool::Sqlite(_), Some(group)) => group.commit(args).await?,
             (Pool::Sqlite(pool), None) => {
                 let mut tx = pool.begin_write().await?;

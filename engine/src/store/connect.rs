@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Connection;
@@ -13,6 +14,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use super::fault::{DiskSpace, StoreFault};
 use super::group_commit::GroupCommit;
 use super::handle::Store;
+use super::kept_connections::KeptConnections;
 use super::pool::{BeginWrite, Pool, WriteTx};
 use super::writer::Writer;
 use crate::error::EngineError;
@@ -86,7 +88,13 @@ impl Store {
             .connect_with(options.read_only(true))
             .await?;
         let group_commit = Some(GroupCommit::start(pool.clone(), Writer::open(&path, &pool).await?));
-        Ok(Self { pool: Pool::Sqlite(pool), reader: Pool::Sqlite(reader), group_commit, sqlite_path: Some(path) })
+        Ok(Self {
+            pool: Pool::Sqlite(pool),
+            reader: Pool::Sqlite(reader),
+            group_commit,
+            kept_connections: None,
+            sqlite_path: Some(path),
+        })
     }
 
     /// How long the server lets a transaction sit idle before it ends the session. A process
@@ -97,11 +105,12 @@ impl Store {
 
     /// Opens PostgreSQL with these options and a pool of `max_connections`.
     pub async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> Result<Self, EngineError> {
+        let options = options.options([("idle_in_transaction_session_timeout", Self::IDLE_IN_TRANSACTION)]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .test_before_acquire(false)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.options([("idle_in_transaction_session_timeout", Self::IDLE_IN_TRANSACTION)]))
+            .connect_with(options.clone())
             .await?;
         let mut migrator = sqlx::migrate!("./migrations/postgres");
         migrator.set_ignore_missing(true);
@@ -110,6 +119,7 @@ impl Store {
             pool: Pool::Postgres(pool.clone()),
             reader: Pool::Postgres(pool),
             group_commit: None,
+            kept_connections: Some(Arc::new(KeptConnections::new(options, max_connections as usize, ACQUIRE_TIMEOUT))),
             sqlite_path: None,
         })
     }
@@ -188,6 +198,9 @@ impl Store {
     pub async fn close(&self) {
         if let Some(group) = &self.group_commit {
             group.close().await;
+        }
+        if let Some(connections) = &self.kept_connections {
+            connections.close().await;
         }
         crate::with_pool!(&self.pool, |pool| pool.close().await);
         crate::with_pool!(&self.reader, |pool| pool.close().await)

@@ -3,8 +3,10 @@
 //! ideas (`connect.rs`, `submit.rs`, `claim.rs`, `commit.rs`, ...).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::group_commit::GroupCommit;
+use super::kept_connections::KeptConnections;
 use super::pool::Pool;
 
 /// The workflow store. Cheap to clone: it is a connection pool.
@@ -18,6 +20,8 @@ pub struct Store {
     pub(super) reader: Pool,
     /// On SQLite, the task that commits many drivers' checkpoints in one transaction.
     pub(super) group_commit: Option<GroupCommit>,
+    /// On PostgreSQL, the connections checkpoints and lone submits run on, apart from the pool.
+    pub(super) kept_connections: Option<Arc<KeptConnections>>,
     /// On SQLite, the database file (its owner locks live beside it).
     pub(super) sqlite_path: Option<PathBuf>,
 }

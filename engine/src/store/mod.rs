@@ -15,6 +15,7 @@
 //! | `claim.rs` | claims due runs, renews and releases leases |
 //! | `commit.rs` | checkpoints: a run's new state, its finished step and its events in one round trip |
 //! | `commit_args.rs` | a checkpoint's values, as a driver hands them over and owned, and the one place they are bound |
+//! | `kept_connections.rs` | on PostgreSQL, the connections checkpoints and lone submits run on, kept apart from sqlx's pool so that none is pinged after each statement |
 //! | `commit_sql.rs` | the statements a checkpoint runs, by shape, on either database |
 //! | `group_commit.rs` | on SQLite, the queue that commits many drivers' checkpoints in one transaction |
 //! | `writer.rs` | on SQLite, the thread that writes checkpoints' transactions on a connection of its own, with no hop between statements |
@@ -38,6 +39,7 @@ mod events;
 pub(crate) mod fault;
 mod group_commit;
 mod handle;
+mod kept_connections;
 mod operator;
 mod owner;
 mod pool;

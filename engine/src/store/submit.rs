@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::events::{Entry, insert_event};
 use super::handle::Store;
+use super::kept_connections::on_kept_connection;
 use super::pool::{Pool, WriteTx};
 use super::records::{Lease, Millis, NewEvent, RUN_COLUMNS, RunRecord, RunRow, to_json};
 use super::self_commit::self_commit;
@@ -123,9 +124,9 @@ impl Store {
         debug_assert!(run.resource_key.is_none(), "a run with a resource key is inserted with insert_run");
         let message = submitted_message(run, lease);
         let row: RunRow = match &self.pool {
-            Pool::Postgres(pool) => {
-                bind_new_run!(sqlx::query_as(SUBMIT_SQL[0].as_str()), run, lease).bind(message).fetch_one(pool).await?
-            }
+            Pool::Postgres(pool) => on_kept_connection!(self.kept_connections.as_deref(), pool, |executor| {
+                bind_new_run!(sqlx::query_as(SUBMIT_SQL[0].as_str()), run, lease).bind(message).fetch_one(executor)
+            }),
             Pool::Sqlite(pool) => {
                 let submit = bind_new_run!(sqlx::query_as(SUBMIT_SQL[1].as_str()), run, lease).bind(message);
                 self_commit(pool, move |conn| {
