@@ -86,6 +86,35 @@ async fn a_change_makes_a_waiting_poll_check_now() {
 }
 
 #[tokio::test]
+async fn changes_under_many_keys_make_their_runs_due_at_once() {
+    for kind in ["sqlite", "postgres"] {
+        let db = TestDb::open(kind).await;
+        let watched = Arc::new(Watched::default());
+        let engine = engine(&db, &watched).await;
+        let keys = ["thing:1", "thing:'2'", "thing:3"];
+        let mut runs = Vec::new();
+        for key in keys {
+            let id = engine.submit::<Watched>(&(), Some(key)).await.unwrap();
+            until_status(&engine, id, RunStatus::Waiting).await;
+            runs.push(id);
+        }
+        let planned = engine.run(runs[2]).await.unwrap().next_at;
+
+        // Two of the three keys, a key with no run, and one of them twice: each waiting run
+        // once, and the third run keeps its planned check.
+        watched.ready.store(true, Ordering::SeqCst);
+        let changed = engine.changed_all(&[keys[0], "thing:none", keys[1], keys[0]]).await.unwrap();
+        assert_eq!(changed, 2, "{kind}: the waiting runs of the keys reported");
+        until_status(&engine, runs[0], RunStatus::Succeeded).await;
+        until_status(&engine, runs[1], RunStatus::Succeeded).await;
+        let third = engine.run(runs[2]).await.unwrap();
+        assert_eq!((third.status, third.next_at), (RunStatus::Waiting, planned), "{kind}: a key not reported");
+        assert_eq!(engine.changed_all(&[]).await.unwrap(), 0, "{kind}: no keys, nothing made due");
+        engine.shutdown(Duration::from_secs(5)).await;
+    }
+}
+
+#[tokio::test]
 async fn a_change_during_a_check_brings_the_next_check_now() {
     for kind in ["sqlite", "postgres"] {
         let db = TestDb::open(kind).await;

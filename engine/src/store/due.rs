@@ -2,29 +2,29 @@
 //! something a run polls for may have changed.
 
 use super::handle::Store;
-use super::pool::BeginWrite;
 use super::records::Millis;
 
-/// The waiting runs of a resource key, checked at `$2` instead of later. A run in a check, a
-/// back-off or a lease is left alone: its driver is told in memory, and a back-off keeps its
-/// delay. Served by the `(resource_key, status, seq)` index.
-const MAKE_DUE: &str = "UPDATE engine_runs SET next_at = $2 \
-     WHERE resource_key = $1 AND status = 'waiting' AND finished_at IS NULL AND lease_owner IS NULL \
-       AND next_at > $2";
+/// The waiting runs of the resource keys in the JSON array `$1`, checked at `$2` instead of
+/// later, in one statement whatever the number of keys: [PostgreSQL, SQLite], which differ only
+/// in how they read the array. A run in a check, a back-off or a lease is left alone: its
+/// driver is told in memory, and a back-off keeps its delay. Served by the `(resource_key,
+/// status, seq)` index, one probe per key.
+const MAKE_DUE: [&str; 2] = [
+    "UPDATE engine_runs SET next_at = $2 \
+     WHERE resource_key IN (SELECT jsonb_array_elements_text($1::jsonb)) AND status = 'waiting' \
+       AND finished_at IS NULL AND lease_owner IS NULL AND next_at > $2",
+    "UPDATE engine_runs SET next_at = $2 \
+     WHERE resource_key IN (SELECT value FROM json_each($1)) AND status = 'waiting' \
+       AND finished_at IS NULL AND lease_owner IS NULL AND next_at > $2",
+];
 
 impl Store {
-    /// Makes the waiting runs of each of `resource_keys` due at `now`, in one transaction;
-    /// returns how many there were. The timeline is left as it is: the check that follows writes
-    /// what it finds.
+    /// Makes the waiting runs of each of `resource_keys` due at `now`, in one statement; returns
+    /// how many there were. The timeline is left as it is: the check that follows writes what it
+    /// finds.
     pub(crate) async fn make_due(&self, resource_keys: &[&str], now: Millis) -> Result<u64, sqlx::Error> {
-        crate::with_pool!(&self.pool, |pool| {
-            let mut tx = pool.begin_write().await?;
-            let mut due = 0;
-            for resource_key in resource_keys {
-                due += sqlx::query(MAKE_DUE).bind(resource_key).bind(now).execute(&mut *tx).await?.rows_affected();
-            }
-            tx.commit().await?;
-            Ok(due)
-        })
+        let keys = serde_json::to_string(resource_keys).map_err(|err| sqlx::Error::Encode(Box::new(err)))?;
+        let sql = MAKE_DUE[usize::from(!self.is_postgres())];
+        crate::execute!(&self.pool, sql, keys.as_str(), now)
     }
 }
