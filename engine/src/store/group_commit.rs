@@ -1,19 +1,20 @@
-//! Group commit on SQLite: the checkpoints that drivers send while a transaction is being
-//! written wait in a queue, and the next transaction commits all of them with one fsync.
+//! Group commit on SQLite: the checkpoints and lone submits that drivers and callers send while a
+//! transaction is being written wait in a queue, and the next transaction commits all of them
+//! with one fsync.
 //!
 //! ```text
 //!   driver ─┐                          ┌─ BEGIN IMMEDIATE
-//!   driver ─┼─> queue ─> commit task ──┼─ checkpoint 1 .. checkpoint n (up to 64)
-//!   driver ─┘     ^                    └─ COMMIT ──> each driver gets its own answer
-//!                 └── a driver waits for its answer, which comes only after COMMIT
+//!   submit ─┼─> queue ─> commit task ──┼─ write 1 .. write n (up to 64)
+//!   driver ─┘     ^                    └─ COMMIT ──> each sender gets its own answer
+//!                 └── a sender waits for its answer, which comes only after COMMIT
 //! ```
 //!
 //! The transaction itself is written by the writer thread (`writer.rs`), while the sender holds
-//! sqlx's one writer connection, so that no other write of this process (a submit, a claim, the
-//! domain's) contends for SQLite's lock meanwhile. A checkpoint that finds no other in flight is
-//! sent at once by its own driver, so one driver pays no queue hand-off. A failure of the
-//! transaction fails every checkpoint in it (none is acknowledged): each driver tries its own
-//! again while it holds its lease (`worker.rs`, `commit_again`).
+//! sqlx's one writer connection, so that no other write of this process (a claim, the domain's)
+//! contends for SQLite's lock meanwhile. A write that finds no other in flight is sent at once
+//! by its own sender, so one driver pays no queue hand-off. A failure of the transaction fails
+//! every write in it (none is acknowledged): each driver tries its own checkpoint again while it
+//! holds its lease (`worker.rs`, `commit_again`), and a submit's caller gets the error.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,15 +23,16 @@ use sqlx::SqlitePool;
 use tokio::sync::{mpsc, oneshot};
 
 use super::commit_args::CommitArgs;
-use super::writer::Writer;
+use super::submit::SubmitArgs;
+use super::writer::{Write, Writer, Written};
 
-/// Most checkpoints in one transaction.
+/// Most writes in one transaction.
 const MAX_GROUP: usize = 64;
 
-type Answer = Result<Option<bool>, sqlx::Error>;
+type Answer = Result<Written, sqlx::Error>;
 
 struct Job {
-    args: CommitArgs,
+    write: Write,
     answer: oneshot::Sender<Answer>,
 }
 
@@ -41,7 +43,7 @@ pub(crate) struct GroupCommit {
     /// sqlx's writer pool (one connection): held while the writer thread writes.
     pool: SqlitePool,
     writer: Writer,
-    /// Checkpoints being committed now, directly or by the task.
+    /// Writes being committed now, directly or by the task.
     in_flight: Arc<AtomicUsize>,
 }
 
@@ -60,20 +62,39 @@ impl GroupCommit {
         Self { jobs, pool, writer, in_flight: Arc::new(AtomicUsize::new(0)) }
     }
 
-    /// Commits a checkpoint: at once when no other is being committed (no queue to wait
-    /// for, no hand-off to the task), else through the queue. Returns after COMMIT.
-    pub(crate) async fn commit(&self, args: CommitArgs) -> Answer {
+    /// Commits a checkpoint; returns `None` if it was fenced, else whether a cancel is
+    /// requested. Returns after COMMIT.
+    pub(crate) async fn commit(&self, args: CommitArgs) -> Result<Option<bool>, sqlx::Error> {
+        match self.write(Write::Checkpoint(args)).await? {
+            Written::Checkpoint(answer) => Ok(answer),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    /// Inserts a run with no resource key and its `submitted` entry; returns the run's `seq`.
+    /// Returns after COMMIT. (Through sqlx each of its statements would be a round trip to its
+    /// worker thread, and the connection a ping on its way back to the pool.)
+    pub(crate) async fn submit(&self, submit: SubmitArgs) -> Result<i64, sqlx::Error> {
+        match self.write(Write::Submit(submit)).await? {
+            Written::Submit(seq) => Ok(seq),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    /// Commits `write`: at once when no other is being committed (no queue to wait for, no
+    /// hand-off to the task), else through the queue.
+    async fn write(&self, write: Write) -> Answer {
         let _in_flight = InFlight::enter(&self.in_flight);
         if _in_flight.alone {
-            let answers = write(&self.pool, &self.writer, vec![args]).await?;
-            return Ok(answers.into_iter().next().flatten());
+            let answers = write_all(&self.pool, &self.writer, vec![write]).await?;
+            return answers.into_iter().next().ok_or_else(stopped);
         }
         let (answer, answered) = oneshot::channel();
-        self.jobs.send(Job { args, answer }).map_err(|_| stopped())?;
+        self.jobs.send(Job { write, answer }).map_err(|_| stopped())?;
         answered.await.map_err(|_| stopped())?
     }
 
-    /// Closes the writer thread's connection; later checkpoints fail.
+    /// Closes the writer thread's connection; later writes fail.
     pub(crate) async fn close(&self) {
         self.writer.close().await;
     }
@@ -82,8 +103,8 @@ impl GroupCommit {
 async fn commit_task(pool: SqlitePool, writer: Writer, mut queue: mpsc::UnboundedReceiver<Job>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
-        let (commits, answers): (Vec<_>, Vec<_>) = group.drain(..).map(|job| (job.args, job.answer)).unzip();
-        match write(&pool, &writer, commits).await {
+        let (writes, answers): (Vec<_>, Vec<_>) = group.drain(..).map(|job| (job.write, job.answer)).unzip();
+        match write_all(&pool, &writer, writes).await {
             Ok(written) => {
                 for (answer, written) in answers.into_iter().zip(written) {
                     let _ = answer.send(Ok(written));
@@ -99,15 +120,14 @@ async fn commit_task(pool: SqlitePool, writer: Writer, mut queue: mpsc::Unbounde
     }
 }
 
-/// Writes `commits` in one transaction on the writer thread, holding sqlx's writer connection
+/// Writes `writes` in one transaction on the writer thread, holding sqlx's writer connection
 /// meanwhile. (A caller whose future is dropped lets the connection go early; the transaction
 /// still runs, and a sqlx write that starts meanwhile waits for it in SQLite's busy handler.)
-async fn write(pool: &SqlitePool, writer: &Writer, commits: Vec<CommitArgs>) -> Result<Vec<Option<bool>>, sqlx::Error> {
+async fn write_all(pool: &SqlitePool, writer: &Writer, writes: Vec<Write>) -> Result<Vec<Written>, sqlx::Error> {
     let _writer_connection = pool.acquire().await?;
-    writer.write(commits).await
+    writer.write(writes).await
 }
-
-/// Counts a checkpoint in flight for as long as it lives (also when its future is dropped).
+/// Counts a write in flight for as long as it lives (also when its future is dropped).
 struct InFlight<'a> {
     count: &'a AtomicUsize,
     alone: bool,
@@ -124,6 +144,11 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.count.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// An answer of the wrong kind: the writer thread answers each write in order, so this is a bug.
+fn mismatched(answer: &Written) -> sqlx::Error {
+    sqlx::Error::Protocol(format!("the SQLite writer thread answered {answer:?} out of order"))
 }
 
 fn stopped() -> sqlx::Error {

@@ -18,8 +18,7 @@
 //! | `kept_connections.rs` | on PostgreSQL, the connections checkpoints and lone submits run on, kept apart from sqlx's pool so that none is pinged after each statement |
 //! | `commit_sql.rs` | the statements a checkpoint runs, by shape, on either database |
 //! | `group_commit.rs` | on SQLite, the queue that commits many drivers' checkpoints in one transaction |
-//! | `writer.rs` | on SQLite, the thread that writes checkpoints' transactions on a connection of its own, with no hop between statements |
-//! | `self_commit.rs` | on SQLite, a write transaction sent as one batch, in a task of its own |
+//! | `writer.rs` | on SQLite, the thread that writes checkpoints' and lone submits' transactions on a connection of its own, with no hop between statements |
 //! | `read.rs` | runs, steps, timelines, outputs and signals, as inspection and the worker read them |
 //! | `operator.rs` | cancel, signal, retry, resume |
 //! | `fault.rs` | a full or read-only disk under SQLite: [`StoreFault`] names it in an error, [`DiskSpace`] on the disk itself |
@@ -45,7 +44,6 @@ mod owner;
 mod pool;
 mod read;
 mod records;
-mod self_commit;
 mod submit;
 mod writer;
 

@@ -11,8 +11,7 @@ use super::handle::Store;
 use super::kept_connections::on_kept_connection;
 use super::pool::{Pool, WriteTx};
 use super::records::{Lease, Millis, NewEvent, RUN_COLUMNS, RunRecord, RunRow, to_json};
-use super::self_commit::self_commit;
-use crate::status::RunStatus;
+use crate::status::{Phase, RunStatus};
 use crate::timeline::EventKind;
 
 /// A run to insert.
@@ -40,24 +39,97 @@ static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`INSERT_RUN`] and its `submitted` event ($12: the message) in one round trip:
-/// [PostgreSQL (one statement), SQLite (one self-committing batch)].
-static SUBMIT_SQL: LazyLock<[String; 2]> = LazyLock::new(|| {
-    let insert = INSERT_RUN.as_str();
+/// [`INSERT_RUN`] and its `submitted` event ($12: the message) as one statement, on PostgreSQL.
+static SUBMIT_POSTGRES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH run AS ({}), \
+         submitted AS (INSERT INTO engine_events (run_id, n, at, kind, step, message) \
+                       SELECT id, 1, $8, 'submitted', NULL, $12 FROM run) \
+         SELECT {RUN_COLUMNS} FROM run",
+        INSERT_RUN.as_str()
+    )
+});
+
+/// The same on SQLite, as the statements the writer thread runs in order in one transaction
+/// (`writer.rs`); the first one's row starts with the run's `seq`.
+pub(super) static SUBMIT_SQLITE: LazyLock<[&'static str; 2]> = LazyLock::new(|| {
     [
-        format!(
-            "WITH run AS ({insert}), \
-             submitted AS (INSERT INTO engine_events (run_id, n, at, kind, step, message) \
-                           SELECT id, 1, $8, 'submitted', NULL, $12 FROM run) \
-             SELECT {RUN_COLUMNS} FROM run"
-        ),
-        format!(
-            "BEGIN IMMEDIATE; {insert}; \
-             INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES ($1, 1, $8, 'submitted', NULL, $12); \
-             COMMIT"
-        ),
+        INSERT_RUN.as_str(),
+        "INSERT INTO engine_events (run_id, n, at, kind, step, message) VALUES ($1, 1, $8, 'submitted', NULL, $12)",
     ]
 });
+
+/// A lone submit's values, owned so that they can be handed to the SQLite writer thread, in
+/// the order of their parameters ($1 first).
+pub(crate) struct SubmitArgs {
+    pub(super) id: String,
+    pub(super) kind: String,
+    pub(super) version: i64,
+    pub(super) resource_key: Option<String>,
+    pub(super) input: String,
+    pub(super) status: &'static str,
+    pub(super) first_step: Option<String>,
+    pub(super) now: Millis,
+    pub(super) lease_owner: Option<String>,
+    pub(super) lease_expires_at: Option<Millis>,
+    pub(super) generation: i64,
+    pub(super) message: String,
+}
+
+impl SubmitArgs {
+    fn new(run: &NewRun<'_>, lease: Option<&Lease>, message: String) -> Self {
+        Self {
+            id: run.id.to_string(),
+            kind: run.kind.to_owned(),
+            version: i64::from(run.version),
+            resource_key: run.resource_key.map(str::to_owned),
+            input: to_json(run.input),
+            status: status_of(lease).as_str(),
+            first_step: run.first_step.map(str::to_owned),
+            now: run.now,
+            lease_owner: lease.map(|lease| lease.owner.clone()),
+            lease_expires_at: lease.map(|lease| lease.expires_at),
+            generation: i64::from(lease.is_some()),
+            message,
+        }
+    }
+}
+
+/// A submitted run starts running when it is leased at once, else it is pending.
+fn status_of(lease: Option<&Lease>) -> RunStatus {
+    if lease.is_some() { RunStatus::Running } else { RunStatus::Pending }
+}
+
+/// The record [`INSERT_RUN`] stores for `run`, as reading it back would return it: what the
+/// writer thread's submit answers with its `seq` alone.
+fn submitted_record(run: &NewRun<'_>, lease: Option<&Lease>, seq: i64) -> RunRecord {
+    RunRecord {
+        seq,
+        id: run.id,
+        kind: run.kind.to_owned(),
+        version: run.version,
+        resource_key: run.resource_key.map(str::to_owned),
+        input: run.input.clone(),
+        output: None,
+        status: status_of(lease),
+        phase: Phase::Forward,
+        step_index: 0,
+        current_step: run.first_step.map(str::to_owned),
+        attempt: 0,
+        step_started_at: None,
+        attempt_started_at: lease.map(|_| run.now),
+        next_at: Some(run.now),
+        status_reason: None,
+        error: None,
+        unwind_reason: None,
+        cancel_requested: false,
+        lease: lease.cloned(),
+        lease_generation: i64::from(lease.is_some()),
+        created_at: run.now,
+        updated_at: run.now,
+        finished_at: None,
+    }
+}
 
 /// Binds a [`NewRun`] and its lease to the parameters of [`INSERT_RUN`].
 macro_rules! bind_new_run {
@@ -69,7 +141,7 @@ macro_rules! bind_new_run {
             .bind(i64::from(run.version))
             .bind(run.resource_key.map(str::to_owned))
             .bind(to_json(run.input))
-            .bind(if lease.is_some() { RunStatus::Running } else { RunStatus::Pending }.as_str())
+            .bind(status_of(lease).as_str())
             .bind(run.first_step.map(str::to_owned))
             .bind(run.now)
             .bind(lease.map(|lease| lease.owner.clone()))
@@ -118,27 +190,31 @@ impl Store {
     }
 
     /// Submits a run with no resource key in one round trip: the run and its `submitted`
-    /// event in one statement on PostgreSQL, one self-committing batch on SQLite. With `lease`,
-    /// the run is claimed by that owner at once.
+    /// event in one statement on PostgreSQL, one transaction of the writer thread on SQLite.
+    /// With `lease`, the run is claimed by that owner at once.
     pub(crate) async fn submit_run(&self, run: &NewRun<'_>, lease: Option<&Lease>) -> Result<RunRecord, sqlx::Error> {
         debug_assert!(run.resource_key.is_none(), "a run with a resource key is inserted with insert_run");
         let message = submitted_message(run, lease);
-        let row: RunRow = match &self.pool {
-            Pool::Postgres(pool) => on_kept_connection!(self.kept_connections.as_deref(), pool, |executor| {
-                bind_new_run!(sqlx::query_as(SUBMIT_SQL[0].as_str()), run, lease).bind(message).fetch_one(executor)
-            }),
-            Pool::Sqlite(pool) => {
-                let submit = bind_new_run!(sqlx::query_as(SUBMIT_SQL[1].as_str()), run, lease).bind(message);
-                self_commit(pool, move |conn| {
-                    Box::pin(async move {
-                        let rows: Vec<RunRow> = submit.fetch_all(conn).await?;
-                        rows.into_iter().next().ok_or(sqlx::Error::RowNotFound)
-                    })
-                })
-                .await?
+        match (&self.pool, &self.group_commit) {
+            (Pool::Postgres(pool), _) => {
+                let row: RunRow = on_kept_connection!(self.kept_connections.as_deref(), pool, |executor| {
+                    bind_new_run!(sqlx::query_as(SUBMIT_POSTGRES.as_str()), run, lease)
+                        .bind(message)
+                        .fetch_one(executor)
+                });
+                row.try_into()
             }
-        };
-        row.try_into()
+            (Pool::Sqlite(_), Some(group)) => {
+                let seq = group.submit(SubmitArgs::new(run, lease, message)).await?;
+                Ok(submitted_record(run, lease, seq))
+            }
+            (Pool::Sqlite(_), None) => {
+                let mut tx = self.begin_write().await?;
+                let record = Self::insert_run(&mut tx, run, lease).await?;
+                tx.commit().await?;
+                Ok(record)
+            }
+        }
     }
 }
 
@@ -147,5 +223,41 @@ fn submitted_message(run: &NewRun<'_>, lease: Option<&Lease>) -> String {
     match lease {
         Some(lease) => format!("{} v{} submitted{key}; started at once by {}", run.kind, run.version, lease.owner),
         None => format!("{} v{} submitted{key}", run.kind, run.version),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// On SQLite the writer thread answers a submit with the run's `seq` alone, and the record
+    /// is built from what was inserted: it must be the record that reading the run back gives,
+    /// leased at once or not. (A driver starts from it, and a wrong field would be written back.)
+    #[tokio::test]
+    async fn a_lone_submit_on_sqlite_answers_the_record_it_stored() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = Store::sqlite(&dir.path().join("engine.db")).await.expect("open the store");
+        let input = json!({"name": "demo", "sizes": [1, 2.5], "note": null});
+        for lease in [None, Some(Lease { owner: "engine-a".into(), expires_at: 1_700_000_060_000 })] {
+            let now = 1_700_000_000_000 + i64::from(lease.is_some());
+            let run = NewRun {
+                id: Uuid::new_v4(),
+                kind: "demo.kind",
+                version: 3,
+                resource_key: None,
+                input: &input,
+                first_step: Some("first"),
+                now,
+            };
+            let answered = store.submit_run(&run, lease.as_ref()).await.expect("submit");
+            let stored = store.run(run.id).await.expect("read the run").expect("the run is stored");
+            let as_json = |record: &RunRecord| serde_json::to_value(record).expect("a record as JSON");
+            assert_eq!(as_json(&answered), as_json(&stored), "leased at once: {}", lease.is_some());
+            let entries = store.events(run.id, 0).await.expect("its timeline");
+            assert_eq!(entries.len(), 1, "the `submitted` entry alone");
+        }
+        store.close().await;
     }
 }

@@ -1,18 +1,19 @@
-//! On SQLite, the thread that writes checkpoints: it owns a connection of its own (rusqlite, on
-//! the same SQLite library that sqlx links) and runs a whole transaction per call, its
-//! statements prepared once, with no thread hop between them.
+//! On SQLite, the thread that writes checkpoints and lone submits: it owns a connection of its
+//! own (rusqlite, on the same SQLite library that sqlx links) and runs a whole transaction per
+//! call, its statements prepared once, with no thread hop between them.
 //!
 //! ```text
-//!   group commit ──(checkpoints, one transaction)──> writer thread ── BEGIN IMMEDIATE
-//!        ^                                                         ── each checkpoint's statements
-//!        └──────────────── one answer per checkpoint ───────────── ── COMMIT
+//!   group commit ──(checkpoints and submits, one transaction)──> writer thread ── BEGIN IMMEDIATE
+//!        ^                                                                     ── each one's statements
+//!        └──────── one answer each: a checkpoint's, or the run's seq ───────── ── COMMIT
 //! ```
 //!
 //! Through sqlx every statement goes to its connection's worker thread and its result comes back
 //! over a channel: a transaction of four statements is four round trips between threads, or one
 //! long batch whose rows and results still come back one message each. Here the caller sends the
-//! transaction once and is woken once. Everything else (submits, claims, operators' actions, the
-//! domain's writes) still writes through sqlx's one writer connection; the group-commit task
+//! transaction once and is woken once. Everything else (claims, operators' actions, submits
+//! inside the domain's transactions, the domain's writes) still writes through sqlx's one writer
+//! connection; the group-commit task
 //! holds that connection while the thread writes, so the two never contend for SQLite's write
 //! lock inside this process.
 
@@ -24,16 +25,35 @@ use tokio::sync::oneshot;
 
 use super::commit_args::CommitArgs;
 use super::commit_sql::SQLITE_STATEMENTS;
+use super::submit::{SUBMIT_SQLITE, SubmitArgs};
 
 /// Most statements a checkpoint's transaction keeps prepared: each shape's few, with room.
 const PREPARED: usize = 64;
 
-type Answers = Result<Vec<Option<bool>>, sqlx::Error>;
+/// One write of a transaction.
+#[expect(clippy::large_enum_variant, reason = "checkpoints are most writes: boxing them would allocate for every step")]
+pub(crate) enum Write {
+    /// A checkpoint.
+    Checkpoint(CommitArgs),
+    /// A lone submit: a run with no resource key and its `submitted` entry.
+    Submit(SubmitArgs),
+}
+
+/// What a [`Write`] answers.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// A checkpoint: `None` if it was fenced, else whether a cancel is requested.
+    Checkpoint(Option<bool>),
+    /// A submit: the run's `seq`.
+    Submit(i64),
+}
+
+type Answers = Result<Vec<Written>, sqlx::Error>;
 
 /// What the thread is asked to do.
 enum Job {
-    /// Write the checkpoints in order in one transaction, and answer.
-    Write { commits: Vec<CommitArgs>, answer: oneshot::Sender<Answers> },
+    /// Write these in order in one transaction, and answer.
+    Write { writes: Vec<Write>, answer: oneshot::Sender<Answers> },
     /// Close the connection and end, then say so.
     Close { closed: oneshot::Sender<()> },
 }
@@ -68,11 +88,11 @@ impl Writer {
         Ok(Self { jobs })
     }
 
-    /// Writes `commits` in one transaction; returns, for each, `None` if it was fenced, else
-    /// whether a cancel is requested. All or none: an error fails every one of them.
-    pub(crate) async fn write(&self, commits: Vec<CommitArgs>) -> Answers {
+    /// Writes `writes` in order in one transaction; returns what each one answered. All or
+    /// none: an error fails every one of them.
+    pub(crate) async fn write(&self, writes: Vec<Write>) -> Answers {
         let (answer, answered) = oneshot::channel();
-        self.jobs.send(Job::Write { commits, answer }).map_err(|_| stopped())?;
+        self.jobs.send(Job::Write { writes, answer }).map_err(|_| stopped())?;
         answered.await.map_err(|_| stopped())?
     }
 
@@ -97,11 +117,12 @@ fn connect(path: &Path, settings: &[(&str, i64)]) -> rusqlite::Result<Connection
     Ok(conn)
 }
 
-fn serve(mut conn: Connection, queue: &mpsc::Receiver<Job>) {
+fn serve(conn: Connection, queue: &mpsc::Receiver<Job>) {
     while let Ok(job) = queue.recv() {
         match job {
-            Job::Write { commits, answer } => {
-                let _ = answer.send(transaction(&mut conn, &commits).map_err(to_sqlx));
+            Job::Write { writes, answer } => {
+                let written = transaction(&conn, |conn| writes.iter().map(|write| write.run(conn)).collect());
+                let _ = answer.send(written.map_err(to_sqlx));
             }
             Job::Close { closed } => {
                 drop(conn);
@@ -112,12 +133,11 @@ fn serve(mut conn: Connection, queue: &mpsc::Receiver<Job>) {
     }
 }
 
-/// One transaction for all of `commits`. If a statement fails, the transaction is rolled back
-/// (unless SQLite already did, as it may on a full disk) and nothing of it stays.
-fn transaction(conn: &mut Connection, commits: &[CommitArgs]) -> rusqlite::Result<Vec<Option<bool>>> {
+/// One transaction around `body`. If a statement fails, the transaction is rolled back (unless
+/// SQLite already did, as it may on a full disk) and nothing of it stays.
+fn transaction<T>(conn: &Connection, body: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> rusqlite::Result<T> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
-    let written = commits.iter().map(|commit| checkpoint(conn, commit)).collect::<rusqlite::Result<Vec<_>>>();
-    let committed = written.and_then(|answers| conn.execute_batch("COMMIT").map(|()| answers));
+    let committed = body(conn).and_then(|answer| conn.execute_batch("COMMIT").map(|()| answer));
     if committed.is_err() && !conn.is_autocommit() {
         // Failing too would mean the connection is broken; the next BEGIN says so.
         let _ = conn.execute_batch("ROLLBACK");
@@ -125,23 +145,53 @@ fn transaction(conn: &mut Connection, commits: &[CommitArgs]) -> rusqlite::Resul
     committed
 }
 
-/// Runs one checkpoint's statements in order (`commit_sql.rs`, split once), binding each `$N` to
-/// the checkpoint's value N; the last statement's row is the answer.
+impl Write {
+    fn run(&self, conn: &Connection) -> rusqlite::Result<Written> {
+        match self {
+            Self::Checkpoint(commit) => checkpoint(conn, commit).map(Written::Checkpoint),
+            Self::Submit(submit) => insert_run(conn, submit).map(Written::Submit),
+        }
+    }
+}
+
+/// Runs one checkpoint's statements in order (`commit_sql.rs`, split once); the last
+/// statement's row is the answer.
 fn checkpoint(conn: &Connection, commit: &CommitArgs) -> rusqlite::Result<Option<bool>> {
     let values = commit.values();
     let mut answer = None;
     for &sql in &SQLITE_STATEMENTS[commit.shape.index()] {
-        let mut statement = conn.prepare_cached(sql)?;
-        for index in 1..=statement.parameter_count() {
-            let number = statement.parameter_name(index).and_then(|name| name.strip_prefix('$')?.parse::<usize>().ok());
-            let value = number.and_then(|number| values.get(number.checked_sub(1)?));
-            let value = value.ok_or_else(|| rusqlite::Error::InvalidParameterName(sql.to_owned()))?;
-            statement.raw_bind_parameter(index, *value)?;
-        }
-        let mut rows = statement.raw_query();
-        answer = rows.next()?.map(|row| row.get::<_, bool>(0)).transpose()?;
+        answer = first_column(conn, sql, &values)?;
     }
     Ok(answer)
+}
+
+/// Runs a lone submit's statements in order (`submit.rs`); the first one's row starts with the
+/// run's `seq`.
+fn insert_run(conn: &Connection, submit: &SubmitArgs) -> rusqlite::Result<i64> {
+    let values = submit.values();
+    let [insert, submitted] = *SUBMIT_SQLITE;
+    let seq = first_column(conn, insert, &values)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    first_column::<i64>(conn, submitted, &values)?;
+    Ok(seq)
+}
+
+/// Runs one statement, binding each `$N` to `values[N - 1]` (SQLite numbers parameters in the
+/// order they first appear, so they are bound by name), and returns its first row's first
+/// column, if it returns a row.
+fn first_column<T: rusqlite::types::FromSql>(
+    conn: &Connection,
+    sql: &str,
+    values: &[&dyn ToSql],
+) -> rusqlite::Result<Option<T>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    for index in 1..=statement.parameter_count() {
+        let number = statement.parameter_name(index).and_then(|name| name.strip_prefix('$')?.parse::<usize>().ok());
+        let value = number.and_then(|number| values.get(number.checked_sub(1)?));
+        let value = value.ok_or_else(|| rusqlite::Error::InvalidParameterName(sql.to_owned()))?;
+        statement.raw_bind_parameter(index, *value)?;
+    }
+    let mut rows = statement.raw_query();
+    rows.next()?.map(|row| row.get::<_, T>(0)).transpose()
 }
 
 impl CommitArgs {
@@ -185,6 +235,26 @@ impl CommitArgs {
     }
 }
 
+impl SubmitArgs {
+    /// The submit's values in parameter order ($1 first), borrowed.
+    fn values(&self) -> [&dyn ToSql; 12] {
+        [
+            &self.id,
+            &self.kind,
+            &self.version,
+            &self.resource_key,
+            &self.input,
+            &self.status,
+            &self.first_step,
+            &self.now,
+            &self.lease_owner,
+            &self.lease_expires_at,
+            &self.generation,
+            &self.message,
+        ]
+    }
+}
+
 /// A rusqlite error as the store reports errors: a full or read-only disk as the I/O error kind
 /// `StoreFault` reads, a busy database or failing disk as an I/O error (the database cannot be
 /// written now: `Store::is_unreachable`), anything else as what it says.
@@ -198,7 +268,7 @@ fn to_sqlx(err: rusqlite::Error) -> sqlx::Error {
         Some(
             ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::SystemIoFailure | ErrorCode::CannotOpen,
         ) => sqlx::Error::Io(Error::other(message)),
-        _ => sqlx::Error::Protocol(format!("writing a checkpoint: {message}")),
+        _ => sqlx::Error::Protocol(format!("the SQLite writer thread: {message}")),
     }
 }
 
