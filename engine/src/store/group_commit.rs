@@ -23,7 +23,7 @@ use sqlx::SqlitePool;
 use tokio::sync::{mpsc, oneshot};
 
 use super::commit_args::CommitArgs;
-use super::submit::SubmitArgs;
+use super::submit_args::SubmitArgs;
 use super::writer::{Write, Writer, Written};
 
 /// Most writes in one transaction.

@@ -12,6 +12,7 @@
 //! | `connect.rs` | opens either database and runs the migrations; whether it answers, is unreachable, or its disk takes writes |
 //! | `owner.rs` | one live process per engine owner name |
 //! | `submit.rs` | inserts runs, alone or inside the domain's transaction |
+//! | `submit_args.rs` | a submit's values, as a caller hands them over and owned, and the statement that inserts a run |
 //! | `claim.rs` | claims due runs, renews and releases leases |
 //! | `commit.rs` | checkpoints: a run's new state, its finished step and its events in one round trip |
 //! | `commit_args.rs` | a checkpoint's values, as a driver hands them over and owned, and the one place they are bound |
@@ -45,6 +46,7 @@ mod pool;
 mod read;
 mod records;
 mod submit;
+mod submit_args;
 mod writer;
 
 pub(crate) use commit::CommitOutcome;
@@ -57,4 +59,4 @@ pub(crate) use owner::OwnerLock;
 pub use pool::{Pool, WriteTx};
 pub(crate) use records::{Claimed, NewEvent};
 pub use records::{EventRecord, Lease, Millis, RunFilter, RunRecord, StepRecord};
-pub(crate) use submit::NewRun;
+pub(crate) use submit_args::NewRun;

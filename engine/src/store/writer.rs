@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 
 use super::commit_args::CommitArgs;
 use super::commit_sql::SQLITE_STATEMENTS;
-use super::submit::{SUBMIT_SQLITE, SubmitArgs};
+use super::submit_args::{SUBMIT_SQLITE, SubmitArgs};
 
 /// Most statements a checkpoint's transaction keeps prepared: each shape's few, with room.
 const PREPARED: usize = 64;
