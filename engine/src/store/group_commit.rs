@@ -111,9 +111,8 @@ async fn commit_task(pool: SqlitePool, writer: Writer, mut queue: mpsc::Unbounde
                 }
             }
             Err(err) => {
-                let message = crate::error::error_chain(&err);
                 for answer in answers {
-                    let _ = answer.send(Err(sqlx::Error::Protocol(format!("group commit failed: {message}"))));
+                    let _ = answer.send(Err(for_each_write(&err)));
                 }
             }
         }
@@ -127,6 +126,7 @@ async fn write_all(pool: &SqlitePool, writer: &Writer, writes: Vec<Write>) -> Re
     let _writer_connection = pool.acquire().await?;
     writer.write(writes).await
 }
+
 /// Counts a write in flight for as long as it lives (also when its future is dropped).
 struct InFlight<'a> {
     count: &'a AtomicUsize,
@@ -146,6 +146,17 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// The error of a failed group, as each of its writes reports it: an I/O error keeps its kind
+/// (a full or read-only disk, a database that cannot be written now: what `StoreFault` and
+/// `Store::is_unreachable` read), anything else says what it was.
+fn for_each_write(err: &sqlx::Error) -> sqlx::Error {
+    let message = format!("group commit failed: {}", crate::error::error_chain(err));
+    match err {
+        sqlx::Error::Io(io) => sqlx::Error::Io(std::io::Error::new(io.kind(), message)),
+        _ => sqlx::Error::Protocol(message),
+    }
+}
+
 /// An answer of the wrong kind: the writer thread answers each write in order, so this is a bug.
 fn mismatched(answer: &Written) -> sqlx::Error {
     sqlx::Error::Protocol(format!("the SQLite writer thread answered {answer:?} out of order"))
@@ -153,4 +164,22 @@ fn mismatched(answer: &Written) -> sqlx::Error {
 
 fn stopped() -> sqlx::Error {
     sqlx::Error::Protocol("the group-commit task has stopped".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Error, ErrorKind};
+
+    use super::*;
+
+    #[test]
+    fn each_write_of_a_failed_group_keeps_the_kind_of_its_io_error() {
+        for kind in [ErrorKind::StorageFull, ErrorKind::ReadOnlyFilesystem, ErrorKind::Other] {
+            let err = for_each_write(&sqlx::Error::Io(Error::new(kind, "database or disk is full")));
+            assert!(matches!(&err, sqlx::Error::Io(io) if io.kind() == kind), "{kind:?}: {err:?}");
+            assert!(err.to_string().contains("group commit failed"), "{err}");
+        }
+        let err = for_each_write(&sqlx::Error::Protocol("no such table".into()));
+        assert!(matches!(&err, sqlx::Error::Protocol(message) if message.contains("no such table")), "{err:?}");
+    }
 }

@@ -13,9 +13,8 @@
 //! long batch whose rows and results still come back one message each. Here the caller sends the
 //! transaction once and is woken once. Everything else (claims, operators' actions, submits
 //! inside the domain's transactions, the domain's writes) still writes through sqlx's one writer
-//! connection; the group-commit task
-//! holds that connection while the thread writes, so the two never contend for SQLite's write
-//! lock inside this process.
+//! connection; the group-commit task holds that connection while the thread writes, so the two
+//! never contend for SQLite's write lock inside this process.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -146,6 +145,7 @@ fn transaction<T>(conn: &Connection, body: impl FnOnce(&Connection) -> rusqlite:
 }
 
 impl Write {
+    /// Runs this write's statements inside the transaction in hand; returns its answer.
     fn run(&self, conn: &Connection) -> rusqlite::Result<Written> {
         match self {
             Self::Checkpoint(commit) => checkpoint(conn, commit).map(Written::Checkpoint),
