@@ -61,7 +61,7 @@ pub(crate) struct KeptConnections {
     connect_timeout: Duration,
 }
 
-/// A connection taken for one checkpoint. Dropped without [`Taken::give_back`] (its checkpoint
+/// A connection taken for one write. Dropped without [`Taken::give_back`] (its statement
 /// failed, or its future was dropped half-way), it is closed, and so are the idle ones: a
 /// failure that broke one (the server restarted) has most likely broken them all.
 pub(crate) struct Taken<'a> {

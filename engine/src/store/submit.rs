@@ -7,7 +7,7 @@ use super::events::{Entry, insert_event};
 use super::handle::Store;
 use super::kept_connections::on_kept_connection;
 use super::pool::{Pool, WriteTx};
-use super::records::{Lease, NewEvent, RUN_COLUMNS, RunRecord, RunRow, to_json};
+use super::records::{Lease, NewEvent, RUN_COLUMNS, RunRecord, RunRow};
 use super::submit_args::{INSERT_RUN, NewRun, SubmitArgs, status_of};
 use crate::status::Phase;
 use crate::timeline::EventKind;
@@ -54,22 +54,23 @@ fn submitted_record(run: &NewRun<'_>, lease: Option<&Lease>, seq: i64) -> RunRec
     }
 }
 
-/// Binds a [`NewRun`] and its lease to the parameters of [`INSERT_RUN`].
+/// Binds a submit's values ([`SubmitArgs`], the same the SQLite writer thread binds) to the
+/// parameters of [`INSERT_RUN`], $1-$11.
 macro_rules! bind_new_run {
-    ($query:expr, $run:expr, $lease:expr) => {{
-        let (run, lease): (&NewRun<'_>, Option<&Lease>) = ($run, $lease);
+    ($query:expr, $args:expr) => {{
+        let args: &SubmitArgs = $args;
         $query
-            .bind(run.id.to_string())
-            .bind(run.kind.to_owned())
-            .bind(i64::from(run.version))
-            .bind(run.resource_key.map(str::to_owned))
-            .bind(to_json(run.input))
-            .bind(status_of(lease).as_str())
-            .bind(run.first_step.map(str::to_owned))
-            .bind(run.now)
-            .bind(lease.map(|lease| lease.owner.clone()))
-            .bind(lease.map(|lease| lease.expires_at))
-            .bind(i64::from(lease.is_some()))
+            .bind(args.id.as_str())
+            .bind(args.kind.as_str())
+            .bind(args.version)
+            .bind(args.resource_key.as_deref())
+            .bind(args.input.as_str())
+            .bind(args.status)
+            .bind(args.first_step.as_deref())
+            .bind(args.now)
+            .bind(args.lease_owner.as_deref())
+            .bind(args.lease_expires_at)
+            .bind(args.generation)
     }};
 }
 
@@ -103,10 +104,10 @@ impl Store {
                     lease = None;
                 }
             }
-            let row: RunRow =
-                bind_new_run!(sqlx::query_as(INSERT_RUN.as_str()), run, lease).fetch_one(&mut **tx).await?;
+            let args = SubmitArgs::new(run, lease, submitted_message(run, lease));
+            let row: RunRow = bind_new_run!(sqlx::query_as(INSERT_RUN.as_str()), &args).fetch_one(&mut **tx).await?;
             // INSERT_RUN set the run's counter to 1.
-            let submitted = NewEvent::new(EventKind::Submitted, None, submitted_message(run, lease));
+            let submitted = NewEvent::new(EventKind::Submitted, None, args.message);
             insert_event(tx, run.id, Entry::Numbered(1), run.now, &submitted).await?;
             row.try_into()
         })
@@ -117,18 +118,18 @@ impl Store {
     /// With `lease`, the run is claimed by that owner at once.
     pub(crate) async fn submit_run(&self, run: &NewRun<'_>, lease: Option<&Lease>) -> Result<RunRecord, sqlx::Error> {
         debug_assert!(run.resource_key.is_none(), "a run with a resource key is inserted with insert_run");
-        let message = submitted_message(run, lease);
+        let args = SubmitArgs::new(run, lease, submitted_message(run, lease));
         match (&self.pool, &self.group_commit) {
             (Pool::Postgres(pool), _) => {
                 let row: RunRow = on_kept_connection!(self.kept_connections.as_deref(), pool, |executor| {
-                    bind_new_run!(sqlx::query_as(SUBMIT_POSTGRES.as_str()), run, lease)
-                        .bind(message)
+                    bind_new_run!(sqlx::query_as(SUBMIT_POSTGRES.as_str()), &args)
+                        .bind(args.message.as_str())
                         .fetch_one(executor)
                 });
                 row.try_into()
             }
             (Pool::Sqlite(_), Some(group)) => {
-                let seq = group.submit(SubmitArgs::new(run, lease, message)).await?;
+                let seq = group.submit(args).await?;
                 Ok(submitted_record(run, lease, seq))
             }
             (Pool::Sqlite(_), None) => {

@@ -35,8 +35,9 @@ pub(super) static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`INSERT_RUN`] and its `submitted` event ($12: the message) on SQLite, as the statements the writer thread runs in order in one transaction
-/// (`writer.rs`); the first one's row starts with the run's `seq`.
+/// [`INSERT_RUN`] and its `submitted` event ($12: the message) on SQLite, as the statements the
+/// writer thread runs in order in one transaction (`writer.rs`); the first one's row starts with
+/// the run's `seq`.
 pub(super) static SUBMIT_SQLITE: LazyLock<[&'static str; 2]> = LazyLock::new(|| {
     [
         INSERT_RUN.as_str(),
@@ -44,8 +45,9 @@ pub(super) static SUBMIT_SQLITE: LazyLock<[&'static str; 2]> = LazyLock::new(|| 
     ]
 });
 
-/// A lone submit's values, owned so that they can be handed to the SQLite writer thread, in
-/// the order of their parameters ($1 first).
+/// A submit's values, as [`INSERT_RUN`] and the `submitted` entry bind them, in the order of
+/// their parameters ($1 first); owned, so that a lone submit can be handed to the SQLite writer
+/// thread.
 pub(crate) struct SubmitArgs {
     pub(super) id: String,
     pub(super) kind: String,
