@@ -256,7 +256,7 @@ pub async fn get_by_name(db: &Db, name: &str) -> Result<Option<Cluster>, sqlx::E
     let sql = sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM clusters WHERE name = $1 ORDER BY (phase = 'deleted'), created_at DESC LIMIT 1"
     ));
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)
+    with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)
 }
 
 /// One cluster by id.
@@ -271,7 +271,7 @@ pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<Cluste
         "SELECT {COLUMNS} FROM clusters WHERE phase <> 'deleted' AND name > $1 ORDER BY name, created_at LIMIT $2"
     ));
     let after = after.unwrap_or("");
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)
+    with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)
 }
 
 /// Every cluster, deleted ones too (deployments keep naming the cluster they ran on).

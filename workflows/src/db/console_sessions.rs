@@ -48,7 +48,7 @@ pub async fn trade_code(
 
 /// Whether the session is open at `now`.
 pub async fn is_open(db: &Db, session_hash: &str, now: i64) -> Result<bool, sqlx::Error> {
-    let found: Option<i64> = with_pool!(db.pool(), |pool| {
+    let found: Option<i64> = with_pool!(db.reader(), |pool| {
         sqlx::query_scalar("SELECT expires_at FROM console_sessions WHERE session_hash = $1 AND expires_at > $2")
             .bind(session_hash)
             .bind(now)

@@ -174,7 +174,7 @@ pub async fn insert_in(
 pub async fn get(db: &Db, name: &str) -> Result<Option<Credential>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM credentials WHERE name = $1"));
     let row: Option<CredentialRow> =
-        with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
+        with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
     row.map(Credential::try_from).transpose()
 }
 
@@ -183,7 +183,7 @@ pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<Creden
     let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM credentials WHERE name > $1 ORDER BY name LIMIT $2"));
     let after = after.unwrap_or("");
     let rows: Vec<CredentialRow> =
-        with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)?;
+        with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)?;
     rows.into_iter().map(Credential::try_from).collect()
 }
 
@@ -191,7 +191,7 @@ pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<Creden
 pub async fn open(db: &Db, sealer: &SecretBox, name: &str) -> Result<Option<(Credential, String)>, OpenError> {
     let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS}, secret FROM credentials WHERE name = $1"));
     let row: Option<SealedRow> =
-        with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
+        with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
     let Some(SealedRow { row, secret: sealed }) = row else {
         return Ok(None);
     };

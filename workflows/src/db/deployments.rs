@@ -397,7 +397,7 @@ pub async fn name_taken_in(tx: &mut WriteTx, name: &str) -> Result<bool, sqlx::E
 
 /// The deployment whose id or name is `key`.
 pub async fn find(db: &Db, key: &str) -> Result<Option<Deployment>, sqlx::Error> {
-    let row: Option<Row> = with_pool!(db.pool(), |pool| {
+    let row: Option<Row> = with_pool!(db.reader(), |pool| {
         sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE name = $1 OR id = $1 ORDER BY name = $1 DESC")))
             .bind(key)
             .fetch_optional(pool)
@@ -450,7 +450,7 @@ pub async fn list(
     }
     let filter = if conditions.is_empty() { String::new() } else { format!("WHERE {}", conditions.join(" AND ")) };
     let sql = format!("{SELECT} {filter} ORDER BY created_at DESC, id LIMIT ${}", conditions.len() + 1);
-    let rows: Vec<Row> = with_pool!(db.pool(), |pool| {
+    let rows: Vec<Row> = with_pool!(db.reader(), |pool| {
         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()));
         if let Some(status) = status {
             query = query.bind(status.as_str());

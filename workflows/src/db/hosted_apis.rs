@@ -211,7 +211,7 @@ pub async fn live_on_credential_in(tx: &mut WriteTx, credential: &str) -> Result
 /// One record by id.
 pub async fn get(db: &Db, id: &str) -> Result<Option<HostedApi>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM hosted_apis WHERE id = $1"));
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)
+    with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)
 }
 
 /// The live API of this name, or else the most recently removed one.
@@ -219,7 +219,7 @@ pub async fn get_by_name(db: &Db, name: &str) -> Result<Option<HostedApi>, sqlx:
     let sql = sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM hosted_apis WHERE name = $1 ORDER BY (phase = 'removed'), created_at DESC LIMIT 1"
     ));
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)
+    with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)
 }
 
 /// A page of the APIs that are not removed, by name: the first `limit` after the name `after`.
@@ -228,7 +228,7 @@ pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<Hosted
         "SELECT {COLUMNS} FROM hosted_apis WHERE phase <> 'removed' AND name > $1 ORDER BY name LIMIT $2"
     ));
     let after = after.unwrap_or("");
-    with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)
+    with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)
 }
 
 /// Sets the phase and its reason.
@@ -274,7 +274,7 @@ pub async fn set_identity(db: &Db, id: &str, sealed: Option<&str>, ca_pem: Optio
 
 /// The sealed identity, when stored.
 pub async fn sealed_identity(db: &Db, id: &str) -> Result<Option<String>, sqlx::Error> {
-    with_pool!(db.pool(), |pool| {
+    with_pool!(db.reader(), |pool| {
         sqlx::query_scalar("SELECT identity FROM hosted_apis WHERE id = $1").bind(id).fetch_optional(pool).await
     })
     .map(Option::flatten)

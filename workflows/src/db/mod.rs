@@ -54,8 +54,10 @@ impl Db {
         self.store.pool()
     }
 
-    /// The pool for reads outside a transaction ([`anycloud_engine::Store::reader`]): what a
-    /// step's checks read, without queueing behind the writer.
+    /// The pool for reads outside a transaction ([`anycloud_engine::Store::reader`]): every
+    /// such read of the table modules (the API's answers, a step's checks), so that none queues
+    /// behind the writer; [`Db::pool`] is for writes, and for reads a startup check makes
+    /// beside its writes.
     pub fn reader(&self) -> &Pool {
         self.store.reader()
     }

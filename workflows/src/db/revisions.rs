@@ -188,7 +188,7 @@ pub async fn list_in(tx: &mut WriteTx, deployment_id: &str) -> Result<Vec<Revisi
 
 /// Every revision of the deployment, oldest first.
 pub async fn list(db: &Db, deployment_id: &str) -> Result<Vec<Revision>, sqlx::Error> {
-    let rows: Vec<Row> = with_pool!(db.pool(), |pool| {
+    let rows: Vec<Row> = with_pool!(db.reader(), |pool| {
         sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE deployment_id = $1 ORDER BY number")))
             .bind(deployment_id)
             .fetch_all(pool)
@@ -199,7 +199,7 @@ pub async fn list(db: &Db, deployment_id: &str) -> Result<Vec<Revision>, sqlx::E
 
 /// Revision `number` of the deployment.
 pub async fn get(db: &Db, deployment_id: &str, number: i64) -> Result<Option<Revision>, sqlx::Error> {
-    let row: Option<Row> = with_pool!(db.pool(), |pool| {
+    let row: Option<Row> = with_pool!(db.reader(), |pool| {
         sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE deployment_id = $1 AND number = $2")))
             .bind(deployment_id)
             .bind(number)

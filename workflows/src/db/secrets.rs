@@ -186,7 +186,7 @@ pub async fn put_version_in(
 /// One secret, without its values.
 pub async fn get(db: &Db, name: &str) -> Result<Option<Secret>, sqlx::Error> {
     let sql = sqlx::AssertSqlSafe(format!("{SELECT} WHERE s.name = $1"));
-    let row: Option<Row> = with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
+    let row: Option<Row> = with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(name).fetch_optional(pool).await)?;
     row.map(Secret::try_from).transpose()
 }
 
@@ -195,7 +195,7 @@ pub async fn list(db: &Db, after: Option<&str>, limit: u32) -> Result<Vec<Secret
     let sql = sqlx::AssertSqlSafe(format!("{SELECT} WHERE s.name > $1 ORDER BY s.name LIMIT $2"));
     let after = after.unwrap_or("");
     let rows: Vec<Row> =
-        with_pool!(db.pool(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)?;
+        with_pool!(db.reader(), |pool| sqlx::query_as(sql).bind(after).bind(i64::from(limit)).fetch_all(pool).await)?;
     rows.into_iter().map(Secret::try_from).collect()
 }
 
@@ -208,7 +208,7 @@ pub async fn open(
     version: i64,
 ) -> Result<Option<Values>, super::credentials::OpenError> {
     let id = version_id(name, version);
-    let sealed: Option<String> = with_pool!(db.pool(), |pool| {
+    let sealed: Option<String> = with_pool!(db.reader(), |pool| {
         sqlx::query_scalar("SELECT sealed FROM secret_versions WHERE id = $1").bind(&id).fetch_optional(pool).await
     })?;
     let Some(sealed) = sealed else { return Ok(None) };
@@ -230,7 +230,7 @@ pub async fn users_in(tx: &mut WriteTx, name: &str) -> Result<Vec<String>, sqlx:
 
 /// Every secret's users, as [`users_in`] finds them.
 pub async fn users(db: &Db) -> Result<Vec<(String, String)>, sqlx::Error> {
-    with_pool!(db.pool(), |pool| sqlx::query_as(sqlx::AssertSqlSafe(USERS.to_owned())).fetch_all(pool).await)
+    with_pool!(db.reader(), |pool| sqlx::query_as(sqlx::AssertSqlSafe(USERS.to_owned())).fetch_all(pool).await)
 }
 
 /// The deployments that have not ended and that name any secret, with the secrets named: their
