@@ -9,7 +9,9 @@
 //!   that reads need not parse every object: `labels` (see [`label_text`]), `owner` (the uid of
 //!   its controller), `owners` (the uids of all its owners, for the garbage collector) and `settled` (1 when the control loop has nothing left to do with it, see
 //!   [`settled`]). With a thousand finished Jobs and their Pods, a pass of the loop and a list by
-//!   label read only what they need.
+//!   label read only what they need: indexes test the labels in a namespace, the subject of an
+//!   Event and the revisions a watch asks after, each in the index rather than in the object's row
+//!   (a Pod's row is a page of JSON).
 //! - `sim_kube_revisions`: each cluster's last `resourceVersion`, which every write increments.
 //! - `sim_kube_processes`: the local process of each started container (pid, and its start time
 //!   in clock ticks, which tells it from a later process that reuses the pid).
@@ -29,7 +31,7 @@ use tokio::sync::OnceCell;
 
 use super::resources::Resource;
 
-const SCHEMA: [&str; 6] = [
+const SCHEMA: [&str; 10] = [
     "CREATE TABLE IF NOT EXISTS sim_kube_objects (
         cluster TEXT NOT NULL,
         resource TEXT NOT NULL,
@@ -50,6 +52,17 @@ const SCHEMA: [&str; 6] = [
     )",
     "CREATE INDEX IF NOT EXISTS sim_kube_objects_settled ON sim_kube_objects (cluster, resource, settled)",
     "CREATE INDEX IF NOT EXISTS sim_kube_objects_owner ON sim_kube_objects (cluster, resource, owner)",
+    // A list by label tests each object's labels in this index, not in its row (a Pod's row is a
+    // page of JSON): a job's check lists one Pod among a thousand.
+    "CREATE INDEX IF NOT EXISTS sim_kube_objects_labels ON sim_kube_objects (cluster, resource, namespace, labels) \
+     WHERE deleted_revision IS NULL",
+    // The Events of one object (`fieldSelector=involvedObject.name=...`).
+    "CREATE INDEX IF NOT EXISTS sim_kube_objects_subject ON sim_kube_objects (cluster, resource, subject, namespace)",
+    // A watch's changes since a revision: objects written after it, and objects deleted after it.
+    "CREATE INDEX IF NOT EXISTS sim_kube_objects_written ON sim_kube_objects (cluster, resource, resource_version)",
+    // Tombstones only: a read of the live objects (`deleted_revision IS NULL`) cannot take it.
+    "CREATE INDEX IF NOT EXISTS sim_kube_objects_deleted ON sim_kube_objects (cluster, resource, deleted_revision) \
+     WHERE deleted_revision IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS sim_kube_revisions (
         cluster TEXT PRIMARY KEY,
         revision BIGINT NOT NULL
@@ -156,6 +169,33 @@ fn label_pattern(equalities: &[(&str, &str)]) -> String {
     }
     pattern
 }
+
+/// A list by label ([`Store::list_labelled`]): only the filters given, and no `ORDER BY`, so that
+/// SQLite walks the index that tests them (`sim_kube_objects_subject`; in a namespace,
+/// `sim_kube_objects_labels`) rather than the key's, which orders the rows but tests nothing (the
+/// caller sorts them).
+/// Parameters: cluster, resource, label pattern, then the subject and the namespace if given.
+fn labelled_sql(subject: bool, namespace: bool) -> String {
+    let mut sql = String::from(
+        "SELECT namespace, name, body FROM sim_kube_objects \
+         WHERE cluster = $1 AND resource = $2 AND labels LIKE $3 AND deleted_revision IS NULL",
+    );
+    if subject {
+        sql.push_str(" AND subject = $4");
+    }
+    if namespace {
+        sql.push_str(if subject { " AND namespace = $5" } else { " AND namespace = $4" });
+    }
+    sql
+}
+
+/// A watch's changes after a revision ([`Store::changes`]); each side of the `OR` walks its own
+/// index (`sim_kube_objects_written`, `sim_kube_objects_deleted`), so that a watch's poll reads
+/// what changed, not every object of the resource.
+const CHANGES: &str = "SELECT body, resource_version, created_revision, deleted_revision FROM sim_kube_objects \
+     WHERE cluster = $1 AND resource = $2 AND (resource_version > $4 OR deleted_revision > $4) \
+     AND ($3 = '*' OR namespace = $3) \
+     ORDER BY COALESCE(deleted_revision, resource_version)";
 
 /// What an Event is about (its `involvedObject.name`), as the `subject` column holds it: a
 /// `fieldSelector` on it (what `kubectl describe` and a Pod's wait ask) then reads the Events of
@@ -379,21 +419,22 @@ impl Store {
         subject: Option<&str>,
     ) -> Result<Vec<Value>, sqlx::Error> {
         let pool = self.reading().await?;
-        let bodies: Vec<String> = with_pool!(pool, |pool| {
-            sqlx::query_scalar(
-                "SELECT body FROM sim_kube_objects WHERE cluster = $1 AND resource = $2 \
-                 AND ($3 = '*' OR namespace = $3) AND labels LIKE $4 AND ($5 IS NULL OR subject = $5) \
-                 AND deleted_revision IS NULL ORDER BY namespace, name",
-            )
-            .bind(cluster)
-            .bind(resource.plural)
-            .bind(namespace.unwrap_or("*"))
-            .bind(label_pattern(equalities))
-            .bind(subject)
-            .fetch_all(pool)
-            .await
+        let sql = labelled_sql(subject.is_some(), namespace.is_some());
+        let mut rows: Vec<(String, String, String)> = with_pool!(pool, |pool| {
+            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(cluster)
+                .bind(resource.plural)
+                .bind(label_pattern(equalities));
+            if let Some(subject) = subject {
+                query = query.bind(subject);
+            }
+            if let Some(namespace) = namespace {
+                query = query.bind(namespace);
+            }
+            query.fetch_all(pool).await
         })?;
-        parse(bodies)
+        rows.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        parse(rows.into_iter().map(|(_, _, body)| body).collect())
     }
 
     /// The objects of a resource that the control loop still drives (not [`settled`]).
@@ -604,18 +645,13 @@ impl Store {
     ) -> Result<Vec<Change>, sqlx::Error> {
         let pool = self.reading().await?;
         let rows: Vec<(String, i64, i64, Option<i64>)> = with_pool!(pool, |pool| {
-            sqlx::query_as(
-                "SELECT body, resource_version, created_revision, deleted_revision FROM sim_kube_objects \
-                 WHERE cluster = $1 AND resource = $2 AND ($3 = '*' OR namespace = $3) \
-                 AND (resource_version > $4 OR deleted_revision > $4) \
-                 ORDER BY COALESCE(deleted_revision, resource_version)",
-            )
-            .bind(cluster)
-            .bind(resource.plural)
-            .bind(namespace.unwrap_or("*"))
-            .bind(since)
-            .fetch_all(pool)
-            .await
+            sqlx::query_as(CHANGES)
+                .bind(cluster)
+                .bind(resource.plural)
+                .bind(namespace.unwrap_or("*"))
+                .bind(since)
+                .fetch_all(pool)
+                .await
         })?;
         let mut changes = Vec::new();
         for (body, revision, created, deleted) in rows {
@@ -746,6 +782,36 @@ mod tests {
         }
         assert_eq!(names(store.list_labelled("c", &EVENTS, Some("ns"), &[], Some("a")).await.unwrap()), ["a.1", "a.2"]);
         assert_eq!(store.list_labelled("c", &EVENTS, Some("ns"), &[], None).await.unwrap().len(), 3);
+    }
+
+    /// On SQLite, a list by label in a namespace (a job's check), the Events of one object and a
+    /// watch's changes each walk the index made for them, not every row of the resource (the
+    /// planner has no statistics here). A list across namespaces reads every row, as before.
+    #[tokio::test]
+    async fn reads_walk_the_indexes_made_for_them() {
+        let (_dir, pool) = store().await;
+        let store = Store::new(pool.clone(), pool.clone());
+        store.create("c", &PODS, pod("a", json!({ "app": "web" }), "Running")).await.unwrap();
+        let plan = |sql: String| {
+            let pool = pool.clone();
+            async move {
+                let rows: Vec<(i64, i64, i64, String)> = with_pool!(&pool, |pool| {
+                    sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}"))).fetch_all(pool).await
+                })
+                .unwrap();
+                rows.into_iter().map(|(_, _, _, detail)| detail).collect::<Vec<_>>().join("; ")
+            }
+        };
+        for (sql, index) in [
+            (labelled_sql(false, true), "sim_kube_objects_labels"),
+            (labelled_sql(true, true), "sim_kube_objects_subject"),
+            (labelled_sql(true, false), "sim_kube_objects_subject"),
+            (CHANGES.to_owned(), "sim_kube_objects_written"),
+            (CHANGES.to_owned(), "sim_kube_objects_deleted"),
+        ] {
+            let plan = plan(sql.clone()).await;
+            assert!(plan.contains(&format!("USING INDEX {index}")), "{sql}\n walks: {plan}");
+        }
     }
 
     #[tokio::test]
