@@ -247,6 +247,7 @@ impl Harness {
                 ..TestSeams::default()
             },
             api_address: None,
+            kube_clients: Default::default(),
             binaries,
         };
         Self { store, deps, api_id: api.id, peer, runner, _dir: dir }

@@ -154,6 +154,7 @@ impl Harness {
             clouds: Clouds::new(Some(Arc::new(sim))).with_endpoint_policy(EndpointPolicy::AllowInsecure),
             seams,
             api_address: None,
+            kube_clients: Default::default(),
             binaries: dir.path().join("binaries"),
         };
         Self { store, workflow: Arc::new(CreateCluster { deps }), input: CreateInput { cluster_id, name }, _dir: dir }

@@ -93,6 +93,7 @@ impl Harness {
             clouds: Clouds::new(Some(Arc::new(sim))),
             seams: TestSeams::default(),
             api_address: None,
+            kube_clients: Default::default(),
             binaries: dir.path().join("binaries"),
         };
 

@@ -47,6 +47,7 @@ impl TestWorld {
                 clouds,
                 seams: TestSeams::default(),
                 api_address: None,
+                kube_clients: Default::default(),
                 binaries: dir.path().join("binaries"),
             },
             store,

@@ -55,6 +55,7 @@ pub async fn serve(options: ServeOptions, seams: &Seams) -> CliResult {
             .with_owner(options.owner.clone()),
         seams: seams.api.clone(),
         api_address: options.public_address.clone(),
+        kube_clients: Default::default(),
         binaries: data_dir.join("binaries"),
     };
     let (engine, owner) = start_engine(&options, &store, &deps, checkpointer.clone()).await?;

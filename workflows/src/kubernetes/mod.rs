@@ -2,7 +2,7 @@
 //! same calls reach k3s on a real cluster and the simulated cloud's Kubernetes-compatible API.
 //!
 //! - [`client`]: a kube client for a cluster's API, and the few questions the cluster workflows
-//!   ask of it.
+//!   ask of it; [`clients`]: the clients kept per cluster, so that calls reuse connections.
 //! - [`job`]: a job's `batch/v1` Job, its logs and exec ([`log_cursor`]: resuming a log stream
 //!   that broke); [`service`]: a service's Deployment, Service and rollouts; [`secret`]: the
 //!   Secrets a deployment's secrets become.
@@ -10,6 +10,7 @@
 //!   and memory quantities).
 
 pub mod client;
+pub mod clients;
 pub mod job;
 pub mod log_cursor;
 pub mod pod_wait;

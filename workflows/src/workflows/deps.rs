@@ -11,6 +11,7 @@ use crate::db::clusters::{self, Cluster};
 use crate::db::credentials::{self, CredentialStatus, OpenError};
 use crate::db::vms;
 use crate::kubernetes::KubeEndpoint;
+use crate::kubernetes::clients::KubeClients;
 use crate::providers::Clouds;
 use crate::seams::TestSeams;
 use crate::secrets::SecretBox;
@@ -93,6 +94,8 @@ pub struct Deps {
     /// for an API on an operator's machine, whose address no cloud can name: its clusters'
     /// APIs are open to every address (docs/hosting.md, "Cluster networks").
     pub api_address: Option<String>,
+    /// The Kubernetes clients kept per cluster, so that calls reuse their connections.
+    pub kube_clients: KubeClients,
     /// Where binaries uploaded for hosted APIs wait until their deploy ships them to the
     /// API's bucket (`DATA_DIR/binaries`, [`crate::hosting::binary::stage`]).
     pub binaries: std::path::PathBuf,
@@ -133,11 +136,12 @@ impl Deps {
     }
 
     /// A client for the Kubernetes API of a cluster: its control plane as last recorded, its CA
-    /// and API token. A cluster without a control plane, or without secrets, has no API (terminal).
+    /// and API token; the one kept for the cluster while those are unchanged ([`KubeClients`]).
+    /// A cluster without a control plane, or without secrets, has no API (terminal).
     pub async fn kube_client(&self, cluster: &Cluster) -> Result<kube::Client, StepError> {
         let endpoint = self.kube_endpoint_of(cluster).await?;
         let secrets = self.secrets(&cluster.id).await?;
-        crate::kubernetes::client::client(&endpoint, &secrets).map_err(StepError::terminal)
+        self.kube_clients.client(&cluster.id, &endpoint, &secrets).map_err(StepError::terminal)
     }
 
     /// A client for the Kubernetes API of a cluster for its long streams (followed logs, exec),
