@@ -146,9 +146,20 @@ impl Engine {
         input: &W::Input,
         resource_key: Option<&str>,
     ) -> Result<Uuid, EngineError> {
+        Ok(self.submit_in_returning::<W>(tx, input, resource_key).await?.id)
+    }
+
+    /// [`Engine::submit_in`], returning the run as inserted (what an API answers a submit
+    /// with, without reading it back).
+    pub async fn submit_in_returning<W: Workflow>(
+        &self,
+        tx: &mut WriteTx,
+        input: &W::Input,
+        resource_key: Option<&str>,
+    ) -> Result<RunRecord, EngineError> {
         let input = serde_json::to_value(input).map_err(EngineError::Json)?;
         let run = self.new_run(W::KIND, W::VERSION, &input, resource_key, now_ms())?;
-        Ok(Store::insert_run(tx, &run, None).await?.id)
+        Ok(Store::insert_run(tx, &run, None).await?)
     }
 
     /// Tells the claim loop that runs may be due (after a [`Engine::submit_in`] commits).

@@ -244,9 +244,15 @@ struct Row {
     cluster_ip: Option<String>,
 }
 
-const SELECT: &str = "SELECT id, name, kind, cluster_id, status, image, command, env, cpus, memory, secrets, attempt, \
-                      namespace, exit_code, reason, workflow_id, created_at, started_at, ended_at, updated_at, \
-                      port, replicas, revision, cluster_ip FROM deployments";
+/// Every column of a [`Row`], in its order.
+macro_rules! columns {
+    () => {
+        "id, name, kind, cluster_id, status, image, command, env, cpus, memory, secrets, attempt, namespace, \
+         exit_code, reason, workflow_id, created_at, started_at, ended_at, updated_at, port, replicas, revision, \
+         cluster_ip"
+    };
+}
+const SELECT: &str = concat!("SELECT ", columns!(), " FROM deployments");
 
 impl TryFrom<Row> for Deployment {
     type Error = sqlx::Error;
@@ -355,36 +361,41 @@ pub async fn hold_cluster_in(tx: &mut WriteTx, cluster_name: &str) -> Result<Clu
 }
 
 /// Records a deployment on a cluster inside the caller's transaction, holding the cluster's row
-/// ([`hold_cluster_in`]).
+/// ([`hold_cluster_in`]); returns the cluster and the deployment as stored.
 pub async fn add_in(
     tx: &mut WriteTx,
     cluster_name: &str,
     deployment: NewDeployment<'_>,
     now: i64,
-) -> Result<Cluster, PlacementRefused> {
+) -> Result<(Cluster, Deployment), PlacementRefused> {
     let cluster = hold_cluster_in(tx, cluster_name).await?;
     let spec = deployment.spec;
     let command = serde_json::to_string(&spec.command).unwrap_or_else(|_| "[]".into());
     let env = serde_json::to_string(&spec.env).unwrap_or_else(|_| "[]".into());
-    execute_in!(
-        tx,
+    let sql = concat!(
         "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, secrets, \
          attempt, workflow_id, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $12, 1, $10, $11, $11)",
-        deployment.id,
-        deployment.name,
-        deployment.kind.as_str(),
-        &cluster.id,
-        &spec.image,
-        command,
-        env,
-        spec.cpus.as_deref(),
-        spec.memory.as_deref(),
-        deployment.workflow_id,
-        now,
-        encode_uses(&spec.secrets)
-    )?;
-    Ok(cluster)
+         VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $12, 1, $10, $11, $11) RETURNING ",
+        columns!()
+    );
+    let row: Row = with_tx!(tx, |tx| {
+        sqlx::query_as(sql)
+            .bind(deployment.id)
+            .bind(deployment.name)
+            .bind(deployment.kind.as_str())
+            .bind(&cluster.id)
+            .bind(&spec.image)
+            .bind(command)
+            .bind(env)
+            .bind(spec.cpus.as_deref())
+            .bind(spec.memory.as_deref())
+            .bind(deployment.workflow_id)
+            .bind(now)
+            .bind(encode_uses(&spec.secrets))
+            .fetch_one(&mut **tx)
+            .await
+    })?;
+    Ok((cluster, Deployment::try_from(row)?))
 }
 
 /// Whether a deployment has this name.

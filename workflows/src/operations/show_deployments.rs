@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use anycloud_engine::{EngineError, RunRecord, RunStatus, Workflow};
 
 use crate::cloud::ProviderKind;
+use crate::db::clusters::{self, Cluster};
 use crate::db::deployments::{self, Deployment, DeploymentKind, Status};
-use crate::db::{clusters, revisions};
+use crate::db::revisions::{self, Revision};
 use crate::kubernetes;
 use crate::names::shown;
 use crate::refusal::{Code, OperationError, Refusal};
@@ -76,31 +77,38 @@ impl Operations {
             },
             None => None,
         };
-        let (state, retry) = state_of(&deployment, run.as_ref());
-        let (revisions, address) = match deployment.is_service() {
-            true => {
-                let address = ServiceAddress {
-                    dns_name: kubernetes::service::dns_name(&deployment),
-                    port: kubernetes::service::port(&deployment),
-                    cluster_ip: deployment.cluster_ip.clone(),
-                };
-                let revisions = revisions::list(&self.deps.db, &deployment.id).await?;
-                (revisions.into_iter().map(Into::into).collect(), Some(address))
-            }
-            false => (Vec::new(), None),
+        let revisions = match deployment.is_service() {
+            true => revisions::list(&self.deps.db, &deployment.id).await?,
+            false => Vec::new(),
         };
-        Ok(DeploymentDetail {
-            revisions,
+        Ok(self.detail_of(deployment, cluster.as_ref(), run.as_ref(), revisions))
+    }
+
+    /// What [`Operations::deployment_detail`] answers, from the records in hand: the
+    /// deployment, its cluster, its run and (a service's) revisions.
+    pub(super) fn detail_of(
+        &self,
+        deployment: Deployment,
+        cluster: Option<&Cluster>,
+        run: Option<&RunRecord>,
+        revisions: Vec<Revision>,
+    ) -> DeploymentDetail {
+        let (state, retry) = state_of(&deployment, run);
+        let address = deployment.is_service().then(|| ServiceAddress {
+            dns_name: kubernetes::service::dns_name(&deployment),
+            port: kubernetes::service::port(&deployment),
+            cluster_ip: deployment.cluster_ip.clone(),
+        });
+        DeploymentDetail {
+            revisions: revisions.into_iter().map(Into::into).collect(),
             address,
             state,
             retry,
-            cluster: cluster.as_ref().map(|cluster| cluster.name.clone()).unwrap_or_default(),
+            cluster: cluster.map(|cluster| cluster.name.clone()).unwrap_or_default(),
             simulated: cluster.is_some_and(|cluster| cluster.provider == ProviderKind::Sim),
-            workflow: run
-                .as_ref()
-                .map(|run| WorkflowSummary::placed(run, self.engine.step_count(&run.kind, run.version))),
+            workflow: run.map(|run| WorkflowSummary::placed(run, self.engine.step_count(&run.kind, run.version))),
             deployment: deployment.into(),
-        })
+        }
     }
 }
 

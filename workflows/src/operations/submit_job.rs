@@ -1,5 +1,6 @@
 //! Submitting a job: its deployment record and its `job.run` run, in one transaction that holds
-//! the cluster's row, so that a submission and a cluster delete cannot race.
+//! the cluster's row, so that a submission and a cluster delete cannot race. The answer is the job
+//! as that transaction wrote it.
 
 use uuid::Uuid;
 
@@ -44,21 +45,24 @@ impl Operations {
         }
         spec.secrets = pin_in(&mut tx, &name, &spec.image, &request.secrets, &request.pull_secrets).await?;
         let input = JobInput { deployment_id: id.clone(), name: name.clone(), attempt: 1 };
-        let run = self.engine.submit_in::<RunJob>(&mut tx, &input, Some(&Deployment::resource_key(&id))).await?;
-        let run = run.to_string();
-        let new = NewDeployment { id: &id, name: &name, kind: DeploymentKind::Job, spec: &spec, workflow_id: &run };
-        match deployments::add_in(&mut tx, &request.cluster, new, crate::now_ms()).await {
-            Ok(_) => {}
+        let key = Deployment::resource_key(&id);
+        let run = self.engine.submit_in_returning::<RunJob>(&mut tx, &input, Some(&key)).await?;
+        let run_id = run.id.to_string();
+        let new = NewDeployment { id: &id, name: &name, kind: DeploymentKind::Job, spec: &spec, workflow_id: &run_id };
+        let (cluster, deployment) = match deployments::add_in(&mut tx, &request.cluster, new, crate::now_ms()).await {
+            Ok(added) => added,
             Err(PlacementRefused::Store(err)) if is_unique_violation(&err) => return Err(name_taken(&name)),
             Err(refused) => return Err(placement_refusal(&name, refused)),
-        }
+        };
         match tx.commit().await {
             Ok(()) => {}
             Err(err) if is_unique_violation(&err) => return Err(name_taken(&name)),
             Err(err) => return Err(err.into()),
         }
         self.engine.wake_up();
-        self.deployment_status(&id).await
+        // The answer is the job as committed, from the records in hand: reading them back would
+        // queue behind the reads of every job already running.
+        Ok(self.detail_of(deployment, Some(&cluster), Some(&run), Vec::new()))
     }
 }
 
