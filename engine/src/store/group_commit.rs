@@ -1,6 +1,6 @@
-//! Group commit on SQLite: the checkpoints and lone submits that drivers and callers send while a
-//! transaction is being written wait in a queue, and the next transaction commits all of them
-//! with one fsync.
+//! Group commit on SQLite: the checkpoints, lone submits and the domain's one-statement writes
+//! that drivers and callers send while a transaction is being written wait in a queue, and the
+//! next transaction commits all of them with one fsync.
 //!
 //! ```text
 //!   driver ─┐                          ┌─ BEGIN IMMEDIATE
@@ -14,7 +14,8 @@
 //! contends for SQLite's lock meanwhile. A write that finds no other in flight is sent at once
 //! by its own sender, so one driver pays no queue hand-off. A failure of the transaction fails
 //! every write in it (none is acknowledged): each driver tries its own checkpoint again while it
-//! holds its lease (`worker.rs`, `commit_again`), and a submit's caller gets the error.
+//! holds its lease (`worker.rs`, `commit_again`), and a submit's caller gets the error. A
+//! domain statement that fails on its own (a constraint) fails alone: SQLite undoes only it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commit_args::CommitArgs;
 use super::submit_args::SubmitArgs;
-use super::writer::{Write, Writer, Written};
+use super::writer::{Statement, Write, Writer, Written};
 
 /// Most writes in one transaction.
 const MAX_GROUP: usize = 64;
@@ -77,6 +78,15 @@ impl GroupCommit {
     pub(crate) async fn submit(&self, submit: SubmitArgs) -> Result<i64, sqlx::Error> {
         match self.write(Write::Submit(submit)).await? {
             Written::Submit(seq) => Ok(seq),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    /// Commits one of the domain's statements; returns the rows it changed. Returns after COMMIT.
+    pub(crate) async fn execute(&self, statement: Statement) -> Result<u64, sqlx::Error> {
+        match self.write(Write::Statement(statement)).await? {
+            Written::Changed(changed) => Ok(changed),
+            Written::Refused(err) => Err(err),
             other => Err(mismatched(&other)),
         }
     }

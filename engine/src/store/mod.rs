@@ -18,8 +18,10 @@
 //! | `commit_args.rs` | a checkpoint's values, as a driver hands them over and owned, and the one place they are bound |
 //! | `kept_connections.rs` | on PostgreSQL, the connections checkpoints and lone submits run on, kept apart from sqlx's pool so that none is pinged after each statement |
 //! | `commit_sql.rs` | the statements a checkpoint runs, by shape, on either database |
-//! | `group_commit.rs` | on SQLite, the queue that commits many drivers' checkpoints in one transaction |
-//! | `writer.rs` | on SQLite, the thread that writes checkpoints' and lone submits' transactions on a connection of its own, with no hop between statements |
+//! | `group_commit.rs` | on SQLite, the queue that commits many drivers' checkpoints (and lone submits and the domain's one-statement writes) in one transaction |
+//! | `writer.rs` | on SQLite, the thread that writes checkpoints', lone submits' and the domain's one-statement writes' transactions on a connection of its own, with no hop between statements |
+//! | `write_statement.rs` | the domain's one-statement writes outside a transaction: on SQLite through the group commit, on PostgreSQL on a kept connection (`write_statement!`) |
+//! | `value.rs` | [`Value`], a value bound to such a write: owned, and typed when NULL |
 //! | `read.rs` | runs, steps, timelines, outputs and signals, as inspection and the worker read them |
 //! | `operator.rs` | cancel, signal, retry, resume |
 //! | `fault.rs` | a full or read-only disk under SQLite: [`StoreFault`] names it in an error, [`DiskSpace`] on the disk itself |
@@ -47,6 +49,8 @@ mod read;
 mod records;
 mod submit;
 mod submit_args;
+mod value;
+mod write_statement;
 mod writer;
 
 pub(crate) use commit::CommitOutcome;
@@ -60,3 +64,4 @@ pub use pool::{Pool, WriteTx};
 pub(crate) use records::{Claimed, NewEvent};
 pub use records::{EventRecord, Lease, Millis, RunFilter, RunRecord, StepRecord};
 pub(crate) use submit_args::NewRun;
+pub use value::Value;

@@ -1,19 +1,19 @@
-//! On SQLite, the thread that writes checkpoints and lone submits: it owns a connection of its
-//! own (rusqlite, on the same SQLite library that sqlx links) and runs a whole transaction per
-//! call, its statements prepared once, with no thread hop between them.
+//! On SQLite, the thread that writes checkpoints, lone submits and the domain's one-statement
+//! writes: it owns a connection of its own (rusqlite, on the same SQLite library that sqlx
+//! links) and runs a whole transaction per call, its statements prepared once, with no thread
+//! hop between them.
 //!
 //! ```text
-//!   group commit ──(checkpoints and submits, one transaction)──> writer thread ── BEGIN IMMEDIATE
-//!        ^                                                                     ── each one's statements
-//!        └──────── one answer each: a checkpoint's, or the run's seq ───────── ── COMMIT
+//!   group commit ──(checkpoints, submits, statements: one transaction)──> writer thread ── BEGIN IMMEDIATE
+//!        ^                                                                              ── each one's statements
+//!        └──── one answer each: a checkpoint's, the run's seq, the rows changed ───────── ── COMMIT
 //! ```
 //!
 //! Through sqlx every statement goes to its connection's worker thread and its result comes back
 //! over a channel: a transaction of four statements is four round trips between threads, or one
 //! long batch whose rows and results still come back one message each. Here the caller sends the
-//! transaction once and is woken once. Everything else (claims, operators' actions, submits
-//! inside the domain's transactions, the domain's writes) still writes through sqlx's one writer
-//! connection; the group-commit task holds that connection while the thread writes, so the two
+//! transaction once and is woken once. Everything else (claims, operators' actions, the domain's
+//! transactions and the submits inside them) still writes through sqlx's one writer connection; the group-commit task holds that connection while the thread writes, so the two
 //! never contend for SQLite's write lock inside this process.
 
 use std::path::Path;
@@ -25,9 +25,11 @@ use tokio::sync::oneshot;
 use super::commit_args::CommitArgs;
 use super::commit_sql::SQLITE_STATEMENTS;
 use super::submit_args::{SUBMIT_SQLITE, SubmitArgs};
+use super::value::Value;
 
-/// Most statements a checkpoint's transaction keeps prepared: each shape's few, with room.
-const PREPARED: usize = 64;
+/// Most statements the connection keeps prepared: each checkpoint shape's few and the domain's
+/// one-statement writes, with room.
+const PREPARED: usize = 128;
 
 /// One write of a transaction.
 #[expect(clippy::large_enum_variant, reason = "checkpoints are most writes: boxing them would allocate for every step")]
@@ -36,6 +38,15 @@ pub(crate) enum Write {
     Checkpoint(CommitArgs),
     /// A lone submit: a run with no resource key and its `submitted` entry.
     Submit(SubmitArgs),
+    /// One of the domain's statements, outside any transaction of its own.
+    Statement(Statement),
+}
+
+/// A statement and its values, `$1` first.
+#[derive(Debug)]
+pub(crate) struct Statement {
+    pub(crate) sql: String,
+    pub(crate) values: Vec<Value>,
 }
 
 /// What a [`Write`] answers.
@@ -45,6 +56,11 @@ pub(crate) enum Written {
     Checkpoint(Option<bool>),
     /// A submit: the run's `seq`.
     Submit(i64),
+    /// A statement: the rows it changed.
+    Changed(u64),
+    /// A statement that failed on its own (a constraint, say): SQLite undid it and kept the
+    /// transaction, so the group's other writes commit.
+    Refused(sqlx::Error),
 }
 
 type Answers = Result<Vec<Written>, sqlx::Error>;
@@ -145,12 +161,28 @@ fn transaction<T>(conn: &Connection, body: impl FnOnce(&Connection) -> rusqlite:
 }
 
 impl Write {
-    /// Runs this write's statements inside the transaction in hand; returns its answer.
+    /// Runs this write's statements inside the transaction in hand; returns its answer. An
+    /// error returned fails the whole transaction.
     fn run(&self, conn: &Connection) -> rusqlite::Result<Written> {
         match self {
             Self::Checkpoint(commit) => checkpoint(conn, commit).map(Written::Checkpoint),
             Self::Submit(submit) => insert_run(conn, submit).map(Written::Submit),
+            Self::Statement(statement) => execute(conn, statement),
         }
+    }
+}
+
+/// Runs one of the domain's statements; answers the rows it changed. When it fails, SQLite
+/// undoes that statement alone and keeps the transaction (<https://www.sqlite.org/lang_conflict.html>,
+/// ABORT), except on the errors after which it may roll the whole transaction back (a full disk,
+/// an I/O error: <https://www.sqlite.org/lang_transaction.html>, "Response To Errors Within A
+/// Transaction"); then the error is the group's, and no write of it stays.
+fn execute(conn: &Connection, statement: &Statement) -> rusqlite::Result<Written> {
+    let values: Vec<&dyn ToSql> = statement.values.iter().map(|value| value as &dyn ToSql).collect();
+    match first_column::<rusqlite::types::Value>(conn, &statement.sql, &values) {
+        Ok(_) => Ok(Written::Changed(conn.changes())),
+        Err(err) if conn.is_autocommit() => Err(err),
+        Err(err) => Ok(Written::Refused(to_sqlx(err))),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The `clusters` table: the spec a user asked for, where its create or delete stands, and what
 //! the cloud gave it. Workflows change a cluster; operations create, hold and read it.
 
-use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
+use anycloud_engine::{WriteTx, execute_in, with_pool, with_tx, write_statement};
 use serde::{Deserialize, Serialize};
 
 use super::{Db, SealedColumn};
@@ -282,8 +282,8 @@ pub async fn list_all(db: &Db) -> Result<Vec<Cluster>, sqlx::Error> {
 
 /// Sets the phase and its reason.
 pub async fn set_phase(db: &Db, id: &str, phase: Phase, reason: Option<&str>) -> Result<(), sqlx::Error> {
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "UPDATE clusters SET phase = $2, reason = $3, updated_at = $4 WHERE id = $1",
         id,
         phase.as_str(),
@@ -295,8 +295,8 @@ pub async fn set_phase(db: &Db, id: &str, phase: Phase, reason: Option<&str>) ->
 
 /// Records what the provider gave the cluster: its zone and network rules.
 pub async fn set_network(db: &Db, id: &str, zone: Option<&str>, network_id: Option<&str>) -> Result<(), sqlx::Error> {
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "UPDATE clusters SET zone = $2, network_id = $3, updated_at = $4 WHERE id = $1",
         id,
         zone,
@@ -308,8 +308,8 @@ pub async fn set_network(db: &Db, id: &str, zone: Option<&str>, network_id: Opti
 
 /// Records the zone the provider gave the control plane, when it runs apart from the capacity.
 pub async fn set_control_plane_zone(db: &Db, id: &str, zone: Option<&str>) -> Result<(), sqlx::Error> {
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "UPDATE clusters SET control_plane_zone = $2, updated_at = $3 WHERE id = $1",
         id,
         zone,
@@ -320,8 +320,8 @@ pub async fn set_control_plane_zone(db: &Db, id: &str, zone: Option<&str>) -> Re
 
 /// Records the Kubernetes API endpoint (or clears it).
 pub async fn set_endpoint(db: &Db, id: &str, endpoint: Option<&str>) -> Result<(), sqlx::Error> {
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "UPDATE clusters SET endpoint = $2, updated_at = $3 WHERE id = $1",
         id,
         endpoint,
@@ -335,7 +335,7 @@ pub const SECRETS: SealedColumn = SealedColumn { table: "clusters", key: "id", c
 
 /// Stores the sealed secrets (sealed for [`SECRETS`]) unless some are stored already (a rerun keeps the first ones).
 pub async fn keep_secrets(db: &Db, id: &str, sealed: &str) -> Result<(), sqlx::Error> {
-    execute!(db.pool(), "UPDATE clusters SET secrets = $2 WHERE id = $1 AND secrets IS NULL", id, sealed)?;
+    write_statement!(db, "UPDATE clusters SET secrets = $2 WHERE id = $1 AND secrets IS NULL", id, sealed)?;
     Ok(())
 }
 
@@ -349,6 +349,6 @@ pub async fn sealed_secrets(db: &Db, id: &str) -> Result<Option<String>, sqlx::E
 
 /// Forgets the secrets (after an unwind or a delete, nothing may use them again).
 pub async fn erase_secrets(db: &Db, id: &str) -> Result<(), sqlx::Error> {
-    execute!(db.pool(), "UPDATE clusters SET secrets = NULL WHERE id = $1", id)?;
+    write_statement!(db, "UPDATE clusters SET secrets = NULL WHERE id = $1", id)?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! revision (services), status and outcome. A deployment on a cluster holds the cluster until it ends: a cluster's delete and a
 //! new deployment on it take the same row lock.
 
-use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
+use anycloud_engine::{WriteTx, execute_in, with_pool, with_tx, write_statement};
 use serde::{Deserialize, Serialize};
 
 use super::Db;
@@ -485,12 +485,12 @@ pub async fn set_status(
     now: i64,
 ) -> Result<bool, sqlx::Error> {
     let started = (status == Status::Running).then_some(now);
-    let changed = execute!(
-        db.pool(),
-        sqlx::AssertSqlSafe(format!(
+    let changed = write_statement!(
+        db,
+        format!(
             "UPDATE deployments SET status = $1, reason = $2, started_at = COALESCE(started_at, $3), updated_at = $4 \
              WHERE id = $5 AND attempt = $6 AND status NOT IN {ENDED}"
-        )),
+        ),
         status.as_str(),
         reason,
         started,
@@ -503,8 +503,8 @@ pub async fn set_status(
 
 /// Records when attempt `attempt` started running, unless that is known already.
 pub async fn set_started(db: &Db, id: &str, attempt: i64, started_at: i64) -> Result<(), sqlx::Error> {
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "UPDATE deployments SET started_at = COALESCE(started_at, $1) WHERE id = $2 AND attempt = $3",
         started_at,
         id,
@@ -525,13 +525,13 @@ pub async fn end(
     reason: Option<&str>,
     now: i64,
 ) -> Result<bool, sqlx::Error> {
-    let changed = execute!(
-        db.pool(),
-        sqlx::AssertSqlSafe(format!(
+    let changed = write_statement!(
+        db,
+        format!(
             "UPDATE deployments SET status = $1, exit_code = $2, reason = $3, ended_at = $4, updated_at = $4, \
              revision = CASE WHEN status = 'deploying' THEN NULL ELSE revision END \
              WHERE id = $5 AND attempt = $6 AND status NOT IN {ENDED}"
-        )),
+        ),
         status.as_str(),
         exit_code.map(i64::from),
         reason,
@@ -624,7 +624,7 @@ pub async fn add_service_in(
 
 /// Records the ClusterIP a service's Kubernetes Service was given.
 pub async fn set_cluster_ip(db: &Db, id: &str, cluster_ip: &str) -> Result<(), sqlx::Error> {
-    execute!(db.pool(), "UPDATE deployments SET cluster_ip = $1 WHERE id = $2", cluster_ip, id)?;
+    write_statement!(db, "UPDATE deployments SET cluster_ip = $1 WHERE id = $2", cluster_ip, id)?;
     Ok(())
 }
 
@@ -640,13 +640,13 @@ pub async fn serve_revision(
     let spec = &revision.spec;
     let command = serde_json::to_string(&spec.command).unwrap_or_else(|_| "[]".into());
     let env = serde_json::to_string(&spec.env).unwrap_or_else(|_| "[]".into());
-    let changed = execute!(
-        db.pool(),
-        sqlx::AssertSqlSafe(format!(
+    let changed = write_statement!(
+        db,
+        format!(
             "UPDATE deployments SET status = 'running', reason = $1, image = $2, command = $3, env = $4, cpus = $5, \
              memory = $6, replicas = $7, revision = $8, started_at = COALESCE(started_at, $9), updated_at = $9, \
              secrets = $11 WHERE id = $10 AND status NOT IN {ENDED}"
-        )),
+        ),
         reason,
         &spec.image,
         command,

@@ -14,6 +14,7 @@ pub mod secrets;
 pub mod spec;
 pub mod vms;
 
+use anycloud_engine::store::Value;
 use anycloud_engine::{EngineError, Pool, Store, WriteTx};
 
 use crate::secrets::Place;
@@ -46,6 +47,14 @@ impl Db {
     /// (`Engine::submit_in`) commit together.
     pub async fn begin(&self) -> Result<WriteTx, sqlx::Error> {
         self.store.begin_write().await
+    }
+
+    /// Runs one write outside a transaction, committed when this returns; the table modules
+    /// call it through [`write_statement!`](anycloud_engine::write_statement): on SQLite it
+    /// commits with the runs' checkpoints, not as a transaction of its own
+    /// ([`Store::write_statement`]).
+    pub async fn write_statement(&self, sql: impl Into<String>, values: Vec<Value>) -> Result<u64, sqlx::Error> {
+        self.store.write_statement(sql, values).await
     }
 
     /// The pool, for the domain's table modules (and the simulated cloud's, which keeps its

@@ -1,7 +1,7 @@
 //! The `deployment_revisions` table: every revision of a service (1 when it was deployed, one
 //! more per upgrade) with its whole spec, its replicas and progress deadline, and how it fared.
 
-use anycloud_engine::{WriteTx, execute, execute_in, with_pool, with_tx};
+use anycloud_engine::{WriteTx, execute_in, with_pool, with_tx, write_statement};
 use serde::{Deserialize, Serialize};
 
 use super::Db;
@@ -219,8 +219,8 @@ pub async fn set_result(
     now: i64,
 ) -> Result<(), sqlx::Error> {
     let ended = result.is_final().then_some(now);
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "UPDATE deployment_revisions SET result = $1, reason = $2, ended_at = $3 \
          WHERE deployment_id = $4 AND number = $5",
         result.as_str(),
@@ -234,8 +234,8 @@ pub async fn set_result(
 
 /// Marks every revision before `number` that was serving as superseded by it.
 pub async fn supersede_before(db: &Db, deployment_id: &str, number: i64, now: i64) -> Result<(), sqlx::Error> {
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "UPDATE deployment_revisions SET result = 'superseded', ended_at = $1 \
          WHERE deployment_id = $2 AND number < $3 AND result = 'running'",
         now,
@@ -247,8 +247,8 @@ pub async fn supersede_before(db: &Db, deployment_id: &str, number: i64, now: i6
 
 /// Marks every revision of the deployment that has not reached a final result as terminated.
 pub async fn terminate_all(db: &Db, deployment_id: &str, reason: &str, now: i64) -> Result<(), sqlx::Error> {
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "UPDATE deployment_revisions SET result = 'terminated', reason = COALESCE(reason, $1), ended_at = $2 \
          WHERE deployment_id = $3 AND result NOT IN ('superseded', 'rolled-back', 'failed', 'terminated')",
         reason,

@@ -1,7 +1,7 @@
 //! The `vms` table: the real provider VMs of each cluster, as the provider last reported them
 //! (never synthetic records for workloads).
 
-use anycloud_engine::{execute, with_pool};
+use anycloud_engine::{with_pool, write_statement};
 use serde::{Deserialize, Serialize};
 
 use super::Db;
@@ -28,8 +28,8 @@ pub struct VmRecord {
 
 /// Records what the provider reports of a VM.
 pub async fn upsert(db: &Db, cluster_id: &str, vm: &Vm) -> Result<(), sqlx::Error> {
-    execute!(
-        db.pool(),
+    write_statement!(
+        db,
         "INSERT INTO vms (cluster_id, provider_id, name, role, state, private_ip, public_ip, updated_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (cluster_id, provider_id) DO UPDATE SET \
          state = excluded.state, private_ip = excluded.private_ip, public_ip = excluded.public_ip, \
@@ -50,8 +50,8 @@ pub async fn upsert(db: &Db, cluster_id: &str, vm: &Vm) -> Result<(), sqlx::Erro
 pub async fn mark_gone(db: &Db, cluster_id: &str, live: &[Vm]) -> Result<(), sqlx::Error> {
     for vm in of_cluster(db, cluster_id).await? {
         if vm.state != "terminated" && !live.iter().any(|l| l.provider_id == vm.provider_id) {
-            execute!(
-                db.pool(),
+            write_statement!(
+                db,
                 "UPDATE vms SET state = 'terminated', updated_at = $3 WHERE cluster_id = $1 AND provider_id = $2",
                 cluster_id,
                 &vm.provider_id,
