@@ -6,6 +6,7 @@ use anycloud_workflows::cloud::ProviderKind;
 use anycloud_workflows::db::clusters::Phase;
 use anycloud_workflows::wire::{ClusterCreated, ClusterDetail, ClusterList, Kubeconfig, NewCluster};
 
+use super::outage::read_patiently;
 use super::print_json;
 use super::workflow::follow;
 use crate::client::{Client, segment};
@@ -55,7 +56,7 @@ pub async fn create(args: CreateArgs, json: bool) -> CliResult {
 /// workflow was for (ready, or deleted), 1 when it ended another way.
 async fn finish(client: &Client, name: &str, run: &str, timeout: Duration, json: bool) -> CliResult {
     let followed = follow(client, run, timeout, json).await?;
-    let detail: ClusterDetail = client.get(&format!("/v1/clusters/{name}")).await?;
+    let detail: ClusterDetail = read_patiently(client, &format!("/v1/clusters/{name}"), json).await?;
     let phase = detail.cluster.phase;
     if !json {
         say!("cluster {name} is {phase}");

@@ -249,7 +249,8 @@ pub(crate) async fn follow_verification(
         return Ok(OK);
     }
     let code = super::workflow::follow(client, &run, Duration::from_secs(15 * 60), json).await?;
-    let shown: CredentialShown = client.get(&format!("/v1/credentials/{name}")).await?;
+    let shown: CredentialShown =
+        super::outage::read_patiently(client, &format!("/v1/credentials/{name}"), json).await?;
     let credential = &shown.credential;
     if json {
         print_json(&shown);

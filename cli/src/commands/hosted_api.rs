@@ -12,6 +12,7 @@ use anycloud_workflows::hosting;
 use anycloud_workflows::hosting::binary::{Arch, StagedBinary};
 use anycloud_workflows::wire::{HostedApiAccess, HostedApiStarted, NewHostedApi, VmTypeArchitectures, VmTypeQuery};
 
+use super::outage::read_patiently;
 use super::print_json;
 use super::workflow::follow;
 use crate::client::{Client, segment};
@@ -66,7 +67,8 @@ pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
         );
     }
     let followed = follow(&deployer, &run, args.timeout, json).await?;
-    let shown: anycloud_workflows::wire::HostedApiView = deployer.get(&format!("/v1/apis/{}", segment(&name))).await?;
+    let shown: anycloud_workflows::wire::HostedApiView =
+        read_patiently(&deployer, &format!("/v1/apis/{}", segment(&name)), json).await?;
     if followed != OK || shown.phase != Phase::Ready {
         if !json {
             say!(
@@ -77,7 +79,8 @@ pub async fn deploy(args: DeployArgs, json: bool) -> CliResult {
         }
         return Ok(if followed == OK { ENDED_OTHERWISE } else { followed });
     }
-    let access: HostedApiAccess = deployer.get(&format!("/v1/apis/{}/access", segment(&name))).await?;
+    let access: HostedApiAccess =
+        read_patiently(&deployer, &format!("/v1/apis/{}/access", segment(&name)), json).await?;
     let mut config = Config::load()?;
     let kind = format!("hosted ({})", access.provider);
     config.apis.insert(
@@ -212,7 +215,8 @@ pub async fn remove(deployer: Client, name: &str, delete_bucket: bool, json: boo
         say!("removing API `{name}` through `{}`; workflow {run}", deployer.name());
     }
     let followed = follow(&deployer, &run, Duration::from_secs(30 * 60), json).await?;
-    let shown: anycloud_workflows::wire::HostedApiView = deployer.get(&format!("/v1/apis/{}", segment(name))).await?;
+    let shown: anycloud_workflows::wire::HostedApiView =
+        read_patiently(&deployer, &format!("/v1/apis/{}", segment(name)), json).await?;
     if followed != OK || shown.phase != Phase::Removed {
         return Err(CliError::new(
             followed.max(ENDED_OTHERWISE),
@@ -294,7 +298,8 @@ pub async fn rotate_ca(name: Option<String>, timeout: Duration, json: bool) -> C
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let followed = follow(&deployer, &run, deadline.saturating_duration_since(std::time::Instant::now()), json).await?;
-    let access: HostedApiAccess = deployer.get(&format!("/v1/apis/{}/access", segment(&name))).await?;
+    let access: HostedApiAccess =
+        read_patiently(&deployer, &format!("/v1/apis/{}/access", segment(&name)), json).await?;
     pin(&name, &access.ca_pem)?;
     let cas = anycloud_workflows::hosting::identity::pem_blocks(&access.ca_pem).len();
     if followed != OK || cas != 1 {

@@ -1,10 +1,18 @@
 //! A follower's patience with an API that is restarting: an unreachable API is waited for, said
-//! once, for up to [`UNREACHABLE_FOR`]; its return is said too.
+//! once, for up to [`UNREACHABLE_FOR`]; its return is said too. The read that reports what a
+//! followed workflow left ([`read_patiently`]) has the same patience: the API may restart between
+//! the workflow's end and that read.
 
 use std::time::{Duration, Instant};
 
+use serde::de::DeserializeOwned;
+
+use crate::client::Client;
 use crate::exit::CliError;
 use crate::output::say;
+
+/// How often an unreachable API is asked again.
+const ASK_AGAIN: Duration = Duration::from_millis(250);
 
 /// How long a follower rides out an unreachable API (it may be restarting).
 pub(crate) const UNREACHABLE_FOR: Duration = Duration::from_secs(120);
@@ -39,5 +47,24 @@ impl Outage {
             return Err(err);
         }
         Ok(())
+    }
+}
+
+/// `GET path`, asked again while the API is unreachable (for up to [`UNREACHABLE_FOR`]).
+pub(crate) async fn read_patiently<T: DeserializeOwned>(
+    client: &Client,
+    path: &str,
+    json: bool,
+) -> Result<T, CliError> {
+    let mut outage = Outage::default();
+    loop {
+        match client.get(path).await {
+            Ok(answer) => {
+                outage.answered(json);
+                return Ok(answer);
+            }
+            Err(err) => outage.failed(err, json)?,
+        }
+        tokio::time::sleep(ASK_AGAIN).await;
     }
 }
