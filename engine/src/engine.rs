@@ -29,6 +29,7 @@ use crate::status::{RunStatus, StepLimits};
 use crate::store::{
     ActionOutcome, Claimed, EventRecord, Lease, Millis, NewRun, RunFilter, RunRecord, StepRecord, Store, Wake, WriteTx,
 };
+use crate::submitted::Submitted;
 use crate::worker;
 
 /// A running engine instance. Dropping it without [`Engine::shutdown`] leaves its leases to
@@ -146,20 +147,34 @@ impl Engine {
         input: &W::Input,
         resource_key: Option<&str>,
     ) -> Result<Uuid, EngineError> {
-        Ok(self.submit_in_returning::<W>(tx, input, resource_key).await?.id)
+        let input = serde_json::to_value(input).map_err(EngineError::Json)?;
+        let run = self.new_run(W::KIND, W::VERSION, &input, resource_key, now_ms())?;
+        Ok(Store::insert_run(tx, &run, None).await?.id)
     }
 
-    /// [`Engine::submit_in`], returning the run as inserted (what an API answers a submit
-    /// with, without reading it back).
-    pub async fn submit_in_returning<W: Workflow>(
+    /// [`Engine::submit_in`], leasing the run to this engine when it has a free slot: once the
+    /// caller's transaction commits, [`Submitted::start`] drives it at once, with no claim (each
+    /// claim is a write transaction of its own beside the caller's next one). Its
+    /// [`Submitted::run`] is the run as inserted (what an API answers a submit with, without
+    /// reading it back).
+    pub async fn submit_in_leased<W: Workflow>(
         &self,
         tx: &mut WriteTx,
         input: &W::Input,
         resource_key: Option<&str>,
-    ) -> Result<RunRecord, EngineError> {
+    ) -> Result<Submitted, EngineError> {
+        let inner = &self.inner;
         let input = serde_json::to_value(input).map_err(EngineError::Json)?;
-        let run = self.new_run(W::KIND, W::VERSION, &input, resource_key, now_ms())?;
-        Ok(Store::insert_run(tx, &run, None).await?)
+        let now = now_ms();
+        let run = self.new_run(W::KIND, W::VERSION, &input, resource_key, now)?;
+        let slot = inner.slots.clone().try_acquire_owned().ok();
+        let lease = slot
+            .as_ref()
+            .map(|_| Lease { owner: inner.config.owner.clone(), expires_at: after(now, inner.config.lease_ttl) });
+        let run = Store::insert_run(tx, &run, lease.as_ref()).await?;
+        // A run behind an earlier one of its resource key is not leased: the claim loop takes it.
+        let slot = slot.filter(|_| run.lease.is_some());
+        Ok(Submitted { run, slot, inner: inner.clone() })
     }
 
     /// Tells the claim loop that runs may be due (after a [`Engine::submit_in`] commits).
@@ -385,7 +400,7 @@ impl Drop for Engine {
 }
 
 impl Inner {
-    fn spawn_driver(self: &Arc<Self>, claimed: Claimed, permit: OwnedSemaphorePermit) {
+    pub(crate) fn spawn_driver(self: &Arc<Self>, claimed: Claimed, permit: OwnedSemaphorePermit) {
         let inner = self.clone();
         let id = claimed.run.id;
         let span = tracing::info_span!("run", run_id = %id, kind = %claimed.run.kind);

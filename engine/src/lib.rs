@@ -91,6 +91,7 @@ mod registry;
 mod retry;
 mod status;
 pub mod store;
+mod submitted;
 pub mod testing;
 mod timeline;
 mod worker;
@@ -105,4 +106,5 @@ pub use status::{Phase, RunStatus, StepLimits, StepShape};
 pub use store::{
     DiskSpace, EventRecord, Lease, Millis, Pool, RunFilter, RunRecord, StepRecord, Store, StoreFault, WriteTx,
 };
+pub use submitted::Submitted;
 pub use timeline::{EventKind, StepStatus, retry_delay};

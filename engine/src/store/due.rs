@@ -21,10 +21,10 @@ const MAKE_DUE: [&str; 2] = [
 impl Store {
     /// Makes the waiting runs of each of `resource_keys` due at `now`, in one statement; returns
     /// how many there were. The timeline is left as it is: the check that follows writes what it
-    /// finds.
+    /// finds. On SQLite it commits with the runs' checkpoints (`write_statement.rs`).
     pub(crate) async fn make_due(&self, resource_keys: &[&str], now: Millis) -> Result<u64, sqlx::Error> {
         let keys = serde_json::to_string(resource_keys).map_err(|err| sqlx::Error::Encode(Box::new(err)))?;
         let sql = MAKE_DUE[usize::from(!self.is_postgres())];
-        crate::execute!(&self.pool, sql, keys.as_str(), now)
+        crate::write_statement!(self, sql, keys, now)
     }
 }

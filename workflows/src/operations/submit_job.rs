@@ -46,8 +46,8 @@ impl Operations {
         spec.secrets = pin_in(&mut tx, &name, &spec.image, &request.secrets, &request.pull_secrets).await?;
         let input = JobInput { deployment_id: id.clone(), name: name.clone(), attempt: 1 };
         let key = Deployment::resource_key(&id);
-        let run = self.engine.submit_in_returning::<RunJob>(&mut tx, &input, Some(&key)).await?;
-        let run_id = run.id.to_string();
+        let submitted = self.engine.submit_in_leased::<RunJob>(&mut tx, &input, Some(&key)).await?;
+        let run_id = submitted.run().id.to_string();
         let new = NewDeployment { id: &id, name: &name, kind: DeploymentKind::Job, spec: &spec, workflow_id: &run_id };
         let (cluster, deployment) = match deployments::add_in(&mut tx, &request.cluster, new, crate::now_ms()).await {
             Ok(added) => added,
@@ -59,10 +59,11 @@ impl Operations {
             Err(err) if is_unique_violation(&err) => return Err(name_taken(&name)),
             Err(err) => return Err(err.into()),
         }
-        self.engine.wake_up();
         // The answer is the job as committed, from the records in hand: reading them back would
         // queue behind the reads of every job already running.
-        Ok(self.detail_of(deployment, Some(&cluster), Some(&run), Vec::new()))
+        let detail = self.detail_of(deployment, Some(&cluster), Some(submitted.run()), Vec::new());
+        submitted.start();
+        Ok(detail)
     }
 }
 
