@@ -70,7 +70,8 @@ impl Operations {
         spec.secrets = pin_in(&mut tx, &name, &spec.image, &request.secrets, &request.pull_secrets).await?;
         let input = ServiceInput { deployment_id: id.clone(), name: name.clone() };
         let key = Deployment::resource_key(&id);
-        let run = self.engine.submit_in::<DeployService>(&mut tx, &input, Some(&key)).await?.to_string();
+        let submitted = self.engine.submit_in_leased::<DeployService>(&mut tx, &input, Some(&key)).await?;
+        let run = submitted.run().id.to_string();
         let new = NewDeployment { id: &id, name: &name, kind: DeploymentKind::Service, spec: &spec, workflow_id: &run };
         match deployments::add_service_in(&mut tx, &request.cluster, new, shape, crate::now_ms()).await {
             Ok(_) => {}
@@ -82,7 +83,7 @@ impl Operations {
             Err(err) if is_unique_violation(&err) => return Err(name_taken(&name)),
             Err(err) => return Err(err.into()),
         }
-        self.engine.wake_up();
+        submitted.start();
         self.deployment_status(&id).await
     }
 }

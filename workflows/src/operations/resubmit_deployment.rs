@@ -54,10 +54,11 @@ impl Operations {
         let attempt = deployment.attempt + 1;
         let input = JobInput { deployment_id: deployment.id.clone(), name: name.clone(), attempt };
         let key = Deployment::resource_key(&deployment.id);
-        let run = self.engine.submit_in::<RunJob>(&mut tx, &input, Some(&key)).await?;
-        deployments::resubmit_in(&mut tx, &deployment.id, &run.to_string(), &secrets, crate::now_ms()).await?;
+        let submitted = self.engine.submit_in_leased::<RunJob>(&mut tx, &input, Some(&key)).await?;
+        let run = submitted.run().id.to_string();
+        deployments::resubmit_in(&mut tx, &deployment.id, &run, &secrets, crate::now_ms()).await?;
         tx.commit().await?;
-        self.engine.wake_up();
+        submitted.start();
         self.deployment_status(&deployment.id).await
     }
 }

@@ -61,10 +61,10 @@ impl Operations {
         }
         let mut tx = self.deps.db.begin().await?;
         let input = ServiceInput { deployment_id: deployment.id.clone(), name: deployment.name.clone() };
-        let run = self.engine.submit_in::<TerminateService>(&mut tx, &input, Some(&key)).await?;
-        deployments::set_workflow_in(&mut tx, &deployment.id, &run.to_string(), crate::now_ms()).await?;
+        let submitted = self.engine.submit_in_leased::<TerminateService>(&mut tx, &input, Some(&key)).await?;
+        deployments::set_workflow_in(&mut tx, &deployment.id, &submitted.run().id.to_string(), crate::now_ms()).await?;
         tx.commit().await?;
-        self.engine.wake_up();
+        submitted.start();
         let deployment = deployments::get(&self.deps.db, &deployment.id)
             .await?
             .ok_or_else(|| deployment_not_found(&deployment.id))?;

@@ -75,11 +75,11 @@ impl Operations {
         let progress_deadline_s = check_deadline(request.progress_deadline_s.unwrap_or(base.progress_deadline_s))?;
         let number = known.iter().map(|revision| revision.number).max().unwrap_or(0) + 1;
         let input = UpgradeInput { deployment_id: deployment.id.clone(), name: name.clone(), revision: number };
-        let run = self
+        let submitted = self
             .engine
-            .submit_in::<UpgradeService>(&mut tx, &input, Some(&Deployment::resource_key(&deployment.id)))
+            .submit_in_leased::<UpgradeService>(&mut tx, &input, Some(&Deployment::resource_key(&deployment.id)))
             .await?;
-        let run = run.to_string();
+        let run = submitted.run().id.to_string();
         let now = crate::now_ms();
         let next = Revision {
             number,
@@ -95,7 +95,7 @@ impl Operations {
         revisions::insert_in(&mut tx, &deployment.id, &next).await?;
         deployments::set_workflow_in(&mut tx, &deployment.id, &run, now).await?;
         tx.commit().await?;
-        self.engine.wake_up();
+        submitted.start();
         self.deployment_status(&deployment.id).await
     }
 }
