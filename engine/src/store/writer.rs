@@ -13,8 +13,9 @@
 //! over a channel: a transaction of four statements is four round trips between threads, or one
 //! long batch whose rows and results still come back one message each. Here the caller sends the
 //! transaction once and is woken once. Everything else (claims, operators' actions, the domain's
-//! transactions and the submits inside them) still writes through sqlx's one writer connection; the group-commit task holds that connection while the thread writes, so the two
-//! never contend for SQLite's write lock inside this process.
+//! transactions and the submits inside them) still writes through sqlx's one writer connection;
+//! the group-commit task holds that connection while the thread writes, so the two never contend
+//! for SQLite's write lock inside this process.
 
 use std::path::Path;
 use std::sync::mpsc;
