@@ -117,11 +117,8 @@ impl Engine {
         resource_key: Option<&str>,
     ) -> Result<Uuid, EngineError> {
         let inner = &self.inner;
-        let permit = inner.slots.clone().try_acquire_owned().ok();
         let now = now_ms();
-        let lease = permit
-            .as_ref()
-            .map(|_| Lease { owner: inner.config.owner.clone(), expires_at: after(now, inner.config.lease_ttl) });
+        let (slot, lease) = inner.free_slot(now);
         let new_run = self.new_run(kind, version, &input, resource_key, now)?;
         let run = if resource_key.is_none() {
             inner.store.submit_run(&new_run, lease.as_ref()).await?
@@ -132,10 +129,7 @@ impl Engine {
             run
         };
         let id = run.id;
-        match (permit, run.lease.is_some()) {
-            (Some(permit), true) => inner.spawn_driver(Claimed { run, outputs: Vec::new(), recovered: false }, permit),
-            _ => inner.wake.notify_one(),
-        }
+        Submitted::new(run, slot, inner).start();
         Ok(id)
     }
 
@@ -163,18 +157,12 @@ impl Engine {
         input: &W::Input,
         resource_key: Option<&str>,
     ) -> Result<Submitted, EngineError> {
-        let inner = &self.inner;
         let input = serde_json::to_value(input).map_err(EngineError::Json)?;
         let now = now_ms();
         let run = self.new_run(W::KIND, W::VERSION, &input, resource_key, now)?;
-        let slot = inner.slots.clone().try_acquire_owned().ok();
-        let lease = slot
-            .as_ref()
-            .map(|_| Lease { owner: inner.config.owner.clone(), expires_at: after(now, inner.config.lease_ttl) });
+        let (slot, lease) = self.inner.free_slot(now);
         let run = Store::insert_run(tx, &run, lease.as_ref()).await?;
-        // A run behind an earlier one of its resource key is not leased: the claim loop takes it.
-        let slot = slot.filter(|_| run.lease.is_some());
-        Ok(Submitted { run, slot, inner: inner.clone() })
+        Ok(Submitted::new(run, slot, &self.inner))
     }
 
     /// Tells the claim loop that runs may be due (after a [`Engine::submit_in`] commits).
@@ -400,6 +388,16 @@ impl Drop for Engine {
 }
 
 impl Inner {
+    /// A free slot of this engine, if there is one, and the lease a run submitted at `now` takes
+    /// with it.
+    fn free_slot(&self, now: Millis) -> (Option<OwnedSemaphorePermit>, Option<Lease>) {
+        let slot = self.slots.clone().try_acquire_owned().ok();
+        let lease = slot
+            .as_ref()
+            .map(|_| Lease { owner: self.config.owner.clone(), expires_at: after(now, self.config.lease_ttl) });
+        (slot, lease)
+    }
+
     pub(crate) fn spawn_driver(self: &Arc<Self>, claimed: Claimed, permit: OwnedSemaphorePermit) {
         let inner = self.clone();
         let id = claimed.run.id;

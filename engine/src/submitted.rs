@@ -1,6 +1,6 @@
 //! A run submitted inside the caller's transaction and leased at once to this engine, when it
 //! had a free slot: [`Submitted::start`], after the caller's commit, hands it to a driver with no
-//! claim, as a lone submit with a free slot is (`Engine::submit_value`).
+//! claim. A lone submit (`Engine::submit_value`) starts its run the same way, after its own commit.
 //!
 //! ```text
 //!   caller's transaction ── insert run (leased to this engine) ── the caller's records ── COMMIT
@@ -19,13 +19,20 @@ use crate::store::{Claimed, RunRecord};
 /// A run inserted in the caller's transaction. Call [`Submitted::start`] once that commits.
 #[must_use = "a submitted run is started with `start` after the commit"]
 pub struct Submitted {
-    pub(crate) run: RunRecord,
+    run: RunRecord,
     /// This engine's slot, when the run was leased to it.
-    pub(crate) slot: Option<OwnedSemaphorePermit>,
-    pub(crate) inner: Arc<Inner>,
+    slot: Option<OwnedSemaphorePermit>,
+    inner: Arc<Inner>,
 }
 
 impl Submitted {
+    /// `run` as inserted, with the slot taken for it; a run that was not leased (an earlier run
+    /// of its resource key is unfinished) gives the slot back: the claim loop takes it in turn.
+    pub(crate) fn new(run: RunRecord, slot: Option<OwnedSemaphorePermit>, inner: &Arc<Inner>) -> Self {
+        let slot = slot.filter(|_| run.lease.is_some());
+        Self { run, slot, inner: inner.clone() }
+    }
+
     /// The run as inserted.
     pub fn run(&self) -> &RunRecord {
         &self.run

@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use anycloud_engine::{Engine, EngineConfig, EventKind, Registry, RunStatus};
+use anycloud_engine::{Engine, EngineConfig, EventKind, Registry, RunStatus, Submitted, WriteTx};
 use support::{Journal, Probe, ProbeInput, TestDb, WAIT};
 
 async fn engine(db: &TestDb, owner: &str) -> Engine {
@@ -25,6 +25,14 @@ async fn engine(db: &TestDb, owner: &str) -> Engine {
     Engine::start(db.store().await, registry, config).await.expect("engine starts")
 }
 
+/// A write transaction with a probe run submitted in it under `resource_key`.
+async fn submit(engine: &Engine, resource_key: &str) -> (WriteTx, Submitted) {
+    let mut tx = engine.store().begin_write().await.unwrap();
+    let submitted =
+        engine.submit_in_leased::<Probe<false>>(&mut tx, &ProbeInput::default(), Some(resource_key)).await.unwrap();
+    (tx, submitted)
+}
+
 async fn kinds(engine: &Engine, id: uuid::Uuid) -> Vec<EventKind> {
     engine.events(id, 0).await.unwrap().into_iter().map(|event| event.kind).collect()
 }
@@ -32,9 +40,7 @@ async fn kinds(engine: &Engine, id: uuid::Uuid) -> Vec<EventKind> {
 async fn started_at_once_after_the_commit(kind: &str) {
     let db = TestDb::open(kind).await;
     let engine = engine(&db, "leased").await;
-    let mut tx = engine.store().begin_write().await.unwrap();
-    let submitted =
-        engine.submit_in_leased::<Probe<false>>(&mut tx, &ProbeInput::default(), Some("probe/1")).await.unwrap();
+    let (tx, submitted) = submit(&engine, "probe/1").await;
     let id = submitted.run().id;
     assert_eq!(submitted.run().lease.as_ref().map(|lease| lease.owner.as_str()), Some("leased"), "{kind}");
     tx.commit().await.unwrap();
@@ -61,9 +67,7 @@ async fn postgres_started_at_once_after_the_commit() {
 async fn dropped_after_the_commit_gives_the_lease_up(kind: &str) {
     let db = TestDb::open(kind).await;
     let engine = engine(&db, "leased").await;
-    let mut tx = engine.store().begin_write().await.unwrap();
-    let submitted =
-        engine.submit_in_leased::<Probe<false>>(&mut tx, &ProbeInput::default(), Some("probe/1")).await.unwrap();
+    let (tx, submitted) = submit(&engine, "probe/1").await;
     let id = submitted.run().id;
     tx.commit().await.unwrap();
     drop(submitted);
@@ -87,16 +91,13 @@ async fn postgres_dropped_after_the_commit_gives_the_lease_up() {
 async fn rolled_back_leaves_nothing(kind: &str) {
     let db = TestDb::open(kind).await;
     let engine = engine(&db, "leased").await;
-    let mut tx = engine.store().begin_write().await.unwrap();
-    let submitted =
-        engine.submit_in_leased::<Probe<false>>(&mut tx, &ProbeInput::default(), Some("probe/1")).await.unwrap();
+    let (tx, submitted) = submit(&engine, "probe/1").await;
     let id = submitted.run().id;
     drop(tx);
     drop(submitted);
 
     // A run submitted next runs; the first never existed.
-    let mut tx = engine.store().begin_write().await.unwrap();
-    let next = engine.submit_in_leased::<Probe<false>>(&mut tx, &ProbeInput::default(), Some("probe/2")).await.unwrap();
+    let (tx, next) = submit(&engine, "probe/2").await;
     let next_id = next.run().id;
     tx.commit().await.unwrap();
     next.start();
