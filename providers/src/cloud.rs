@@ -375,11 +375,6 @@ pub trait Cloud: Send + Sync {
         let _ = name;
         Ok(())
     }
-
-    /// Where the control-plane VM's Kubernetes API answers: k3s on `:6443` of its address.
-    fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint {
-        KubeEndpoint::url(format!("https://{}:6443", control_plane.address().unwrap_or("0.0.0.0")))
-    }
 }
 
 /// The port of the Kubernetes API (k3s's supervisor and API server).
@@ -420,5 +415,12 @@ impl KubeEndpoint {
     /// The endpoint at `url`, whose certificate names the URL's host.
     pub fn url(url: impl Into<String>) -> Self {
         Self { url: url.into(), tls_server_name: None }
+    }
+
+    /// Where a control-plane VM on AWS or GCP serves the Kubernetes API: k3s on
+    /// [`KUBE_API_PORT`] of its address. A function of the VM alone: reaching it needs no cloud
+    /// account ([`crate::Clouds::kube_endpoint`]).
+    pub fn k3s(control_plane: &Vm) -> Self {
+        Self::url(format!("https://{}:{KUBE_API_PORT}", control_plane.address().unwrap_or("0.0.0.0")))
     }
 }

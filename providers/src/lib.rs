@@ -28,7 +28,7 @@ pub mod sim_settings;
 
 use std::sync::Arc;
 
-use crate::cloud::{Cloud, CloudError, ProviderKind};
+use crate::cloud::{Cloud, CloudError, KubeEndpoint, ProviderKind, Vm};
 use crate::credential::CredentialRef;
 use endpoint::EndpointPolicy;
 use sim_settings::SimSettings;
@@ -37,6 +37,10 @@ use sim_settings::SimSettings;
 pub trait SimulatedCloud: Send + Sync {
     /// The account a `sim` credential names.
     fn account(&self, identity: &str, settings: SimSettings) -> Result<Box<dyn Cloud>, CloudError>;
+
+    /// Where the simulated control-plane VM's Kubernetes API answers (the same in every
+    /// account).
+    fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint;
 }
 
 /// Opens the cloud account a credential names.
@@ -124,6 +128,21 @@ impl Clouds {
                 }
             },
         })
+    }
+
+    /// Where the Kubernetes API of a control-plane VM of `provider` answers. Its address is the
+    /// VM's, not the account's: a job's every check reaches its cluster without opening (and
+    /// decrypting) a credential, and a cluster stays reachable while its credential is being
+    /// verified again or has been replaced.
+    pub fn kube_endpoint(&self, provider: ProviderKind, control_plane: &Vm) -> Result<KubeEndpoint, CloudError> {
+        match (provider, &self.simulated) {
+            (ProviderKind::Aws | ProviderKind::Gcp, _) => Ok(KubeEndpoint::k3s(control_plane)),
+            (ProviderKind::Sim, Some(sim)) => Ok(sim.kube_endpoint(control_plane)),
+            (ProviderKind::Sim, None) => Err(CloudError::Terminal(format!(
+                "control plane {} is of the simulated cloud, which this API does not run",
+                control_plane.provider_id
+            ))),
+        }
     }
 }
 

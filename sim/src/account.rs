@@ -38,6 +38,10 @@ impl SimulatedCloud for SimCloud {
     fn account(&self, identity: &str, settings: SimSettings) -> Result<Box<dyn Cloud>, CloudError> {
         Ok(Box::new(SimCloud::account(self, identity, settings)))
     }
+
+    fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint {
+        SimCloud::kube_endpoint(self, &control_plane.provider_id)
+    }
 }
 
 impl SimAccount {
@@ -361,9 +365,5 @@ impl Cloud for SimAccount {
         self.call().await?;
         let addresses = self.live_addresses(&placement.cluster_id).await.map_err(SimError::from)?;
         Ok(addresses.into_iter().map(|(id, ip)| Address { id, ip }).collect())
-    }
-
-    fn kube_endpoint(&self, control_plane: &Vm) -> KubeEndpoint {
-        self.cloud.kube_endpoint(&control_plane.provider_id)
     }
 }

@@ -76,6 +76,10 @@ impl SimulatedCloud for FakeCloud {
             _ => Ok(Box::new(*self)),
         }
     }
+
+    fn kube_endpoint(&self, control_plane: &crate::cloud::Vm) -> crate::kubernetes::KubeEndpoint {
+        crate::kubernetes::KubeEndpoint::k3s(control_plane)
+    }
 }
 
 fn unsupported() -> CloudError {

@@ -152,6 +152,11 @@ impl Cluster {
         ])
     }
 
+    /// The provider of the control plane's VM: its own when apart, else the capacity's.
+    pub fn control_plane_provider(&self) -> ProviderKind {
+        self.control_plane().map_or(self.provider, |apart| apart.provider)
+    }
+
     /// The resource key every workflow on this cluster runs under, so that they run one at a time.
     pub fn resource_key(name: &str) -> String {
         format!("cluster/{name}")

@@ -5,9 +5,11 @@
 //! (docs/benchmarks.md, "Jobs", issue 28's seventh and eighth stops).
 //!
 //! A kept client serves a cluster only while what it was made from is unchanged: the API's URL
-//! and TLS server name, the cluster CA and the API token. A control plane at a new address, or
-//! new secrets, make a new client, which replaces the old one. What a client was made from is
-//! kept as a SHA-256 digest, so that the token has no copy here beside the client's own.
+//! and TLS server name, and the cluster's secrets (its CA and API token) as stored, sealed. A
+//! control plane at a new address, or new secrets, make a new client, which replaces the old
+//! one. The secrets are opened only to make a client: a check on a kept client decrypts nothing.
+//! What a client was made from is kept as a SHA-256 digest of the sealed text, so that the
+//! token has no copy here beside the client's own.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,9 +17,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use sha2::{Digest, Sha256};
 
+use anycloud_engine::StepError;
+
 use crate::cluster::secrets::ClusterSecrets;
 use crate::kubernetes::KubeEndpoint;
-use crate::kubernetes::client::{self, KubeError};
+use crate::kubernetes::client;
 
 /// Clusters whose clients are kept at most; past it, every kept client is dropped and the next
 /// calls make new ones (an API serves far fewer clusters: this only bounds what deleted clusters
@@ -46,22 +50,23 @@ impl std::fmt::Debug for KubeClients {
 
 impl KubeClients {
     /// The client for ordinary calls ([`client::client`]) to cluster `cluster_id`'s API at
-    /// `endpoint`: the kept one if it was made from the same endpoint and secrets, else a new one,
-    /// kept from now on.
+    /// `endpoint`, with its secrets `sealed` as stored: the kept one if it was made from the same
+    /// endpoint and sealed secrets, else a new one from the secrets `open` opens, kept from now on.
     pub fn client(
         &self,
         cluster_id: &str,
         endpoint: &KubeEndpoint,
-        secrets: &ClusterSecrets,
-    ) -> Result<kube::Client, KubeError> {
-        let made_from = digest(endpoint, secrets);
+        sealed: &str,
+        open: impl FnOnce() -> Result<ClusterSecrets, StepError>,
+    ) -> Result<kube::Client, StepError> {
+        let made_from = digest(endpoint, sealed);
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(found) = kept.get(cluster_id)
             && found.made_from == made_from
         {
             return Ok(found.client.clone());
         }
-        let client = client::client(endpoint, secrets)?;
+        let client = client::client(endpoint, &open()?).map_err(StepError::terminal)?;
         self.made.fetch_add(1, Ordering::Relaxed);
         if kept.len() >= KEPT_AT_MOST && !kept.contains_key(cluster_id) {
             kept.clear();
@@ -73,10 +78,10 @@ impl KubeClients {
 
 /// What a client is made from, each part length-prefixed so that no two differ only in where
 /// one part ends.
-fn digest(endpoint: &KubeEndpoint, secrets: &ClusterSecrets) -> [u8; 32] {
+fn digest(endpoint: &KubeEndpoint, sealed: &str) -> [u8; 32] {
     let mut hash = Sha256::new();
     let server_name = endpoint.tls_server_name.as_deref().unwrap_or("");
-    for part in [endpoint.url.as_str(), server_name, &secrets.ca_cert_pem, &secrets.api_token] {
+    for part in [endpoint.url.as_str(), server_name, sealed] {
         hash.update((part.len() as u64).to_be_bytes());
         hash.update(part.as_bytes());
     }
@@ -85,47 +90,62 @@ fn digest(endpoint: &KubeEndpoint, secrets: &ClusterSecrets) -> [u8; 32] {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+
     use super::*;
 
-    fn secrets() -> ClusterSecrets {
-        ClusterSecrets::generate("kept").unwrap()
+    /// Calls `clients.client` for cluster `id` with secrets sealed as `sealed`, counting in
+    /// `opened` the times the secrets were opened.
+    fn client(clients: &KubeClients, id: &str, endpoint: &KubeEndpoint, sealed: &str, opened: &Cell<u32>) {
+        let open = || {
+            opened.set(opened.get() + 1);
+            Ok(ClusterSecrets::generate("kept").unwrap())
+        };
+        clients.client(id, endpoint, sealed, open).unwrap();
     }
 
     #[tokio::test]
     async fn a_cluster_keeps_its_client_until_what_it_was_made_from_changes() {
         let clients = KubeClients::default();
+        let opened = Cell::new(0);
         let made = || clients.made.load(Ordering::Relaxed);
-        let secrets = secrets();
         let endpoint = KubeEndpoint::url("https://203.0.113.7:6443".to_owned());
-        clients.client("c1", &endpoint, &secrets).unwrap();
-        clients.client("c1", &endpoint, &secrets).unwrap();
-        assert_eq!(made(), 1, "the second call takes the kept client");
+        client(&clients, "c1", &endpoint, "v2:sealed-1", &opened);
+        client(&clients, "c1", &endpoint, "v2:sealed-1", &opened);
+        assert_eq!((made(), opened.get()), (1, 1), "the second call takes the kept client, opening nothing");
 
         let moved = KubeEndpoint::url("https://203.0.113.8:6443".to_owned());
-        clients.client("c1", &moved, &secrets).unwrap();
+        client(&clients, "c1", &moved, "v2:sealed-1", &opened);
         assert_eq!(made(), 2, "a control plane at a new address gets a new client");
         let mut named = moved.clone();
         named.tls_server_name = Some("kubernetes".to_owned());
-        clients.client("c1", &named, &secrets).unwrap();
+        client(&clients, "c1", &named, "v2:sealed-1", &opened);
         assert_eq!(made(), 3, "so does another TLS server name");
 
-        let mut rotated = secrets.clone();
-        rotated.api_token = "another".to_owned();
-        clients.client("c1", &named, &rotated).unwrap();
-        clients.client("c1", &named, &rotated).unwrap();
-        assert_eq!(made(), 4, "and another token, kept from then on");
-        clients.client("c2", &named, &rotated).unwrap();
+        client(&clients, "c1", &named, "v2:sealed-2", &opened);
+        client(&clients, "c1", &named, "v2:sealed-2", &opened);
+        assert_eq!((made(), opened.get()), (4, 4), "and new secrets, opened once and kept from then on");
+        client(&clients, "c2", &named, "v2:sealed-2", &opened);
         assert_eq!(made(), 5, "each cluster has its own");
         assert_eq!(clients.kept.lock().unwrap().len(), 2);
     }
 
     #[tokio::test]
+    async fn secrets_that_do_not_open_make_no_client_and_keep_none() {
+        let clients = KubeClients::default();
+        let endpoint = KubeEndpoint::url("https://203.0.113.7:6443".to_owned());
+        let refused = clients.client("c1", &endpoint, "v2:garbled", || Err(StepError::terminal_msg("does not open")));
+        assert!(refused.is_err());
+        assert_eq!((clients.made.load(Ordering::Relaxed), clients.kept.lock().unwrap().len()), (0, 0));
+    }
+
+    #[tokio::test]
     async fn deleted_clusters_leave_at_most_a_bounded_number_of_clients() {
         let clients = KubeClients::default();
-        let secrets = secrets();
+        let opened = Cell::new(0);
         let endpoint = KubeEndpoint::url("https://203.0.113.7:6443".to_owned());
         for n in 0..KEPT_AT_MOST + 3 {
-            clients.client(&format!("c{n}"), &endpoint, &secrets).unwrap();
+            client(&clients, &format!("c{n}"), &endpoint, "v2:sealed", &opened);
         }
         assert!(clients.kept.lock().unwrap().len() <= KEPT_AT_MOST);
         assert!(format!("{clients:?}").starts_with("KubeClients { kept: "));

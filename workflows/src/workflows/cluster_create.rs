@@ -391,7 +391,7 @@ async fn current_control_plane(cloud: &dyn Cloud, placement: &Placement, launche
 }
 
 async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, StepError> {
-    let (sides, _) = sides(&ctx).await?;
+    let (sides, cluster) = sides(&ctx).await?;
     let Side { placement, cloud } = sides.control_plane();
     let mut cp = current_control_plane(cloud.as_ref(), placement, ctx.output(LAUNCH_CONTROL_PLANE)?).await?;
     let reserved = ctx.output(RESERVE_CONTROL_PLANE_ADDRESS)?;
@@ -407,8 +407,8 @@ async fn wait_for_api(ctx: StepCtx<CreateCluster>) -> Result<Check<String>, Step
     vms::upsert(&ctx.workflow().deps.db, &placement.cluster_id, &cp).await?;
     let address = reserved.ip.as_str();
     let secrets = ctx.workflow().deps.secrets(&placement.cluster_id).await?;
-    let client = kubernetes::client::client(&ctx.workflow().deps.kube_endpoint(cloud.as_ref(), &cp), &secrets)
-        .map_err(StepError::terminal)?;
+    let endpoint = ctx.workflow().deps.kube_endpoint(cluster.control_plane_provider(), &cp)?;
+    let client = kubernetes::client::client(&endpoint, &secrets).map_err(StepError::terminal)?;
     match kubernetes::client::version(&client).await {
         Ok(version) => {
             let endpoint = format!("https://{address}:6443");
@@ -518,7 +518,7 @@ async fn wait_for_nodes(ctx: StepCtx<CreateCluster>) -> Result<Check<usize>, Ste
     let launched = ctx.output(LAUNCH_CONTROL_PLANE)?;
     let cp = live.iter().find(|vm| vm.provider_id == launched.provider_id).cloned().unwrap_or(launched);
     let secrets = ctx.workflow().deps.secrets(&cluster.id).await?;
-    let endpoint = ctx.workflow().deps.kube_endpoint(sides.control_plane().cloud.as_ref(), &cp);
+    let endpoint = ctx.workflow().deps.kube_endpoint(cluster.control_plane_provider(), &cp)?;
     let client = kubernetes::client::client(&endpoint, &secrets).map_err(StepError::terminal)?;
     let nodes = match kubernetes::client::nodes(&client).await {
         Ok(nodes) => nodes,

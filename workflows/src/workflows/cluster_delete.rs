@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cloud::{Placement, Role};
 use crate::cluster::sides::{Sides, every_vm_once};
-use crate::db::clusters::{self, Phase};
+use crate::db::clusters::{self, Cluster, Phase};
 use crate::db::vms;
 use crate::workflows::deps::Deps;
 use crate::{kubernetes, workflows::retry};
@@ -104,8 +104,12 @@ impl Workflow for DeleteCluster {
 /// The cluster's sides (its capacity's and, apart when it runs on the hosted API's credential,
 /// its control plane's), from its record.
 async fn sides(ctx: &StepCtx<DeleteCluster>) -> Result<Sides, StepError> {
+    Ok(sides_and_cluster(ctx).await?.0)
+}
+
+async fn sides_and_cluster(ctx: &StepCtx<DeleteCluster>) -> Result<(Sides, Cluster), StepError> {
     let cluster = ctx.workflow().deps.cluster(&ctx.input().cluster_id).await?;
-    Sides::of(&ctx.workflow().deps, &cluster).await
+    Ok((Sides::of(&ctx.workflow().deps, &cluster).await?, cluster))
 }
 
 async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepError> {
@@ -122,7 +126,7 @@ async fn mark_deleting(ctx: StepCtx<DeleteCluster>) -> Result<Placement, StepErr
 
 async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemoved, StepError> {
     let deps = &ctx.workflow().deps;
-    let sides = sides(&ctx).await?;
+    let (sides, cluster) = sides_and_cluster(&ctx).await?;
     let live = sides.control_plane().cloud.list_vms(&sides.control_plane().placement).await?;
     let Some(cp) = live.iter().find(|vm| vm.role == Role::ControlPlane && vm.state.eq_ignore_ascii_case("running"))
     else {
@@ -133,7 +137,7 @@ async fn remove_workloads(ctx: StepCtx<DeleteCluster>) -> Result<WorkloadsRemove
         Some(_) => deps.secrets(cluster_id).await?,
         None => return Ok(WorkloadsRemoved { deleted: 0, skipped: Some("the cluster has no secrets".into()) }),
     };
-    let endpoint = deps.kube_endpoint(sides.control_plane().cloud.as_ref(), cp);
+    let endpoint = deps.kube_endpoint(cluster.control_plane_provider(), cp)?;
     let client = kubernetes::client::client(&endpoint, &secrets).map_err(StepError::terminal)?;
     // Best effort: the VMs go next, and every workload with them; a control plane that does
     // not answer must not keep the cluster alive.

@@ -4,7 +4,7 @@
 
 use anycloud_engine::StepError;
 
-use crate::cloud::{Cloud, CloudError, Placement, Vm};
+use crate::cloud::{Cloud, CloudError, Placement, ProviderKind, Vm};
 use crate::cluster::secrets::ClusterSecrets;
 use crate::db::Db;
 use crate::db::clusters::{self, Cluster};
@@ -127,21 +127,25 @@ impl Deps {
         }
     }
 
-    /// Where the Kubernetes API of the cluster whose control plane is `cp` answers.
-    pub fn kube_endpoint(&self, cloud: &dyn Cloud, cp: &Vm) -> KubeEndpoint {
+    /// Where the Kubernetes API of a cluster whose control plane `cp` runs on `provider`
+    /// answers: the VM's, so no cloud account is opened ([`Clouds::kube_endpoint`]).
+    pub fn kube_endpoint(&self, provider: ProviderKind, cp: &Vm) -> Result<KubeEndpoint, StepError> {
         match &self.seams.simulated_kube {
-            Some(base) => KubeEndpoint::url(format!("{}/{}", base.trim_end_matches('/'), cp.provider_id)),
-            None => cloud.kube_endpoint(cp),
+            Some(base) => Ok(KubeEndpoint::url(format!("{}/{}", base.trim_end_matches('/'), cp.provider_id))),
+            None => Ok(self.clouds.kube_endpoint(provider, cp)?),
         }
     }
 
     /// A client for the Kubernetes API of a cluster: its control plane as last recorded, its CA
-    /// and API token; the one kept for the cluster while those are unchanged ([`KubeClients`]).
-    /// A cluster without a control plane, or without secrets, has no API (terminal).
+    /// and API token; the one kept for the cluster while those are unchanged ([`KubeClients`]),
+    /// so a check reads two rows and opens no secret. A cluster without a control plane, or
+    /// without secrets, has no API (terminal).
     pub async fn kube_client(&self, cluster: &Cluster) -> Result<kube::Client, StepError> {
         let endpoint = self.kube_endpoint_of(cluster).await?;
-        let secrets = self.secrets(&cluster.id).await?;
-        self.kube_clients.client(&cluster.id, &endpoint, &secrets).map_err(StepError::terminal)
+        let sealed = self.sealed_secrets(&cluster.id).await?;
+        self.kube_clients.client(&cluster.id, &endpoint, &sealed, || {
+            ClusterSecrets::open(&self.sealer, &cluster.id, &sealed).map_err(StepError::terminal)
+        })
     }
 
     /// A client for the Kubernetes API of a cluster for its long streams (followed logs, exec),
@@ -166,11 +170,7 @@ impl Deps {
             private_ip: cp.private_ip,
             public_ip: cp.public_ip,
         };
-        let cloud = match cluster.control_plane() {
-            Some(apart) => self.cloud(&apart.credential, &apart.region).await?,
-            None => self.cloud(&cluster.credential, &cluster.region).await?,
-        };
-        Ok(self.kube_endpoint(cloud.as_ref(), &cp))
+        self.kube_endpoint(cluster.control_plane_provider(), &cp)
     }
 
     /// A hosted API's record; its absence is terminal (the record is written with the run).
@@ -259,10 +259,15 @@ impl Deps {
 
     /// The cluster's secrets, opened.
     pub async fn secrets(&self, cluster_id: &str) -> Result<ClusterSecrets, StepError> {
-        let sealed = clusters::sealed_secrets(&self.db, cluster_id)
-            .await?
-            .ok_or_else(|| StepError::terminal_msg(format!("cluster {cluster_id} has no secrets")))?;
+        let sealed = self.sealed_secrets(cluster_id).await?;
         ClusterSecrets::open(&self.sealer, cluster_id, &sealed).map_err(StepError::terminal)
+    }
+
+    /// A cluster's secrets as stored, sealed; none is terminal.
+    async fn sealed_secrets(&self, cluster_id: &str) -> Result<String, StepError> {
+        clusters::sealed_secrets(&self.db, cluster_id)
+            .await?
+            .ok_or_else(|| StepError::terminal_msg(format!("cluster {cluster_id} has no secrets")))
     }
 
     /// Terminates every VM with a hosted API's tag (it has no record in `vms`, a cluster's table)
@@ -283,5 +288,69 @@ impl Deps {
             ids.len(),
             ids.join(", ")
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::Role;
+    use crate::db::clusters::Phase;
+    use crate::test_support::{FakeAnswer, TestWorld};
+
+    /// A cluster of `provider` on credential `credential`, which is not stored, with a running
+    /// control plane at 203.0.113.9.
+    async fn cluster_without_its_credential(world: &TestWorld, provider: ProviderKind) -> Cluster {
+        let cluster = Cluster {
+            id: format!("c-{}", provider.as_str()),
+            name: format!("on-{}", provider.as_str()),
+            credential: "deleted".into(),
+            provider,
+            region: "r1".into(),
+            zone: None,
+            vm_type: "small".into(),
+            min_vms: 1,
+            max_vms: 1,
+            phase: Phase::Ready,
+            reason: None,
+            endpoint: None,
+            network_id: None,
+            workflow_id: None,
+            delete_requested_at: None,
+            created_at: 1,
+            updated_at: 1,
+            control_plane_credential: None,
+            control_plane_provider: None,
+            control_plane_region: None,
+            control_plane_zone: None,
+            control_plane_vm_type: None,
+        };
+        let mut tx = world.deps.db.begin().await.unwrap();
+        clusters::insert_in(&mut tx, &cluster).await.unwrap();
+        tx.commit().await.unwrap();
+        let cp = Vm {
+            provider_id: "vm-cp".into(),
+            name: "cp".into(),
+            role: Role::ControlPlane,
+            state: "running".into(),
+            private_ip: Some("10.0.0.2".into()),
+            public_ip: Some("203.0.113.9".into()),
+        };
+        vms::upsert(&world.deps.db, &cluster.id, &cp).await.unwrap();
+        cluster
+    }
+
+    /// Reaching a cluster's Kubernetes API opens no cloud account: its address is its control
+    /// plane VM's, so a check works (and costs no credential read or decryption) whatever the
+    /// credential's state, even once it is gone.
+    #[tokio::test]
+    async fn a_clusters_kubernetes_api_is_found_without_its_credential() {
+        let world = TestWorld::new(FakeAnswer::Accept).await;
+        for provider in [ProviderKind::Aws, ProviderKind::Gcp, ProviderKind::Sim] {
+            let cluster = cluster_without_its_credential(&world, provider).await;
+            assert!(world.deps.cloud(&cluster.credential, "r1").await.is_err(), "the credential is not stored");
+            let endpoint = world.deps.kube_endpoint_of(&cluster).await.unwrap();
+            assert_eq!(endpoint, KubeEndpoint::url("https://203.0.113.9:6443"), "{provider:?}");
+        }
     }
 }
