@@ -298,7 +298,7 @@ mod tests {
     use crate::db::clusters::Phase;
     use crate::test_support::{FakeAnswer, TestWorld};
 
-    /// A cluster of `provider` on credential `credential`, which is not stored, with a running
+    /// A cluster of `provider` on credential `deleted`, which is not stored, with a running
     /// control plane at 203.0.113.9.
     async fn cluster_without_its_credential(world: &TestWorld, provider: ProviderKind) -> Cluster {
         let cluster = Cluster {
