@@ -280,6 +280,28 @@ mod tests {
         assert_eq!(names.len(), 2, "{names:?}");
     }
 
+    /// A cluster delete whose transaction holds SQLite's writer when a job is submitted in one
+    /// write: the write waits for it, finds the delete requested and writes nothing, and the job
+    /// is refused as the transaction refuses it.
+    #[tokio::test]
+    async fn a_job_submitted_in_one_write_while_its_cluster_is_deleted_is_refused() {
+        let world = TestWorld::new(FakeAnswer::Accept).await;
+        let ops = operations(&world).await;
+        let cluster = ready_cluster(&world, "shared").await;
+        let mut delete = world.deps.db.begin().await.expect("the delete's transaction");
+        clusters::lock_live_in(&mut delete, "shared").await.expect("lock").expect("the cluster");
+
+        let submit = ops.submit_job(job("shared", "racing", "python:3.12"));
+        tokio::pin!(submit);
+        let waited = tokio::time::timeout(Duration::from_millis(300), &mut submit).await;
+        assert!(waited.is_err(), "the submit must wait for the delete's transaction: {waited:?}");
+        clusters::request_delete_in(&mut delete, &cluster.id, "delete-run", 2).await.expect("request the delete");
+        delete.commit().await.expect("commit the delete");
+
+        assert_eq!(refused(submit.await), Code::ClusterNotReady);
+        assert!(deployments::list(&world.deps.db, None, None, 10).await.expect("the deployments").is_empty());
+    }
+
     #[test]
     fn names_are_made_from_the_image() {
         let id = "1a2b3c4d-0000-0000-0000-000000000000";
