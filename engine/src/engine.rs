@@ -165,33 +165,6 @@ impl Engine {
         Ok(Submitted::new(run, slot, &self.inner))
     }
 
-    /// Submits a run of `W` together with the domain's record of it: `guard`, given the new
-    /// run's id, answers a statement and its values (bound to `$1`, `$2`, …) that writes that
-    /// record only where the domain's conditions hold (`INSERT … SELECT … WHERE …`). The run and
-    /// the record commit together, or, when the statement changes no row or fails on its own (a
-    /// constraint), neither is written and this returns `None`: the caller then takes its
-    /// careful path (a transaction of its own, [`Engine::submit_in_leased`]), which says why. On
-    /// SQLite the whole of it is one write of the group commit, with no round trip between its
-    /// statements. On PostgreSQL, under `READ COMMITTED`, a guard that must exclude a concurrent
-    /// writer takes the row locks it needs itself.
-    ///
-    /// The run is leased to this engine when it has a free slot, as with
-    /// [`Engine::submit_in_leased`]; call [`Submitted::start`] on the answer.
-    pub async fn submit_guarded<W: Workflow>(
-        &self,
-        input: &W::Input,
-        resource_key: Option<&str>,
-        guard: impl FnOnce(Uuid) -> (String, Vec<crate::store::Value>),
-    ) -> Result<Option<Submitted>, EngineError> {
-        let input = serde_json::to_value(input).map_err(EngineError::Json)?;
-        let now = now_ms();
-        let run = self.new_run(W::KIND, W::VERSION, &input, resource_key, now)?;
-        let (sql, values) = guard(run.id);
-        let (slot, lease) = self.inner.free_slot(now);
-        let stored = self.inner.store.submit_guarded(&run, lease.as_ref(), sql, values).await?;
-        Ok(stored.map(|run| Submitted::new(run, slot, &self.inner)))
-    }
-
     /// Tells the claim loop that runs may be due (after a [`Engine::submit_in`] commits).
     pub fn wake_up(&self) {
         self.inner.wake.notify_one();

@@ -1,4 +1,4 @@
-//! Group commit on SQLite: the checkpoints, submits and the domain's one-statement writes
+//! Group commit on SQLite: the checkpoints, lone submits and the domain's one-statement writes
 //! that drivers and callers send while a transaction is being written wait in a queue, and the
 //! next transaction commits all of them with one fsync.
 //!
@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commit_args::CommitArgs;
 use super::submit_args::SubmitArgs;
-use super::writer::{GuardedSubmit, Statement, Write, Writer, Written};
+use super::writer::{Statement, Write, Writer, Written};
 
 /// Most writes in one transaction.
 const MAX_GROUP: usize = 64;
@@ -78,15 +78,6 @@ impl GroupCommit {
     pub(crate) async fn submit(&self, submit: SubmitArgs) -> Result<i64, sqlx::Error> {
         match self.write(Write::Submit(submit)).await? {
             Written::Submit(seq) => Ok(seq),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    /// Commits a submit and its guard, or neither: the run's `seq` and whether it was leased at
-    /// once, or `None` if the guard changed no row or failed. Returns after COMMIT.
-    pub(crate) async fn submit_guarded(&self, guarded: GuardedSubmit) -> Result<Option<(i64, bool)>, sqlx::Error> {
-        match self.write(Write::Guarded(guarded)).await? {
-            Written::Guarded(answer) => Ok(answer),
             other => Err(mismatched(&other)),
         }
     }

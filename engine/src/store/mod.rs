@@ -12,7 +12,6 @@
 //! | `connect.rs` | opens either database and runs the migrations; whether it answers, is unreachable, or its disk takes writes |
 //! | `owner.rs` | one live process per engine owner name |
 //! | `submit.rs` | inserts runs, alone or inside the domain's transaction |
-//! | `guarded_submit.rs` | a submit and the domain's record of it, written only where the domain's conditions hold: both, or neither |
 //! | `submit_args.rs` | a submit's values, as a caller hands them over and owned, and the statement that inserts a run |
 //! | `claim.rs` | claims due runs, renews and releases leases |
 //! | `commit.rs` | checkpoints: a run's new state, its finished step and its events in one round trip |
@@ -20,7 +19,7 @@
 //! | `kept_connections.rs` | on PostgreSQL, the connections checkpoints and lone submits run on, kept apart from sqlx's pool so that none is pinged after each statement |
 //! | `commit_sql.rs` | the statements a checkpoint runs, by shape, on either database |
 //! | `group_commit.rs` | on SQLite, the queue that commits many drivers' checkpoints (and lone submits and the domain's one-statement writes) in one transaction |
-//! | `writer.rs` | on SQLite, the thread that writes checkpoints', submits' and the domain's one-statement writes' transactions on a connection of its own, with no hop between statements |
+//! | `writer.rs` | on SQLite, the thread that writes checkpoints', lone submits' and the domain's one-statement writes' transactions on a connection of its own, with no hop between statements |
 //! | `write_statement.rs` | the domain's one-statement writes outside a transaction: on SQLite through the group commit, on PostgreSQL on a kept connection (`write_statement!`) |
 //! | `value.rs` | [`Value`], a value bound to such a write: owned, and typed when NULL |
 //! | `read.rs` | runs, steps, timelines, outputs and signals, as inspection and the worker read them |
@@ -41,7 +40,6 @@ mod due;
 mod events;
 pub(crate) mod fault;
 mod group_commit;
-mod guarded_submit;
 mod handle;
 mod kept_connections;
 mod operator;

@@ -8,7 +8,7 @@ use super::handle::Store;
 use super::kept_connections::on_kept_connection;
 use super::pool::{Pool, WriteTx};
 use super::records::{Lease, NewEvent, RUN_COLUMNS, RunRecord, RunRow};
-use super::submit_args::{INSERT_RUN, KEY_BUSY, NewRun, SubmitArgs, status_of};
+use super::submit_args::{INSERT_RUN, NewRun, SubmitArgs, status_of};
 use crate::status::Phase;
 use crate::timeline::EventKind;
 
@@ -25,7 +25,7 @@ static SUBMIT_POSTGRES: LazyLock<String> = LazyLock::new(|| {
 
 /// The record [`INSERT_RUN`] stores for `run`, as reading it back would return it: what the
 /// writer thread's submit answers with its `seq` alone.
-pub(super) fn submitted_record(run: &NewRun<'_>, lease: Option<&Lease>, seq: i64) -> RunRecord {
+fn submitted_record(run: &NewRun<'_>, lease: Option<&Lease>, seq: i64) -> RunRecord {
     RunRecord {
         seq,
         id: run.id,
@@ -94,12 +94,17 @@ impl Store {
                         .execute(&mut **tx)
                         .await?;
                 }
-                let busy: Option<i64> = sqlx::query_scalar(KEY_BUSY).bind(key).fetch_optional(&mut **tx).await?;
+                let busy: Option<i64> = sqlx::query_scalar(
+                    "SELECT seq FROM engine_runs WHERE resource_key = $1 AND finished_at IS NULL LIMIT 1",
+                )
+                .bind(key)
+                .fetch_optional(&mut **tx)
+                .await?;
                 if busy.is_some() {
                     lease = None;
                 }
             }
-            let args = SubmitArgs::new(run, lease);
+            let args = SubmitArgs::new(run, lease, submitted_message(run, lease));
             let row: RunRow = bind_new_run!(sqlx::query_as(INSERT_RUN.as_str()), &args).fetch_one(&mut **tx).await?;
             // INSERT_RUN set the run's counter to 1.
             let submitted = NewEvent::new(EventKind::Submitted, None, args.message);
@@ -113,7 +118,7 @@ impl Store {
     /// With `lease`, the run is claimed by that owner at once.
     pub(crate) async fn submit_run(&self, run: &NewRun<'_>, lease: Option<&Lease>) -> Result<RunRecord, sqlx::Error> {
         debug_assert!(run.resource_key.is_none(), "a run with a resource key is inserted with insert_run");
-        let args = SubmitArgs::new(run, lease);
+        let args = SubmitArgs::new(run, lease, submitted_message(run, lease));
         match (&self.pool, &self.group_commit) {
             (Pool::Postgres(pool), _) => {
                 let row: RunRow = on_kept_connection!(self.kept_connections.as_deref(), pool, |executor| {
@@ -134,6 +139,14 @@ impl Store {
                 Ok(record)
             }
         }
+    }
+}
+
+fn submitted_message(run: &NewRun<'_>, lease: Option<&Lease>) -> String {
+    let key = run.resource_key.map(|key| format!(" under resource key `{key}`")).unwrap_or_default();
+    match lease {
+        Some(lease) => format!("{} v{} submitted{key}; started at once by {}", run.kind, run.version, lease.owner),
+        None => format!("{} v{} submitted{key}", run.kind, run.version),
     }
 }
 

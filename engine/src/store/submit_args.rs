@@ -45,12 +45,8 @@ pub(super) static SUBMIT_SQLITE: LazyLock<[&'static str; 2]> = LazyLock::new(|| 
     ]
 });
 
-/// Whether an unfinished run holds resource key $1: a run submitted under it then waits for its
-/// turn, unleased.
-pub(super) const KEY_BUSY: &str = "SELECT seq FROM engine_runs WHERE resource_key = $1 AND finished_at IS NULL LIMIT 1";
-
 /// A submit's values, as [`INSERT_RUN`] and the `submitted` entry bind them, in the order of
-/// their parameters ($1 first); owned, so that a submit can be handed to the SQLite writer
+/// their parameters ($1 first); owned, so that a lone submit can be handed to the SQLite writer
 /// thread.
 pub(crate) struct SubmitArgs {
     pub(super) id: String,
@@ -68,7 +64,7 @@ pub(crate) struct SubmitArgs {
 }
 
 impl SubmitArgs {
-    pub(super) fn new(run: &NewRun<'_>, lease: Option<&Lease>) -> Self {
+    pub(super) fn new(run: &NewRun<'_>, lease: Option<&Lease>, message: String) -> Self {
         Self {
             id: run.id.to_string(),
             kind: run.kind.to_owned(),
@@ -81,46 +77,8 @@ impl SubmitArgs {
             lease_owner: lease.map(|lease| lease.owner.clone()),
             lease_expires_at: lease.map(|lease| lease.expires_at),
             generation: i64::from(lease.is_some()),
-            message: submitted_message(
-                run.kind,
-                run.version,
-                run.resource_key,
-                lease.map(|lease| lease.owner.as_str()),
-            ),
+            message,
         }
-    }
-
-    /// Whether the run is leased at once.
-    pub(super) fn leased(&self) -> bool {
-        self.lease_owner.is_some()
-    }
-
-    /// The same run, not leased: it waits for an earlier run of its resource key.
-    pub(super) fn unleased(&self) -> Self {
-        let version = u32::try_from(self.version).unwrap_or(u32::MAX);
-        Self {
-            id: self.id.clone(),
-            kind: self.kind.clone(),
-            version: self.version,
-            resource_key: self.resource_key.clone(),
-            input: self.input.clone(),
-            status: status_of(None).as_str(),
-            first_step: self.first_step.clone(),
-            now: self.now,
-            lease_owner: None,
-            lease_expires_at: None,
-            generation: 0,
-            message: submitted_message(&self.kind, version, self.resource_key.as_deref(), None),
-        }
-    }
-}
-
-/// The `submitted` entry's message.
-fn submitted_message(kind: &str, version: u32, resource_key: Option<&str>, leased_to: Option<&str>) -> String {
-    let key = resource_key.map(|key| format!(" under resource key `{key}`")).unwrap_or_default();
-    match leased_to {
-        Some(owner) => format!("{kind} v{version} submitted{key}; started at once by {owner}"),
-        None => format!("{kind} v{version} submitted{key}"),
     }
 }
 

@@ -36,7 +36,7 @@ impl Store {
 }
 
 /// `query` with `values` bound in order.
-pub(super) fn bound<'q, DB>(
+fn bound<'q, DB>(
     mut query: sqlx::query::Query<'q, DB, DB::Arguments>,
     values: Vec<Value>,
 ) -> sqlx::query::Query<'q, DB, DB::Arguments>

@@ -1,5 +1,5 @@
-//! On SQLite, the thread that writes checkpoints, submits (alone, or guarded by the domain's
-//! record) and the domain's one-statement writes: it owns a connection of its own (rusqlite, on the same SQLite library that sqlx
+//! On SQLite, the thread that writes checkpoints, lone submits and the domain's one-statement
+//! writes: it owns a connection of its own (rusqlite, on the same SQLite library that sqlx
 //! links) and runs a whole transaction per call, its statements prepared once, with no thread
 //! hop between them.
 //!
@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 
 use super::commit_args::CommitArgs;
 use super::commit_sql::SQLITE_STATEMENTS;
-use super::submit_args::{KEY_BUSY, SUBMIT_SQLITE, SubmitArgs};
+use super::submit_args::{SUBMIT_SQLITE, SubmitArgs};
 use super::value::Value;
 
 /// Most statements the connection keeps prepared: each checkpoint shape's few and the domain's
@@ -41,15 +41,6 @@ pub(crate) enum Write {
     Submit(SubmitArgs),
     /// One of the domain's statements, outside any transaction of its own.
     Statement(Statement),
-    /// A submit and the domain's record that commits with it, or neither (`guarded_submit.rs`).
-    Guarded(GuardedSubmit),
-}
-
-/// A run to submit and the statement that writes the domain's record of it: both stay, or, when
-/// the statement changes no row or fails on its own, neither does.
-pub(crate) struct GuardedSubmit {
-    pub(crate) submit: SubmitArgs,
-    pub(crate) guard: Statement,
 }
 
 /// A statement and its values, `$1` first.
@@ -66,9 +57,6 @@ pub(crate) enum Written {
     Checkpoint(Option<bool>),
     /// A submit: the run's `seq`.
     Submit(i64),
-    /// A guarded submit: the run's `seq` and whether it was leased at once, or `None` if its
-    /// guard changed no row or failed, and nothing of it stays.
-    Guarded(Option<(i64, bool)>),
     /// A statement: the rows it changed.
     Changed(u64),
     /// A statement that failed on its own (a constraint, say): SQLite undid it and kept the
@@ -181,7 +169,6 @@ impl Write {
             Self::Checkpoint(commit) => checkpoint(conn, commit).map(Written::Checkpoint),
             Self::Submit(submit) => insert_run(conn, submit).map(Written::Submit),
             Self::Statement(statement) => execute(conn, statement),
-            Self::Guarded(guarded) => guarded_submit(conn, guarded).map(Written::Guarded),
         }
     }
 }
@@ -219,27 +206,6 @@ fn insert_run(conn: &Connection, submit: &SubmitArgs) -> rusqlite::Result<i64> {
     let seq = first_column(conn, insert, &values)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
     first_column::<i64>(conn, submitted, &values)?;
     Ok(seq)
-}
-
-/// Runs a guarded submit inside a savepoint: the run (unleased if an unfinished run holds its
-/// resource key), then the guard; if the guard changes no row or fails, back to the savepoint.
-fn guarded_submit(conn: &Connection, guarded: &GuardedSubmit) -> rusqlite::Result<Option<(i64, bool)>> {
-    conn.execute_batch("SAVEPOINT guarded_submit")?;
-    let busy = match &guarded.submit.resource_key {
-        Some(key) if guarded.submit.leased() => first_column::<i64>(conn, KEY_BUSY, &[key as &dyn ToSql])?.is_some(),
-        _ => false,
-    };
-    let submitted = if busy {
-        (insert_run(conn, &guarded.submit.unleased())?, false)
-    } else {
-        (insert_run(conn, &guarded.submit)?, guarded.submit.leased())
-    };
-    let applied = matches!(execute(conn, &guarded.guard)?, Written::Changed(changed) if changed > 0);
-    if !applied {
-        conn.execute_batch("ROLLBACK TO guarded_submit")?;
-    }
-    conn.execute_batch("RELEASE guarded_submit")?;
-    Ok(applied.then_some(submitted))
 }
 
 /// Runs one statement, binding each `$N` to `values[N - 1]` (SQLite numbers parameters in the

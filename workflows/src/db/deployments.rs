@@ -370,12 +370,12 @@ pub async fn add_in(
 ) -> Result<(Cluster, Deployment), PlacementRefused> {
     let cluster = hold_cluster_in(tx, cluster_name).await?;
     let spec = deployment.spec;
-    let command = encode_json(&spec.command);
-    let env = encode_json(&spec.env);
+    let command = serde_json::to_string(&spec.command).unwrap_or_else(|_| "[]".into());
+    let env = serde_json::to_string(&spec.env).unwrap_or_else(|_| "[]".into());
     let sql = concat!(
         "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, secrets, \
-         attempt, namespace, workflow_id, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $12, 1, $13, $10, $11, $11) RETURNING ",
+         attempt, workflow_id, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $12, 1, $10, $11, $11) RETURNING ",
         columns!()
     );
     let row: Row = with_tx!(tx, |tx| {
@@ -392,85 +392,10 @@ pub async fn add_in(
             .bind(deployment.workflow_id)
             .bind(now)
             .bind(encode_uses(&spec.secrets))
-            .bind(NAMESPACE)
             .fetch_one(&mut **tx)
             .await
     })?;
     Ok((cluster, Deployment::try_from(row)?))
-}
-
-/// The namespace of a deployment's Kubernetes objects.
-pub const NAMESPACE: &str = "anycloud";
-
-/// A new job's record as a guard of its run's submit (`Engine::submit_guarded`): the statement
-/// and its values that insert it only while the cluster `cluster_id` is ready and not being
-/// deleted, and no registry secret for `registry_host` exists (one would be the job's to take:
-/// `operations/pin_secrets.rs`), so that the write decides what a transaction holding the
-/// cluster's row would have read. A taken name breaks the unique index `deployments_name`.
-/// Stores what [`Deployment::queued`] answers.
-pub(crate) fn add_guarded(
-    cluster_id: &str,
-    deployment: &NewDeployment<'_>,
-    registry_host: &str,
-    now: i64,
-) -> (String, Vec<anycloud_engine::store::Value>) {
-    use anycloud_engine::store::Value;
-    let spec = deployment.spec;
-    let sql = "INSERT INTO deployments (id, name, kind, cluster_id, status, image, command, env, cpus, memory, \
-               secrets, attempt, namespace, workflow_id, created_at, updated_at) \
-               SELECT $1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $10, 1, $11, $12, $13, $13 \
-               WHERE EXISTS (SELECT 1 FROM clusters WHERE id = $4 AND phase = 'ready' AND delete_requested_at IS NULL) \
-               AND NOT EXISTS (SELECT 1 FROM secrets WHERE registry = $14)";
-    let values = vec![
-        Value::from(deployment.id),
-        Value::from(deployment.name),
-        Value::from(deployment.kind.as_str()),
-        Value::from(cluster_id),
-        Value::from(spec.image.as_str()),
-        Value::from(encode_json(&spec.command).as_str()),
-        Value::from(encode_json(&spec.env).as_str()),
-        Value::from(spec.cpus.as_deref()),
-        Value::from(spec.memory.as_deref()),
-        Value::from(encode_uses(&spec.secrets).as_str()),
-        Value::from(NAMESPACE),
-        Value::from(deployment.workflow_id),
-        Value::from(now),
-        Value::from(registry_host),
-    ];
-    (sql.to_owned(), values)
-}
-
-/// A list of the spec as stored: JSON.
-fn encode_json<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "[]".into())
-}
-
-impl Deployment {
-    /// The record [`add_in`] and [`add_guarded`] store for `deployment` on cluster
-    /// `cluster_id` at `now`, as reading it back would return it.
-    pub(crate) fn queued(cluster_id: &str, deployment: &NewDeployment<'_>, now: i64) -> Self {
-        Self {
-            id: deployment.id.to_owned(),
-            name: deployment.name.to_owned(),
-            kind: deployment.kind,
-            cluster_id: cluster_id.to_owned(),
-            status: Status::Queued,
-            spec: deployment.spec.clone(),
-            attempt: 1,
-            namespace: NAMESPACE.to_owned(),
-            exit_code: None,
-            reason: None,
-            workflow_id: Some(deployment.workflow_id.to_owned()),
-            created_at: now,
-            started_at: None,
-            ended_at: None,
-            updated_at: now,
-            port: None,
-            replicas: None,
-            revision: None,
-            cluster_ip: None,
-        }
-    }
 }
 
 /// Whether a deployment has this name.
