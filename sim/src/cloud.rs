@@ -3,6 +3,8 @@
 //! restarts like a real cloud's would; its VMs' user-data is sealed there (`crate::vms`). Everything it returns says it is simulated, and its public
 //! addresses are from TEST-NET-3 (203.0.113.0/24).
 
+use std::sync::Arc;
+
 use anycloud_engine::{Pool, with_pool};
 use anycloud_workflows::cloud::CloudError;
 use anycloud_workflows::db::Db;
@@ -11,6 +13,7 @@ use anycloud_workflows::now_ms;
 use anycloud_workflows::secrets::SecretBox;
 
 use crate::kube::{Machine, Machines};
+use crate::opened::OpenedUserData;
 use crate::vms::{SELECT_VMS, SHUTDOWN_MS, SimVm, SimVmRow};
 
 /// A transient failure of the simulated cloud.
@@ -41,8 +44,8 @@ impl From<SimError> for CloudError {
 #[derive(Clone, Debug)]
 pub struct SimCloud {
     db: Db,
-    /// The API's sealer: what it seals its VMs' user-data with.
-    sealer: SecretBox,
+    /// The API's sealer, which seals its VMs' user-data, and the user-data it opened.
+    user_data: Arc<OpenedUserData>,
     api_url: String,
     kubelet_dir: std::path::PathBuf,
     /// Where its control planes' APIs answer over TLS, when they do.
@@ -57,11 +60,12 @@ impl SimCloud {
     /// [`with_kubelet_dir`](Self::with_kubelet_dir) says where.
     pub fn new(db: Db, sealer: SecretBox, api_url: impl Into<String>) -> Self {
         let kubelet_dir = std::env::temp_dir().join("anycloud-sim-kubelet");
-        Self { db, sealer, api_url: api_url.into(), kubelet_dir, kube_tls: None }
+        let user_data = Arc::new(OpenedUserData::new(sealer));
+        Self { db, user_data, api_url: api_url.into(), kubelet_dir, kube_tls: None }
     }
 
     pub(crate) fn sealer(&self) -> &SecretBox {
-        &self.sealer
+        self.user_data.sealer()
     }
 
     /// Keeps its Pods' scratch directories and logs under `dir` (the API host passes
@@ -153,11 +157,11 @@ impl SimCloud {
 impl Machines for SimCloud {
     async fn machine(&self, id: &str) -> Result<Option<Machine>, String> {
         let vm = self.vm(id).await.map_err(|err| format!("simulated cloud state: {err}"))?;
-        Ok(vm.map(|vm| vm.machine(&self.sealer)))
+        Ok(vm.map(|vm| vm.machine(&self.user_data)))
     }
 
     async fn running(&self) -> Result<Vec<Machine>, String> {
         let live = self.live_vms().await.map_err(|err| format!("simulated cloud state: {err}"))?;
-        Ok(live.iter().filter(|vm| vm.state == "running").map(|vm| vm.machine(&self.sealer)).collect())
+        Ok(live.iter().filter(|vm| vm.state == "running").map(|vm| vm.machine(&self.user_data)).collect())
     }
 }

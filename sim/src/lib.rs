@@ -32,6 +32,7 @@
 mod account;
 mod cloud;
 pub mod kube;
+mod opened;
 mod vms;
 
 pub use account::SimAccount;

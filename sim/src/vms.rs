@@ -11,6 +11,7 @@ use anycloud_workflows::cloud::{NAME_TAG, ROLE_TAG, Role, Vm};
 use anycloud_workflows::secrets::{Place, SecretBox};
 
 use crate::kube::Machine;
+use crate::opened::OpenedUserData;
 
 /// The columns of a simulated VM, as [`SimVmRow`] reads them.
 pub(crate) const SELECT_VMS: &str = "SELECT id, account, tags, user_data, private_ip, public_ip, boot_ms, never_ready, \
@@ -104,9 +105,9 @@ impl SimVm {
     /// (a control plane's at once), unless the account says never. A VM whose user-data does not
     /// open (sealed under another key, or altered) ran nothing: it serves no API and joins no
     /// cluster.
-    pub(crate) fn machine(&self, sealer: &SecretBox) -> Machine {
+    pub(crate) fn machine(&self, opened: &OpenedUserData) -> Machine {
         let control_plane = self.tags.get(ROLE_TAG).map(String::as_str) == Some(Role::ControlPlane.as_str());
-        let user_data = open_user_data(sealer, &self.id, &self.sealed_user_data).unwrap_or_else(|err| {
+        let user_data = opened.open(&self.id, &self.sealed_user_data).unwrap_or_else(|err| {
             tracing::warn!(vm = %self.id, error = %err, "simulated cloud: a VM's user-data does not open; it boots nothing");
             String::new()
         });
@@ -185,10 +186,11 @@ mod tests {
             launched_at: 0,
             terminated_at: None,
         };
+        let opened = OpenedUserData::new(sealer.clone());
         let vm = row("sim-1", seal_user_data(&sealer, "sim-1", script)).into_vm(1);
-        assert_eq!(vm.machine(&sealer).user_data, script);
+        assert_eq!(vm.machine(&opened).user_data, script);
         for (id, stored) in [("sim-2", seal_user_data(&sealer, "sim-1", script)), ("sim-1", script.to_owned())] {
-            let machine = row(id, stored).into_vm(1).machine(&sealer);
+            let machine = row(id, stored).into_vm(1).machine(&opened);
             assert!(machine.running && machine.control_plane, "{machine:?}");
             assert_eq!(machine.user_data, "", "{id}");
         }

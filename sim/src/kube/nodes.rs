@@ -134,23 +134,46 @@ pub(crate) fn node(machine: &Machine) -> Value {
             }],
             "addresses": addresses,
             "nodeInfo": node_info(machine),
-            "capacity": capacity(),
-            "allocatable": capacity(),
+            "capacity": host().capacity,
+            "allocatable": host().capacity,
             "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },
         },
     })
 }
 
-/// What the node offers: the host's CPUs and memory (its Pods run there) and the kubelet's
-/// default of 110 Pods.
-fn capacity() -> Value {
-    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
-        text.lines()
-            .find_map(|line| line.strip_prefix("MemTotal:"))
-            .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
-    });
-    json!({ "cpu": cpus.to_string(), "memory": format!("{}Ki", memory.unwrap_or_else(|| "0".into())), "pods": "110" })
+/// What every simulated node reports of the host its Pods' processes really run on, read once
+/// per process: the scheduler builds a node for each machine at every Pod it places, and these
+/// files do not change while the process lives.
+struct Host {
+    /// What the node offers: the host's CPUs and memory, and the kubelet's default of 110 Pods.
+    capacity: Value,
+    kernel: String,
+    os_image: String,
+}
+
+fn host() -> &'static Host {
+    static HOST: std::sync::OnceLock<Host> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("MemTotal:"))
+                .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
+        });
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|text| text.trim().to_owned());
+        let os_image = std::fs::read_to_string("/etc/os-release").ok().and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("PRETTY_NAME="))
+                .map(|name| name.trim_matches('"').to_owned())
+        });
+        Host {
+            capacity: json!({
+                "cpu": cpus.to_string(), "memory": format!("{}Ki", memory.unwrap_or_else(|| "0".into())), "pods": "110",
+            }),
+            kernel: kernel.unwrap_or_else(|_| "unknown".into()),
+            os_image: os_image.unwrap_or_else(|| "unknown".into()),
+        }
+    })
 }
 
 /// `status.nodeInfo`, every field the API marks required: the machine's own ids (stable,
@@ -160,10 +183,6 @@ fn node_info(machine: &Machine) -> Value {
     let id = |what: &str| {
         uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("sim-node/{what}/{}", machine.id).as_bytes())
     };
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|text| text.trim().to_owned());
-    let os_image = std::fs::read_to_string("/etc/os-release").ok().and_then(|text| {
-        text.lines().find_map(|line| line.strip_prefix("PRETTY_NAME=")).map(|name| name.trim_matches('"').to_owned())
-    });
     let architecture = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -173,8 +192,8 @@ fn node_info(machine: &Machine) -> Value {
         "machineID": id("machine").simple().to_string(),
         "systemUUID": id("system").to_string(),
         "bootID": id("boot").to_string(),
-        "kernelVersion": kernel.unwrap_or_else(|_| "unknown".into()),
-        "osImage": os_image.unwrap_or_else(|| "unknown".into()),
+        "kernelVersion": host().kernel,
+        "osImage": host().os_image,
         "containerRuntimeVersion": "sim://local-processes",
         "kubeletVersion": user_data::K3S_VERSION,
         "kubeProxyVersion": user_data::K3S_VERSION,
