@@ -98,6 +98,7 @@ mod garbage;
 mod images;
 mod jobs;
 mod kubelet;
+mod label_index;
 mod logs;
 mod negotiation;
 mod network;

@@ -29,6 +29,7 @@ use anycloud_engine::{Pool, execute, with_pool};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
+use super::label_index;
 use super::resources::Resource;
 
 const SCHEMA: [&str; 10] = [
@@ -171,20 +172,30 @@ fn label_pattern(equalities: &[(&str, &str)]) -> String {
 }
 
 /// A list by label ([`Store::list_labelled`]): only the filters given, and no `ORDER BY`, so that
-/// SQLite walks the index that tests them (`sim_kube_objects_subject`; in a namespace,
-/// `sim_kube_objects_labels`) rather than the key's, which orders the rows but tests nothing (the
-/// caller sorts them).
-/// Parameters: cluster, resource, label pattern, then the subject and the namespace if given.
-fn labelled_sql(subject: bool, namespace: bool) -> String {
-    let mut sql = String::from(
-        "SELECT namespace, name, body FROM sim_kube_objects \
-         WHERE cluster = $1 AND resource = $2 AND labels LIKE $3 AND deleted_revision IS NULL",
-    );
-    if subject {
-        sql.push_str(" AND subject = $4");
+/// SQLite walks the index that tests them rather than the key's, which orders the rows but tests
+/// nothing (the caller sorts them). Given a label to look up (`by_label`), the objects are found
+/// by it in the label index ([`label_index`], which SQLite reads first: `CROSS JOIN`); otherwise
+/// the Events of one subject walk `sim_kube_objects_subject`, and a namespace's objects
+/// `sim_kube_objects_labels`.
+/// Parameters: cluster, resource, label pattern, then the subject, the namespace and the label
+/// to look up, each if given.
+fn labelled_sql(subject: bool, namespace: bool, by_label: bool) -> String {
+    let mut sql = String::from("SELECT o.namespace, o.name, o.body FROM ");
+    if by_label {
+        sql.push_str(
+            "sim_kube_labels l CROSS JOIN sim_kube_objects o WHERE l.cluster = $1 AND l.resource = $2 \
+             AND o.cluster = l.cluster AND o.resource = l.resource AND o.namespace = l.namespace AND o.name = l.name AND",
+        );
+    } else {
+        sql.push_str("sim_kube_objects o WHERE");
     }
-    if namespace {
-        sql.push_str(if subject { " AND namespace = $5" } else { " AND namespace = $4" });
+    sql.push_str(" o.cluster = $1 AND o.resource = $2 AND o.labels LIKE $3 AND o.deleted_revision IS NULL");
+    let mut next = 4;
+    for (given, test) in [(subject, "o.subject"), (namespace, "o.namespace"), (by_label, "l.label")] {
+        if given {
+            sql.push_str(&format!(" AND {test} = ${next}"));
+            next += 1;
+        }
     }
     sql
 }
@@ -288,6 +299,7 @@ impl Store {
                 for statement in &SCHEMA[1..] {
                     execute!(&self.pool, *statement)?;
                 }
+                label_index::create(&self.pool).await?;
                 Ok::<(), sqlx::Error>(())
             })
             .await?;
@@ -419,7 +431,8 @@ impl Store {
         subject: Option<&str>,
     ) -> Result<Vec<Value>, sqlx::Error> {
         let pool = self.reading().await?;
-        let sql = labelled_sql(subject.is_some(), namespace.is_some());
+        let lookup = label_index::lookup(equalities);
+        let sql = labelled_sql(subject.is_some(), namespace.is_some(), lookup.is_some());
         let mut rows: Vec<(String, String, String)> = with_pool!(pool, |pool| {
             let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(cluster)
@@ -430,6 +443,9 @@ impl Store {
             }
             if let Some(namespace) = namespace {
                 query = query.bind(namespace);
+            }
+            if let Some(label) = &lookup {
+                query = query.bind(label);
             }
             query.fetch_all(pool).await
         })?;
@@ -510,6 +526,7 @@ impl Store {
         object["metadata"]["resourceVersion"] = Value::String(revision.to_string());
         let metadata = &object["metadata"];
         let namespace = namespace_of(resource, metadata["namespace"].as_str().unwrap_or_default());
+        let name = metadata["name"].as_str().unwrap_or_default();
         let created = execute!(
             self.ready().await?,
             "INSERT INTO sim_kube_objects (cluster, resource, namespace, name, uid, resource_version, created_revision, \
@@ -522,8 +539,8 @@ impl Store {
              WHERE sim_kube_objects.deleted_revision IS NOT NULL",
             cluster,
             resource.plural,
-            namespace,
-            metadata["name"].as_str().unwrap_or_default(),
+            &namespace,
+            name,
             metadata["uid"].as_str().unwrap_or_default(),
             revision,
             object.to_string(),
@@ -533,7 +550,12 @@ impl Store {
             owners_text(&object),
             subject_of(&object)
         )?;
-        Ok((created == 1).then_some(object))
+        if created != 1 {
+            return Ok(None);
+        }
+        let key = label_index::Key { cluster, resource: resource.plural, namespace: &namespace, name };
+        label_index::record(&self.pool, &key, &object).await?;
+        Ok(Some(object))
     }
 
     /// Replaces an object that still has the `resourceVersion` it carries; `None` if it moved on
@@ -548,6 +570,8 @@ impl Store {
         let revision = self.next_revision(cluster).await?;
         object["metadata"]["resourceVersion"] = Value::String(revision.to_string());
         let metadata = &object["metadata"];
+        let namespace = namespace_of(resource, metadata["namespace"].as_str().unwrap_or_default());
+        let name = metadata["name"].as_str().unwrap_or_default();
         let updated = execute!(
             self.ready().await?,
             "UPDATE sim_kube_objects SET resource_version = $1, body = $2, labels = $8, owner = $9, settled = $10, \
@@ -558,8 +582,8 @@ impl Store {
             object.to_string(),
             cluster,
             resource.plural,
-            namespace_of(resource, metadata["namespace"].as_str().unwrap_or_default()),
-            metadata["name"].as_str().unwrap_or_default(),
+            &namespace,
+            name,
             read,
             label_text(&object),
             owner_of(&object),
@@ -567,7 +591,12 @@ impl Store {
             owners_text(&object),
             subject_of(&object)
         )?;
-        Ok((updated == 1).then_some(object))
+        if updated != 1 {
+            return Ok(None);
+        }
+        let key = label_index::Key { cluster, resource: resource.plural, namespace: &namespace, name };
+        label_index::record(&self.pool, &key, &object).await?;
+        Ok(Some(object))
     }
 
     /// Removes an object that still has the `resourceVersion` it carries, leaving its tombstone;
@@ -667,8 +696,9 @@ impl Store {
 
     /// Forgets tombstones older than `before` (milliseconds since the epoch).
     pub(crate) async fn purge_tombstones(&self, before: i64) -> Result<(), sqlx::Error> {
-        execute!(self.ready().await?, "DELETE FROM sim_kube_objects WHERE deleted_at < $1", before)?;
-        Ok(())
+        let pool = self.ready().await?;
+        execute!(pool, "DELETE FROM sim_kube_objects WHERE deleted_at < $1", before)?;
+        label_index::forget_removed(pool).await
     }
 
     /// The clusters that have objects the control loop still drives (see [`settled`]).
@@ -784,6 +814,49 @@ mod tests {
         assert_eq!(store.list_labelled("c", &EVENTS, Some("ns"), &[], None).await.unwrap().len(), 3);
     }
 
+    /// A list by label finds an object by the labels it has now: a label an update adds, not one
+    /// it took away, nor an object removed or made again without it; the label rows of removed
+    /// objects go with their tombstones.
+    #[tokio::test]
+    async fn a_list_by_label_follows_the_labels_as_they_change() {
+        let (_dir, pool) = store().await;
+        let store = Store::new(pool.clone(), pool.clone());
+        let names = |objects: Vec<Value>| -> Vec<String> {
+            objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+        };
+        let a = store.create("c", &PODS, pod("a", json!({ "app": "web" }), "Running")).await.unwrap().unwrap();
+        let mut changed = a.clone();
+        changed["metadata"]["labels"] = json!({ "app": "api", "tier": "x" });
+        let changed = store.update("c", &PODS, changed).await.unwrap().unwrap();
+        let by = |key: &'static str, value: &'static str| {
+            let store = &store;
+            async move { names(store.list_labelled("c", &PODS, Some("ns"), &[(key, value)], None).await.unwrap()) }
+        };
+        assert_eq!(by("app", "api").await, ["a"]);
+        assert_eq!(by("tier", "x").await, ["a"]);
+        assert!(by("app", "web").await.is_empty(), "a label the update took away");
+        assert!(store.remove("c", &PODS, &changed).await.unwrap());
+        assert!(by("app", "api").await.is_empty(), "a removed object");
+        store.create("c", &PODS, pod("a", json!({ "app": "web" }), "Running")).await.unwrap().unwrap();
+        assert!(by("tier", "x").await.is_empty(), "made again without the label");
+        assert_eq!(by("app", "web").await, ["a"]);
+        let rows = || async {
+            let rows: i64 = with_pool!(&pool, |pool| {
+                sqlx::query_scalar("SELECT count(*) FROM sim_kube_labels").fetch_one(pool).await
+            })
+            .unwrap();
+            rows
+        };
+        assert_eq!(rows().await, 3, "app=web, app=api, tier=x");
+        store.remove("c", &PODS, &by_name(&store, "a").await).await.unwrap();
+        store.purge_tombstones(i64::MAX).await.unwrap();
+        assert_eq!(rows().await, 0);
+    }
+
+    async fn by_name(store: &Store, name: &str) -> Value {
+        store.get("c", &PODS, "ns", name).await.unwrap().unwrap()
+    }
+
     /// On SQLite, a list by label in a namespace (a job's check), the Events of one object and a
     /// watch's changes each walk the index made for them, not every row of the resource (the
     /// planner has no statistics here). A list across namespaces reads every row, as before.
@@ -803,14 +876,16 @@ mod tests {
             }
         };
         for (sql, index) in [
-            (labelled_sql(false, true), "sim_kube_objects_labels"),
-            (labelled_sql(true, true), "sim_kube_objects_subject"),
-            (labelled_sql(true, false), "sim_kube_objects_subject"),
+            (labelled_sql(false, true, false), "sim_kube_objects_labels"),
+            (labelled_sql(true, true, false), "sim_kube_objects_subject"),
+            (labelled_sql(true, false, false), "sim_kube_objects_subject"),
+            (labelled_sql(false, true, true), "sqlite_autoindex_sim_kube_labels_1"),
+            (labelled_sql(false, false, true), "sqlite_autoindex_sim_kube_labels_1"),
             (CHANGES.to_owned(), "sim_kube_objects_written"),
             (CHANGES.to_owned(), "sim_kube_objects_deleted"),
         ] {
             let plan = plan(sql.clone()).await;
-            assert!(plan.contains(&format!("USING INDEX {index}")), "{sql}\n walks: {plan}");
+            assert!(plan.contains(&format!(" INDEX {index}")), "{sql}\n walks: {plan}");
         }
     }
 
