@@ -4,11 +4,14 @@
 //! API's CPU in the jobs benchmark: docs/benchmarks.md, "Jobs", twelfth stop). A real apiserver
 //! filters its watch cache in memory; this store is SQL, so it keeps an index.
 //!
-//! The index may hold more than the objects' labels, never less: a label is added whenever an
-//! object is written with it, and its rows go only when nothing live is left under its name
-//! ([`forget_removed`], with the tombstones). A list by label looks its objects up by one label
-//! and still tests all of them on the object's own `labels` (and the caller's selector decides),
-//! so a row left behind lets an object through to that test and no further.
+//! The index may hold more than the objects' labels, never less: an object's labels are recorded
+//! (or their rows' `written_at` renewed) just before the object is written with them, so a
+//! process killed between the two leaves rows too many, never too few; and a row goes only when
+//! nothing live is left under its name and it was last written before the tombstones' horizon
+//! ([`forget_removed`], with the tombstones), so that a write in flight keeps its fresh rows. A
+//! list by label looks its objects up by one label and still tests all of them on the object's
+//! own `labels` (and the caller's selector decides), so a row left behind lets an object through
+//! to that test and no further.
 
 use anycloud_engine::{Pool, execute, with_pool};
 use serde_json::Value;
@@ -20,6 +23,7 @@ pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS sim_kube_labels (
         namespace TEXT NOT NULL,
         name TEXT NOT NULL,
         label TEXT NOT NULL,
+        written_at BIGINT NOT NULL,
         PRIMARY KEY (cluster, resource, label, namespace, name)
     )";
 
@@ -37,22 +41,23 @@ fn labels(object: &Value) -> Vec<String> {
     labels.iter().map(|(key, value)| format!("{key}={}", value.as_str().unwrap_or_default())).collect()
 }
 
-/// Indexes the labels of `object`, just written at `key` (one statement; a label already there
-/// stays as it is).
+/// Indexes the labels of `object`, about to be written at `key` (one statement; a label already
+/// there is marked written now).
 pub(crate) async fn record(pool: &Pool, key: &Key<'_>, object: &Value) -> Result<(), sqlx::Error> {
     let labels = labels(object);
     if labels.is_empty() {
         return Ok(());
     }
-    let rows: Vec<String> = (0..labels.len()).map(|i| format!("($1, $2, $3, $4, ${})", i + 5)).collect();
+    let rows: Vec<String> = (0..labels.len()).map(|i| format!("($1, $2, $3, $4, $5, ${})", i + 6)).collect();
     let sql = format!(
-        "INSERT INTO sim_kube_labels (cluster, resource, namespace, name, label) VALUES {} ON CONFLICT DO NOTHING",
+        "INSERT INTO sim_kube_labels (cluster, resource, namespace, name, written_at, label) VALUES {} \
+         ON CONFLICT (cluster, resource, label, namespace, name) DO UPDATE SET written_at = excluded.written_at",
         rows.join(", ")
     );
     with_pool!(pool, |pool| {
         let mut query =
             sqlx::query(sqlx::AssertSqlSafe(sql.clone())).bind(key.cluster).bind(key.resource).bind(key.namespace);
-        query = query.bind(key.name);
+        query = query.bind(key.name).bind(anycloud_workflows::now_ms());
         for label in &labels {
             query = query.bind(label);
         }
@@ -60,13 +65,15 @@ pub(crate) async fn record(pool: &Pool, key: &Key<'_>, object: &Value) -> Result
     })
 }
 
-/// Forgets the label rows under which no live object is left (after tombstones are purged).
-pub(crate) async fn forget_removed(pool: &Pool) -> Result<(), sqlx::Error> {
+/// Forgets the label rows last written before `before` (milliseconds since the epoch) under
+/// which no live object is left.
+pub(crate) async fn forget_removed(pool: &Pool, before: i64) -> Result<(), sqlx::Error> {
     execute!(
         pool,
-        "DELETE FROM sim_kube_labels WHERE NOT EXISTS (SELECT 1 FROM sim_kube_objects o \
+        "DELETE FROM sim_kube_labels WHERE written_at < $1 AND NOT EXISTS (SELECT 1 FROM sim_kube_objects o \
          WHERE o.cluster = sim_kube_labels.cluster AND o.resource = sim_kube_labels.resource \
-         AND o.namespace = sim_kube_labels.namespace AND o.name = sim_kube_labels.name AND o.deleted_revision IS NULL)"
+         AND o.namespace = sim_kube_labels.namespace AND o.name = sim_kube_labels.name AND o.deleted_revision IS NULL)",
+        before
     )?;
     Ok(())
 }
@@ -86,18 +93,20 @@ pub(crate) async fn create(pool: &Pool) -> Result<(), sqlx::Error> {
         )
         .fetch_all(&mut *tx)
         .await?;
+        let now = anycloud_workflows::now_ms();
         for (cluster, resource, namespace, name, body) in objects {
             let object: Value = serde_json::from_str(&body).map_err(|err| sqlx::Error::Decode(Box::new(err)))?;
             for label in labels(&object) {
                 sqlx::query(
-                    "INSERT INTO sim_kube_labels (cluster, resource, namespace, name, label) \
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                    "INSERT INTO sim_kube_labels (cluster, resource, namespace, name, label, written_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
                 )
                 .bind(&cluster)
                 .bind(&resource)
                 .bind(&namespace)
                 .bind(&name)
                 .bind(label)
+                .bind(now)
                 .execute(&mut *tx)
                 .await?;
             }

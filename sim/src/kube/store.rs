@@ -527,6 +527,8 @@ impl Store {
         let metadata = &object["metadata"];
         let namespace = namespace_of(resource, metadata["namespace"].as_str().unwrap_or_default());
         let name = metadata["name"].as_str().unwrap_or_default();
+        let key = label_index::Key { cluster, resource: resource.plural, namespace: &namespace, name };
+        label_index::record(self.ready().await?, &key, &object).await?;
         let created = execute!(
             self.ready().await?,
             "INSERT INTO sim_kube_objects (cluster, resource, namespace, name, uid, resource_version, created_revision, \
@@ -550,12 +552,7 @@ impl Store {
             owners_text(&object),
             subject_of(&object)
         )?;
-        if created != 1 {
-            return Ok(None);
-        }
-        let key = label_index::Key { cluster, resource: resource.plural, namespace: &namespace, name };
-        label_index::record(&self.pool, &key, &object).await?;
-        Ok(Some(object))
+        Ok((created == 1).then_some(object))
     }
 
     /// Replaces an object that still has the `resourceVersion` it carries; `None` if it moved on
@@ -572,6 +569,8 @@ impl Store {
         let metadata = &object["metadata"];
         let namespace = namespace_of(resource, metadata["namespace"].as_str().unwrap_or_default());
         let name = metadata["name"].as_str().unwrap_or_default();
+        let key = label_index::Key { cluster, resource: resource.plural, namespace: &namespace, name };
+        label_index::record(self.ready().await?, &key, &object).await?;
         let updated = execute!(
             self.ready().await?,
             "UPDATE sim_kube_objects SET resource_version = $1, body = $2, labels = $8, owner = $9, settled = $10, \
@@ -591,12 +590,7 @@ impl Store {
             owners_text(&object),
             subject_of(&object)
         )?;
-        if updated != 1 {
-            return Ok(None);
-        }
-        let key = label_index::Key { cluster, resource: resource.plural, namespace: &namespace, name };
-        label_index::record(&self.pool, &key, &object).await?;
-        Ok(Some(object))
+        Ok((updated == 1).then_some(object))
     }
 
     /// Removes an object that still has the `resourceVersion` it carries, leaving its tombstone;
@@ -698,7 +692,7 @@ impl Store {
     pub(crate) async fn purge_tombstones(&self, before: i64) -> Result<(), sqlx::Error> {
         let pool = self.ready().await?;
         execute!(pool, "DELETE FROM sim_kube_objects WHERE deleted_at < $1", before)?;
-        label_index::forget_removed(pool).await
+        label_index::forget_removed(pool, before).await
     }
 
     /// The clusters that have objects the control loop still drives (see [`settled`]).
@@ -849,6 +843,9 @@ mod tests {
         };
         assert_eq!(rows().await, 3, "app=web, app=api, tier=x");
         store.remove("c", &PODS, &by_name(&store, "a").await).await.unwrap();
+        // Rows written after the horizon stay (a write may be in flight); older ones go.
+        store.purge_tombstones(0).await.unwrap();
+        assert_eq!(rows().await, 3);
         store.purge_tombstones(i64::MAX).await.unwrap();
         assert_eq!(rows().await, 0);
     }
