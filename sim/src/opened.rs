@@ -1,7 +1,7 @@
 //! The simulated VMs' user-data, opened once per sealed value. The simulated Kubernetes API
 //! checks a control plane's token, which its user-data holds, on every request, and its scheduler
-//! reads every machine's at every Pod it places: a decryption each time cost more than the
-//! request's own work (docs/benchmarks.md, "Jobs", twelfth stop). A VM's opened user-data is kept
+//! reads every machine's at every Pod it places: a decryption each time, about 2 % of the API's
+//! CPU in the jobs benchmark (docs/benchmarks.md, "Jobs", twelfth stop). A VM's opened user-data is kept
 //! with the sealed value it came from, so a row that changes is opened again, and a value that
 //! does not open is never kept. Plain text held in memory is what the process could open at any
 //! time with the key it holds; nothing is written anywhere.

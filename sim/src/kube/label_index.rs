@@ -1,6 +1,6 @@
 //! The simulated clusters' label index: one row per object and `key=value` label
 //! (`sim_kube_labels`), so that a list by label finds its objects by key, where a `LIKE` on every
-//! object's labels read every Pod of the namespace for each of a thousand jobs' checks (9% of the
+//! object's labels read every Pod of the namespace for each of a thousand jobs' checks (8 % of the
 //! API's CPU in the jobs benchmark: docs/benchmarks.md, "Jobs", twelfth stop). A real apiserver
 //! filters its watch cache in memory; this store is SQL, so it keeps an index.
 //!
