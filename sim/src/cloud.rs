@@ -157,11 +157,12 @@ impl SimCloud {
 impl Machines for SimCloud {
     async fn machine(&self, id: &str) -> Result<Option<Machine>, String> {
         let vm = self.vm(id).await.map_err(|err| format!("simulated cloud state: {err}"))?;
-        Ok(vm.map(|vm| vm.machine(&self.user_data)))
+        Ok(vm.map(|vm| vm.machine(self.user_data.open(&vm.id, &vm.sealed_user_data))))
     }
 
     async fn running(&self) -> Result<Vec<Machine>, String> {
         let live = self.live_vms().await.map_err(|err| format!("simulated cloud state: {err}"))?;
-        Ok(live.iter().filter(|vm| vm.state == "running").map(|vm| vm.machine(&self.user_data)).collect())
+        let running = live.iter().filter(|vm| vm.state == "running");
+        Ok(running.map(|vm| vm.machine(self.user_data.open(&vm.id, &vm.sealed_user_data))).collect())
     }
 }

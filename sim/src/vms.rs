@@ -11,7 +11,6 @@ use anycloud_workflows::cloud::{NAME_TAG, ROLE_TAG, Role, Vm};
 use anycloud_workflows::secrets::{Place, SecretBox};
 
 use crate::kube::Machine;
-use crate::opened::OpenedUserData;
 
 /// The columns of a simulated VM, as [`SimVmRow`] reads them.
 pub(crate) const SELECT_VMS: &str = "SELECT id, account, tags, user_data, private_ip, public_ip, boot_ms, never_ready, \
@@ -104,10 +103,10 @@ impl SimVm {
     /// The VM as the simulated Kubernetes sees it: its node is Ready `boot_ms` after it runs
     /// (a control plane's at once), unless the account says never. A VM whose user-data does not
     /// open (sealed under another key, or altered) ran nothing: it serves no API and joins no
-    /// cluster.
-    pub(crate) fn machine(&self, opened: &OpenedUserData) -> Machine {
+    /// cluster. `opened` is its user-data as the caller opened it (`crate::opened`).
+    pub(crate) fn machine(&self, opened: Result<String, UserDataError>) -> Machine {
         let control_plane = self.tags.get(ROLE_TAG).map(String::as_str) == Some(Role::ControlPlane.as_str());
-        let user_data = opened.open(&self.id, &self.sealed_user_data).unwrap_or_else(|err| {
+        let user_data = opened.unwrap_or_else(|err| {
             tracing::warn!(vm = %self.id, error = %err, "simulated cloud: a VM's user-data does not open; it boots nothing");
             String::new()
         });
@@ -186,11 +185,12 @@ mod tests {
             launched_at: 0,
             terminated_at: None,
         };
-        let opened = OpenedUserData::new(sealer.clone());
+        let open = |vm: &SimVm| open_user_data(&sealer, &vm.id, &vm.sealed_user_data);
         let vm = row("sim-1", seal_user_data(&sealer, "sim-1", script)).into_vm(1);
-        assert_eq!(vm.machine(&opened).user_data, script);
+        assert_eq!(vm.machine(open(&vm)).user_data, script);
         for (id, stored) in [("sim-2", seal_user_data(&sealer, "sim-1", script)), ("sim-1", script.to_owned())] {
-            let machine = row(id, stored).into_vm(1).machine(&opened);
+            let vm = row(id, stored).into_vm(1);
+            let machine = vm.machine(open(&vm));
             assert!(machine.running && machine.control_plane, "{machine:?}");
             assert_eq!(machine.user_data, "", "{id}");
         }
