@@ -46,6 +46,9 @@ pub const MAX_MESSAGE: usize = 1024 * 1024;
 /// How long a session may pass nothing either way: the kubelet's default.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(4 * 3600);
 
+/// How long a session that has sent its status waits for the client to close.
+const CLOSE_WITHIN: Duration = Duration::from_secs(5);
+
 /// What to run, and which streams to connect.
 struct ExecRequest {
     argv: Vec<String>,
@@ -283,7 +286,10 @@ fn exit_status(argv: &[String], code: i32) -> Value {
     })
 }
 
-/// Sends the status on its channel, then closes.
+/// Sends the status on its channel, closes, and waits (at most [`CLOSE_WITHIN`]) for the
+/// client to close or leave. Dropping a connection with unread bytes in it (kube's ping, sent
+/// every 60 s, arriving as the command ends) makes the kernel reset it, and a reset can discard
+/// the status before the client reads it.
 async fn finish(socket: &mut WebSocket, status: &Value) {
     let mut message = vec![STATUS];
     message.extend_from_slice(status.to_string().as_bytes());
@@ -291,6 +297,14 @@ async fn finish(socket: &mut WebSocket, status: &Value) {
     // client-go reads a close without a code (1005) as an error: say it is a normal one.
     let close = CloseFrame { code: close_code::NORMAL, reason: "".into() };
     let _ = socket.send(Message::Close(Some(close))).await;
+    let _ = tokio::time::timeout(CLOSE_WITHIN, async {
+        while let Some(Ok(message)) = socket.recv().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Writes what the client sends to the process's stdin, until the client closes it (the channel
