@@ -528,9 +528,10 @@ impl Store {
         let namespace = namespace_of(resource, metadata["namespace"].as_str().unwrap_or_default());
         let name = metadata["name"].as_str().unwrap_or_default();
         let key = label_index::Key { cluster, resource: resource.plural, namespace: &namespace, name };
-        label_index::record(self.ready().await?, &key, &object).await?;
+        let pool = self.ready().await?;
+        label_index::record(pool, &key, &object).await?;
         let created = execute!(
-            self.ready().await?,
+            pool,
             "INSERT INTO sim_kube_objects (cluster, resource, namespace, name, uid, resource_version, created_revision, \
              body, labels, owner, settled, owners, subject) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (cluster, resource, namespace, name) \
@@ -570,9 +571,10 @@ impl Store {
         let namespace = namespace_of(resource, metadata["namespace"].as_str().unwrap_or_default());
         let name = metadata["name"].as_str().unwrap_or_default();
         let key = label_index::Key { cluster, resource: resource.plural, namespace: &namespace, name };
-        label_index::record(self.ready().await?, &key, &object).await?;
+        let pool = self.ready().await?;
+        label_index::record(pool, &key, &object).await?;
         let updated = execute!(
-            self.ready().await?,
+            pool,
             "UPDATE sim_kube_objects SET resource_version = $1, body = $2, labels = $8, owner = $9, settled = $10, \
              owners = $11, subject = $12 \
              WHERE cluster = $3 AND resource = $4 AND namespace = $5 AND name = $6 AND resource_version = $7 \
